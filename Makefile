@@ -1,0 +1,81 @@
+# scrapeq: the two commands a newcomer needs are `make demo` and `make test`.
+# Every target does its own set-up: Debian packages, the virtual environment in .venv/, and the
+# control-plane tools built from Go modules (cached under ~/.cache/scrapeq, keyed by version).
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
+	demo cluster-up cluster-down bench bench-queue bench-worker clean
+
+help:
+	@echo "make demo          run scrapeq end to end on local defaults"
+	@echo "make test          run the whole test suite (unit, integration, e2e)"
+	@echo "make lint          ruff and mypy (strict)"
+	@echo "make tools         build kube-apiserver, etcd and helm; print their paths"
+	@echo "make cluster-up    start a local kube-apiserver + etcd; print the KUBECONFIG export"
+	@echo "make cluster-down  stop it"
+	@echo "make bench-queue   queue throughput and latency against PgQueuer and procrastinate"
+	@echo "make bench-worker  worker pages/s against a browser-per-job loop"
+
+system-packages:
+	@scripts/ensure-system-packages.sh
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	@echo ">> preparing the virtual environment in $(VENV)/"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+tools:
+	@tools/build.sh
+
+setup: system-packages venv
+	@tools/build.sh >/dev/null
+
+# pytest exits 5 when it collected no test: that is a failure here, never a green run.
+test: setup
+	@set +e; $(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
+	if [ $$status -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$status
+
+test-unit: venv
+	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: setup
+	@$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+test-e2e: setup
+	@$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
+
+lint: venv
+	@$(PY) -m ruff check .
+	@$(PY) -m ruff format --check .
+	@$(PY) -m mypy
+
+demo: setup
+	@$(PY) -m scrapeq demo $(DEMO_ARGS)
+
+cluster-up: setup
+	@$(PY) -m scrapeq dev cluster-up
+
+cluster-down: venv
+	@$(PY) -m scrapeq dev cluster-down
+
+bench: bench-queue bench-worker
+
+bench-queue: setup
+	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[bench]'
+	@$(PY) -m benchmarks.queue_throughput
+
+bench-worker: setup
+	@$(PY) -m benchmarks.worker_pages
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .scrapeq

@@ -1,0 +1,1 @@
+"""The scrapeq operator: turns ScrapeJobs into queue rows, mirrors status, scales workers."""

@@ -1,0 +1,97 @@
+"""Small process primitives shared by the local real parts: ports, readiness polling, teardown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+
+
+class LocalPartError(RuntimeError):
+    """A real part (PostgreSQL, kube-apiserver, Prometheus, Chromium) could not be provided."""
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_until(
+    condition: Callable[[], bool],
+    *,
+    timeout: float,
+    what: str,
+    interval: float = 0.05,
+    failed: Callable[[], str | None] | None = None,
+) -> None:
+    """Poll `condition` until it is true; raise LocalPartError naming `what` at the deadline.
+
+    `failed`, when given, is asked on every round whether waiting is pointless (for example,
+    the process being waited for has exited) and returns the reason.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return
+        if failed is not None:
+            reason = failed()
+            if reason:
+                raise LocalPartError(f"gave up waiting for {what}: {reason}")
+        if time.monotonic() >= deadline:
+            raise LocalPartError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def terminate(process: subprocess.Popen[bytes], *, grace: float = 10.0) -> None:
+    """Stop a process and its process group: SIGTERM, then SIGKILL after `grace` seconds."""
+    if process.poll() is not None:
+        return
+    _signal_group(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        _signal_group(process.pid, signal.SIGKILL)
+        process.wait(timeout=grace)
+
+
+def terminate_pid(pid: int, *, grace: float = 10.0) -> None:
+    """Like `terminate`, for a process we did not start in this Python process."""
+    if not pid_alive(pid):
+        return
+    _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        _signal_group(pid, signal.SIGKILL)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers signal 0; treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][:1] != "Z"
+    except OSError:
+        return False
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages scrapeq's tests and demo run for real, when they are missing:
+# Chromium (the worker's browser), Prometheus (+ promtool), PostgreSQL 15 server binaries,
+# openssl (control-plane certificates). Needs root for apt-get; otherwise says what to run.
+set -euo pipefail
+
+declare -A wanted=(
+  [chromium]=/usr/bin/chromium
+  [chromium-headless-shell]=/usr/bin/chromium-headless-shell
+  [prometheus]=/usr/bin/prometheus
+  [postgresql-15]=/usr/lib/postgresql/15/bin/initdb
+  [openssl]=/usr/bin/openssl
+  [tini]=/usr/bin/tini
+)
+missing=()
+for package in "${!wanted[@]}"; do
+  [ -e "${wanted[$package]}" ] || missing+=("$package")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo ">> installing Debian packages: ${missing[*]}" >&2
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    SUDO=sudo
+  else
+    echo "error: these Debian packages are needed and installing them needs root:" >&2
+    echo "         sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    echo "       run that once, then run make again." >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo ">> installed ${missing[*]}" >&2

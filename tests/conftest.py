@@ -1,0 +1,73 @@
+"""Session fixtures that start the real parts: PostgreSQL, Chromium, Prometheus, kube-apiserver.
+
+A part that cannot be started skips the tests that need it on a developer's machine and fails
+them when CI=true, so a missing real part can never pass silently in CI.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from scrapeq.local.postgres import LocalPostgres
+from scrapeq.local.processes import LocalPartError
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def missing_part(part: str, reason: str) -> None:
+    """Skip (developer machine) or fail (CI) a test whose real part is unavailable."""
+    message = f"{part} is not available: {reason}"
+    if IN_CI:
+        pytest.fail(message + " (CI=true: a missing real part is a failure)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    """A PostgreSQL server for the whole session; yields an admin DSN (database `postgres`).
+
+    Uses SCRAPEQ_TEST_DATABASE_URL (or DATABASE_URL) when set; otherwise starts a throw-away
+    cluster from the machine's PostgreSQL binaries.
+    """
+    given = os.environ.get("SCRAPEQ_TEST_DATABASE_URL") or os.environ.get("DATABASE_URL")
+    if given:
+        yield given
+        return
+    server = LocalPostgres()
+    try:
+        server.start()
+    except LocalPartError as error:
+        server.stop()
+        missing_part("PostgreSQL", str(error))
+    try:
+        yield server.dsn()
+    finally:
+        server.stop()
+
+
+_database_numbers = itertools.count()
+
+
+def _with_dbname(dsn: str, dbname: str) -> str:
+    return psycopg.conninfo.make_conninfo(dsn, dbname=dbname)
+
+
+@pytest.fixture
+def empty_database_url(postgres_server: str) -> Iterator[str]:
+    """A fresh, empty database for one test; dropped afterwards."""
+    name = f"scrapeq_test_{os.getpid()}_{next(_database_numbers)}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield _with_dbname(postgres_server, name)
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )

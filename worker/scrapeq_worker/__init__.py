@@ -1,0 +1,1 @@
+"""The scrapeq worker: claims queue rows, renders pages in headless Chromium, reports results."""
