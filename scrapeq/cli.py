@@ -23,8 +23,7 @@ COMMAND_MODULES = (
 
 
 class _CommandModule(Protocol):
-    def register(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-        ...
+    def register(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,6 @@ declare -A wanted=(
   [prometheus]=/usr/bin/prometheus
   [postgresql-15]=/usr/lib/postgresql/15/bin/initdb
   [openssl]=/usr/bin/openssl
-  [tini]=/usr/bin/tini
 )
 missing=()
 for package in "${!wanted[@]}"; do

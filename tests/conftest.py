@@ -9,15 +9,34 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 import pytest
+import yaml
 from psycopg import sql
 
+from scrapeq.local.controlplane import LocalControlPlane, tool_path
 from scrapeq.local.postgres import LocalPostgres
 from scrapeq.local.processes import LocalPartError
+from scrapeq.local.prometheus import LocalPrometheus
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+@dataclass(frozen=True)
+class KubeCluster:
+    """How tests reach the control plane: an admin kubeconfig and the server URL."""
+
+    kubeconfig: Path
+    server: str
+
+
+def _server_of(kubeconfig: Path) -> str:
+    config = yaml.safe_load(kubeconfig.read_text())
+    server: str = config["clusters"][0]["cluster"]["server"]
+    return server
 
 
 def missing_part(part: str, reason: str) -> None:
@@ -71,3 +90,50 @@ def empty_database_url(postgres_server: str) -> Iterator[str]:
             admin.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@pytest.fixture(scope="session")
+def kube_cluster() -> Iterator[KubeCluster]:
+    """A real kube-apiserver + etcd for the session (no kubelet), with an admin kubeconfig.
+
+    With SCRAPEQ_USE_EXISTING_CLUSTER=1 and KUBECONFIG set, the user's cluster is used instead.
+    """
+    if os.environ.get("SCRAPEQ_USE_EXISTING_CLUSTER") == "1" and os.environ.get("KUBECONFIG"):
+        kubeconfig = Path(os.environ["KUBECONFIG"])
+        yield KubeCluster(kubeconfig=kubeconfig, server=_server_of(kubeconfig))
+        return
+    cluster = LocalControlPlane()
+    try:
+        cluster.start()
+    except LocalPartError as error:
+        cluster.stop()
+        missing_part("kube-apiserver", str(error))
+    try:
+        yield KubeCluster(kubeconfig=cluster.kubeconfig, server=cluster.server)
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def helm_binary() -> Path:
+    """The helm binary built from helm.sh/helm/v3/cmd/helm (cached by tools/build.sh)."""
+    try:
+        return tool_path("helm")
+    except LocalPartError as error:
+        missing_part("helm", str(error))
+        raise
+
+
+@pytest.fixture
+def prometheus() -> Iterator[LocalPrometheus]:
+    """A real Prometheus server for one test; point it at targets with `set_targets`."""
+    server = LocalPrometheus()
+    try:
+        server.start()
+    except LocalPartError as error:
+        server.stop()
+        missing_part("Prometheus", str(error))
+    try:
+        yield server
+    finally:
+        server.stop()

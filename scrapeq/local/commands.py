@@ -1,0 +1,73 @@
+"""`scrapeq dev …`: start and stop the local real parts from a shell (`make cluster-up`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from scrapeq.local.controlplane import REPOSITORY_ROOT, LocalControlPlane
+from scrapeq.local.processes import LocalPartError, pid_alive, terminate_pid
+
+# Where `make cluster-up` keeps the control plane's state, kubeconfig and process ids.
+# Inside the checkout (ignored by git), so several checkouts never share a cluster.
+DEFAULT_STATE_DIR = REPOSITORY_ROOT / ".scrapeq" / "cluster"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = subparsers.add_parser("dev", help="start and stop local real parts for development")
+    dev_commands = dev.add_subparsers(dest="dev_command", metavar="DEV_COMMAND", required=True)
+    up = dev_commands.add_parser(
+        "cluster-up", help="start etcd + kube-apiserver on loopback; print the KUBECONFIG export"
+    )
+    up.add_argument("--state-dir", type=Path, default=_state_dir())
+    up.set_defaults(handler=cluster_up)
+    down = dev_commands.add_parser("cluster-down", help="stop the cluster started by cluster-up")
+    down.add_argument("--state-dir", type=Path, default=_state_dir())
+    down.set_defaults(handler=cluster_down)
+
+
+def _state_dir() -> Path:
+    return Path(os.environ.get("SCRAPEQ_CLUSTER_DIR", str(DEFAULT_STATE_DIR)))
+
+
+def cluster_up(args: argparse.Namespace) -> int:
+    state_dir: Path = args.state_dir
+    pid_file = state_dir / "pids.json"
+    if pid_file.exists() and all(pid_alive(pid) for pid in json.loads(pid_file.read_text())):
+        print(f"# the local cluster is already running (state in {state_dir})", file=sys.stderr)
+        print(f"export KUBECONFIG={state_dir / 'kubeconfig'}")
+        return 0
+    if state_dir.exists():
+        # Leftovers of a cluster that is no longer running: start clean.
+        cluster_down(args)
+    print(">> starting etcd and kube-apiserver on 127.0.0.1 …", file=sys.stderr)
+    cluster = LocalControlPlane(state_dir=state_dir)
+    try:
+        cluster.start()
+    except LocalPartError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    pid_file.write_text(json.dumps(cluster.pids))
+    print(f"# kube-apiserver is ready at {cluster.server}", file=sys.stderr)
+    print(f"# stop it with: make cluster-down   (state in {state_dir})", file=sys.stderr)
+    print(f"export KUBECONFIG={cluster.kubeconfig}")
+    return 0
+
+
+def cluster_down(args: argparse.Namespace) -> int:
+    state_dir: Path = args.state_dir
+    pid_file = state_dir / "pids.json"
+    if pid_file.exists():
+        # Stop in reverse start order: kube-apiserver before etcd.
+        for pid in reversed(json.loads(pid_file.read_text())):
+            terminate_pid(int(pid))
+    if state_dir.exists():
+        shutil.rmtree(state_dir, ignore_errors=True)
+        print(f"# stopped the local cluster and removed {state_dir}", file=sys.stderr)
+    else:
+        print("# no local cluster was running", file=sys.stderr)
+    return 0

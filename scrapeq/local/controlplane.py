@@ -1,0 +1,306 @@
+"""A real Kubernetes control plane on loopback: etcd + kube-apiserver, no kubelet.
+
+Configured like controller-runtime's envtest: a throw-away certificate authority, a serving
+certificate for 127.0.0.1, an admin client certificate in `system:masters`, service-account
+signing keys generated per run, RBAC authorization, the ServiceAccount admission plugin off
+(no controller-manager creates tokens), service CIDR 10.0.0.0/24, etcd without fsync.
+
+The binaries are built from Go modules by `tools/build.sh` and cached outside the checkout.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scrapeq.local.processes import LocalPartError, free_port, terminate, wait_until
+
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPOSITORY_ROOT / "tools" / "build.sh"
+
+# Long enough for a cold kube-apiserver on a busy 2-core machine to install its CRDs,
+# bootstrap RBAC roles and priority levels.
+READY_TIMEOUT_SECONDS = 120.0
+
+
+def tool_path(tool: str) -> Path:
+    """Return the cached binary for `tool` (kube-apiserver, etcd, helm), building it if needed.
+
+    SCRAPEQ_<TOOL>_BINARY (e.g. SCRAPEQ_KUBE_APISERVER_BINARY) overrides the build.
+    """
+    override = os.environ.get(f"SCRAPEQ_{tool.upper().replace('-', '_')}_BINARY")
+    if override:
+        return Path(override)
+    if not BUILD_SCRIPT.exists():
+        raise LocalPartError(f"{BUILD_SCRIPT} is missing; run from a scrapeq checkout")
+    result = subprocess.run(
+        [str(BUILD_SCRIPT), tool], capture_output=True, text=True, check=False, timeout=3600
+    )
+    if result.returncode != 0:
+        raise LocalPartError(f"building {tool} failed:\n{result.stderr[-4000:]}")
+    return Path(result.stdout.strip().splitlines()[-1])
+
+
+@dataclass
+class LocalControlPlane:
+    """etcd + kube-apiserver on 127.0.0.1, with an admin kubeconfig written to `kubeconfig`."""
+
+    state_dir: Path | None = None
+    _processes: list[subprocess.Popen[bytes]] = field(default_factory=list, init=False)
+    _owned_dir: bool = field(default=False, init=False)
+    secure_port: int = field(default=0, init=False)
+
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.state_dir is not None
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.secure_port}"
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self._processes]
+
+    def start(self) -> None:
+        """Start etcd and kube-apiserver and wait until /readyz answers `ok`."""
+        etcd_binary = tool_path("etcd")
+        apiserver_binary = tool_path("kube-apiserver")
+        if self.state_dir is None:
+            self.state_dir = Path(tempfile.mkdtemp(prefix="scrapeq-cluster-"))
+            self._owned_dir = True
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        certs = self.state_dir / "certs"
+        certs.mkdir(exist_ok=True)
+        _make_certificates(certs)
+        try:
+            etcd_url = self._start_etcd(etcd_binary)
+            self._start_apiserver(apiserver_binary, etcd_url, certs)
+            self._write_kubeconfig(certs)
+            self._wait_ready(certs)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
+        assert self.state_dir is not None
+        log = open(self.state_dir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            # Own process group: stopping the control plane never signals its parent, and
+            # `cluster-down` can stop it from another shell.
+            start_new_session=True,
+        )
+        log.close()
+        self._processes.append(process)
+        return process
+
+    def _log_tail(self, name: str) -> str:
+        assert self.state_dir is not None
+        path = self.state_dir / f"{name}.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def _start_etcd(self, binary: Path) -> str:
+        assert self.state_dir is not None
+        client_port, peer_port = free_port(), free_port()
+        client_url = f"http://127.0.0.1:{client_port}"
+        process = self._spawn(
+            "etcd",
+            [
+                str(binary),
+                "--name=scrapeq",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=scrapeq=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        wait_until(
+            lambda: _http_ok(f"{client_url}/health"),
+            timeout=60,
+            what="etcd to become healthy",
+            failed=lambda: _exited(process, "etcd", self._log_tail("etcd")),
+        )
+        return client_url
+
+    def _start_apiserver(self, binary: Path, etcd_url: str, certs: Path) -> None:
+        self.secure_port = free_port()
+        process = self._spawn(
+            "kube-apiserver",
+            [
+                str(binary),
+                f"--etcd-servers={etcd_url}",
+                f"--cert-dir={certs}",
+                f"--secure-port={self.secure_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--authorization-mode=RBAC",
+                f"--client-ca-file={certs / 'ca.crt'}",
+                f"--tls-cert-file={certs / 'apiserver.crt'}",
+                f"--tls-private-key-file={certs / 'apiserver.key'}",
+                f"--service-account-issuer=https://127.0.0.1:{self.secure_port}",
+                f"--service-account-key-file={certs / 'service-account.pub'}",
+                f"--service-account-signing-key-file={certs / 'service-account.key'}",
+                "--disable-admission-plugins=ServiceAccount",
+                "--enable-priority-and-fairness=false",
+                "--endpoint-reconciler-type=none",
+                "--v=0",
+            ],
+        )
+        self._apiserver = process
+
+    def _write_kubeconfig(self, certs: Path) -> None:
+        def encoded(name: str) -> str:
+            return base64.b64encode((certs / name).read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "scrapeq-local",
+                    "cluster": {
+                        "server": self.server,
+                        "certificate-authority-data": encoded("ca.crt"),
+                    },
+                }
+            ],
+            "users": [
+                {
+                    "name": "scrapeq-admin",
+                    "user": {
+                        "client-certificate-data": encoded("admin.crt"),
+                        "client-key-data": encoded("admin.key"),
+                    },
+                }
+            ],
+            "contexts": [
+                {
+                    "name": "scrapeq-local",
+                    "context": {"cluster": "scrapeq-local", "user": "scrapeq-admin"},
+                }
+            ],
+            "current-context": "scrapeq-local",
+        }
+        # JSON is valid YAML, and kubectl and the Python client both read it.
+        self.kubeconfig.write_text(json.dumps(config, indent=2))
+        self.kubeconfig.chmod(0o600)
+
+    def _wait_ready(self, certs: Path) -> None:
+        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        context.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
+
+        def ready() -> bool:
+            return _http_ok(f"{self.server}/readyz", context=context)
+
+        wait_until(
+            ready,
+            timeout=READY_TIMEOUT_SECONDS,
+            what="kube-apiserver /readyz",
+            interval=0.2,
+            failed=lambda: _exited(
+                self._apiserver, "kube-apiserver", self._log_tail("kube-apiserver")
+            ),
+        )
+
+    def stop(self) -> None:
+        """Stop kube-apiserver, then etcd; remove the state directory if we created it."""
+        for process in reversed(self._processes):
+            terminate(process)
+        self._processes.clear()
+        if self._owned_dir and self.state_dir is not None:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+            self.state_dir = None
+
+    def __enter__(self) -> LocalControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _exited(process: subprocess.Popen[bytes], name: str, log_tail: str) -> str | None:
+    code = process.poll()
+    if code is None:
+        return None
+    return f"{name} exited with code {code}:\n{log_tail}"
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+def _openssl(*arguments: str) -> None:
+    result = subprocess.run(
+        ["openssl", *arguments], capture_output=True, text=True, check=False, timeout=60
+    )
+    if result.returncode != 0:
+        raise LocalPartError(f"openssl {arguments[0]} failed: {result.stderr.strip()}")
+
+
+def _make_certificates(directory: Path) -> None:
+    """Create the CA, serving, admin-client and service-account key material with openssl."""
+    if shutil.which("openssl") is None:
+        raise LocalPartError("openssl is needed to create control-plane certificates")
+    if (directory / "admin.crt").exists():
+        return
+    ca_key, ca_crt = str(directory / "ca.key"), str(directory / "ca.crt")
+    _openssl("genrsa", "-out", ca_key, "2048")
+    _openssl(
+        "req", "-x509", "-new", "-key", ca_key, "-days", "365",
+        "-subj", "/CN=scrapeq-local-ca", "-out", ca_crt,
+    )  # fmt: skip
+    extensions = directory / "apiserver.ext"
+    extensions.write_text(
+        "basicConstraints=CA:FALSE\n"
+        "keyUsage=digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\n"
+        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
+        "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
+    )
+    _signed_certificate(directory, "apiserver", "/CN=kube-apiserver", extensions)
+    client_extensions = directory / "client.ext"
+    client_extensions.write_text(
+        "basicConstraints=CA:FALSE\n"
+        "keyUsage=digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=clientAuth\n"
+    )
+    _signed_certificate(directory, "admin", "/O=system:masters/CN=scrapeq-admin", client_extensions)
+    sa_key = str(directory / "service-account.key")
+    _openssl("genrsa", "-out", sa_key, "2048")
+    _openssl("rsa", "-in", sa_key, "-pubout", "-out", str(directory / "service-account.pub"))
+
+
+def _signed_certificate(directory: Path, name: str, subject: str, extensions: Path) -> None:
+    key, csr, crt = (str(directory / f"{name}.{suffix}") for suffix in ("key", "csr", "crt"))
+    _openssl("genrsa", "-out", key, "2048")
+    _openssl("req", "-new", "-key", key, "-subj", subject, "-out", csr)
+    _openssl(
+        "x509", "-req", "-in", csr, "-CA", str(directory / "ca.crt"),
+        "-CAkey", str(directory / "ca.key"), "-CAcreateserial", "-days", "365",
+        "-extfile", str(extensions), "-out", crt,
+    )  # fmt: skip
