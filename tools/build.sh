@@ -46,15 +46,22 @@ build_one() {
   local target_dir="$cache_root/bin/${tool}-${version}-${sum_key}"
   local binary="$target_dir/$tool"
   if [ ! -x "$binary" ]; then
-    echo ">> building $tool $version from $package (first time only; cached in $target_dir)" >&2
     mkdir -p "$target_dir"
-    local started=$SECONDS
-    # Build to a temporary name and rename, so an interrupted build never leaves a
-    # half-written binary that a later run would trust.
-    (cd "$module_dir" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath \
-        -ldflags "-s -w ${ldflags}" -o "$binary.partial" "$package")
-    mv "$binary.partial" "$binary"
-    echo ">> built $tool in $((SECONDS - started))s" >&2
+    # One build per tool at a time: a second caller (another shell, a test fixture) waits
+    # for the first and then finds the binary.
+    exec {lock}>"$target_dir/.lock"
+    flock "$lock"
+    if [ ! -x "$binary" ]; then
+      echo ">> building $tool $version from $package (first time only; cached in $target_dir)" >&2
+      local started=$SECONDS
+      # Build to a temporary name and rename, so an interrupted build never leaves a
+      # half-written binary that a later run would trust.
+      (cd "$module_dir" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath \
+          -ldflags "-s -w ${ldflags}" -o "$binary.partial.$$" "$package")
+      mv "$binary.partial.$$" "$binary"
+      echo ">> built $tool in $((SECONDS - started))s" >&2
+    fi
+    exec {lock}>&-
   fi
   echo "$binary"
 }

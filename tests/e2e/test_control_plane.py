@@ -137,7 +137,7 @@ def test_a_custom_resource_is_created_listed_and_watched_with_kubectl(
         assert event["object"]["metadata"]["name"] == "first"
     finally:
         watcher.kill()
-        watcher.wait()
+        watcher.communicate(timeout=10)
 
 
 def test_the_api_server_rejects_a_resource_that_breaks_the_schema(
