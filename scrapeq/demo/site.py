@@ -15,6 +15,7 @@ import html
 import http.server
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -104,7 +105,7 @@ def render(path: str) -> tuple[int, str]:
     return 404, "<!doctype html><title>not found</title><p>No such page.</p>"
 
 
-def _page(title: str, data: dict[str, object]) -> str:
+def _page(title: str, data: Mapping[str, object]) -> str:
     # json.dumps output is safe inside <script> once "</" cannot close the element.
     encoded = json.dumps(data).replace("</", "<\\/")
     return SHELL.format(title=html.escape(title), data=encoded)
