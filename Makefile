@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
-	demo cluster-up cluster-down bench bench-queue bench-worker clean
+	demo cluster-up cluster-down bench bench-queue bench-worker generate clean
 
 help:
 	@echo "make demo          run scrapeq end to end on local defaults"
@@ -19,6 +19,7 @@ help:
 	@echo "make tools         build kube-apiserver, etcd and helm; print their paths"
 	@echo "make cluster-up    start a local kube-apiserver + etcd; print the KUBECONFIG export"
 	@echo "make cluster-down  stop it"
+	@echo "make generate      rewrite generated files (chart copies, dashboard, deploy/)"
 	@echo "make bench-queue   queue throughput and latency against PgQueuer and procrastinate"
 	@echo "make bench-worker  worker pages/s against a browser-per-job loop"
 
@@ -76,6 +77,10 @@ bench-queue: setup
 
 bench-worker: setup
 	@$(PY) -m benchmarks.worker_pages
+
+# Regenerate every copied or rendered file from its single source (see scripts/generate.py).
+generate: venv
+	@$(PY) -m scripts.generate
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .scrapeq

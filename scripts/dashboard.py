@@ -1,0 +1,169 @@
+"""The Grafana dashboard, built from code so every panel's query is one reviewed string.
+
+`python -m scripts.generate` writes it to deploy/grafana/scrapeq-dashboard.json (and the
+chart's copy); tests run every query against a real Prometheus that scraped a real worker and
+operator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# Grafana substitutes these; PANEL_VARIABLES gives the values a test uses to run the queries
+# against Prometheus directly.
+QUEUE_FILTER = 'queue=~"$queue"'
+RATE_WINDOW = "$__rate_interval"
+PANEL_VARIABLES = {"$queue": ".*", "$__rate_interval": "1m"}
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    description: str
+    queries: tuple[tuple[str, str], ...]  # (legend, PromQL)
+    unit: str = "short"
+    kind: str = "timeseries"
+
+
+PANELS = (
+    Panel(
+        "Backlog by queue and state",
+        "Rows waiting (due now, delayed by backoff or schedule) and running, per queue.",
+        (("{{queue}} {{state}}", f"sum by (queue, state) (scrapeq_operator_queue_backlog_jobs{{{QUEUE_FILTER}}})"),),
+    ),
+    Panel(
+        "Due vs delayed",
+        "Pending rows that can run now against those waiting for their run_at.",
+        (
+            ("due", f'sum(scrapeq_operator_queue_backlog_jobs{{{QUEUE_FILTER}, state="due"}})'),
+            ("delayed", f'sum(scrapeq_operator_queue_backlog_jobs{{{QUEUE_FILTER}, state="delayed"}})'),
+        ),
+    ),
+    Panel(
+        "Oldest due job age",
+        "How long the oldest runnable row has waited: the backlog's latency.",
+        (("{{queue}}", f"max by (queue) (scrapeq_operator_queue_oldest_due_age_seconds{{{QUEUE_FILTER}}})"),),
+        unit="s",
+    ),
+    Panel(
+        "Throughput",
+        "Jobs claimed, completed, retried and failed per second.",
+        (
+            ("claimed", f"sum(rate(scrapeq_worker_jobs_claimed_total{{{QUEUE_FILTER}}}[{RATE_WINDOW}]))"),
+            ("completed", f"sum(rate(scrapeq_worker_jobs_completed_total{{{QUEUE_FILTER}}}[{RATE_WINDOW}]))"),
+            ("retried", f"sum(rate(scrapeq_worker_jobs_retried_total{{{QUEUE_FILTER}}}[{RATE_WINDOW}]))"),
+            ("failed", f"sum(rate(scrapeq_worker_jobs_failed_total{{{QUEUE_FILTER}}}[{RATE_WINDOW}]))"),
+        ),
+        unit="ops",
+    ),
+    Panel(
+        "Job duration",
+        "Time from claim to outcome, 50th and 95th percentile.",
+        (
+            ("p50", f"histogram_quantile(0.5, sum by (le) (rate(scrapeq_worker_job_duration_seconds_bucket{{{QUEUE_FILTER}}}[{RATE_WINDOW}])))"),
+            ("p95", f"histogram_quantile(0.95, sum by (le) (rate(scrapeq_worker_job_duration_seconds_bucket{{{QUEUE_FILTER}}}[{RATE_WINDOW}])))"),
+        ),
+        unit="s",
+    ),
+    Panel(
+        "Claim latency",
+        "Time from a row becoming due to a worker claiming it, 50th and 95th percentile.",
+        (
+            ("p50", f"histogram_quantile(0.5, sum by (le) (rate(scrapeq_worker_claim_latency_seconds_bucket{{{QUEUE_FILTER}}}[{RATE_WINDOW}])))"),
+            ("p95", f"histogram_quantile(0.95, sum by (le) (rate(scrapeq_worker_claim_latency_seconds_bucket{{{QUEUE_FILTER}}}[{RATE_WINDOW}])))"),
+        ),
+        unit="s",
+    ),
+    Panel(
+        "Worker replicas: desired vs current",
+        "What the autoscaler wants per pool against what the Deployment has.",
+        (
+            ("desired {{pool}}", "sum by (pool) (scrapeq_operator_pool_desired_replicas)"),
+            ("current {{pool}}", "sum by (pool) (scrapeq_operator_pool_current_replicas)"),
+        ),
+    ),
+    Panel(
+        "Pages in flight",
+        "Pages being rendered or fetched right now, by engine.",
+        (("{{engine}}", "sum by (engine) (scrapeq_worker_pages_in_flight)"),),
+    ),
+    Panel(
+        "Browser restarts",
+        "Chromium recycled or restarted, by reason.",
+        (("{{reason}}", f"sum by (reason) (increase(scrapeq_worker_browser_restarts_total[{RATE_WINDOW}]))"),),
+    ),
+    Panel(
+        "Errors by reason",
+        "Retries and permanent failures per second, by reason.",
+        (
+            ("retry {{reason}}", f"sum by (reason) (rate(scrapeq_worker_jobs_retried_total{{{QUEUE_FILTER}}}[{RATE_WINDOW}]))"),
+            ("fail {{reason}}", f"sum by (reason) (rate(scrapeq_worker_jobs_failed_total{{{QUEUE_FILTER}}}[{RATE_WINDOW}]))"),
+        ),
+        unit="ops",
+    ),
+)  # fmt: skip
+
+
+def build_dashboard() -> dict[str, Any]:
+    """Return the dashboard as Grafana's JSON model."""
+    panels = []
+    for index, panel in enumerate(PANELS):
+        panels.append(
+            {
+                "id": index + 1,
+                "type": panel.kind,
+                "title": panel.title,
+                "description": panel.description,
+                "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},
+                "fieldConfig": {"defaults": {"unit": panel.unit}, "overrides": []},
+                "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+                "targets": [
+                    {
+                        "refId": chr(ord("A") + number),
+                        "expr": expression,
+                        "legendFormat": legend,
+                        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    }
+                    for number, (legend, expression) in enumerate(panel.queries)
+                ],
+            }
+        )
+    return {
+        "uid": "scrapeq-overview",
+        "title": "scrapeq",
+        "description": "Backlog, throughput, latency and scaling of scrapeq queues and workers.",
+        "tags": ["scrapeq"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "30s",
+        "time": {"from": "now-6h", "to": "now"},
+        "templating": {
+            "list": [
+                {
+                    "name": "datasource",
+                    "type": "datasource",
+                    "query": "prometheus",
+                    "label": "Data source",
+                },
+                {
+                    "name": "queue",
+                    "type": "query",
+                    "label": "Queue",
+                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    "query": {
+                        "query": "label_values(scrapeq_operator_queue_backlog_jobs, queue)",
+                        "refId": "queues",
+                    },
+                    "includeAll": True,
+                    "multi": True,
+                    "allValue": ".*",
+                    "current": {"text": "All", "value": "$__all"},
+                    "refresh": 2,
+                },
+            ]
+        },
+        "panels": panels,
+    }
