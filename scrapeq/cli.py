@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "scrapeq_worker.commands",
     "scrapeq_operator.commands",
     "scrapeq.local.commands",
+    "scrapeq.demo.commands",
 )
 
 
