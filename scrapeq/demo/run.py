@@ -86,6 +86,12 @@ def say(message: str) -> None:
 class Demo:
     once: bool
     timeout_seconds: float = 600.0
+    # Called with the demo once every example finished, before anything stops (tests use it
+    # to look at the running system).
+    on_finished: Callable[[Demo], None] | None = None
+    operator_environment: dict[str, str] = field(
+        default_factory=lambda: dict(DEMO_OPERATOR_ENVIRONMENT)
+    )
     _cleanups: list[Callable[[], None]] = field(default_factory=list)
     _workers: list[tuple[subprocess.Popen[bytes], int]] = field(default_factory=list)
     kubeconfig: Path | None = None
@@ -155,7 +161,7 @@ class Demo:
     def start_operator(self) -> None:
         self.operator_metrics_port = free_port()
         environment = {
-            **DEMO_OPERATOR_ENVIRONMENT,
+            **self.operator_environment,
             "SCRAPEQ_OPERATOR_METRICS_PORT": str(self.operator_metrics_port),
             "SCRAPEQ_OPERATOR_LIVENESS_PORT": str(free_port()),
             "SCRAPEQ_OPERATOR_NAMESPACES": NAMESPACE,
@@ -345,6 +351,8 @@ class Demo:
             self.apply_examples()
             phases = self.watch_until_finished()
             self.show_results()
+            if self.on_finished is not None:
+                self.on_finished(self)
             unexpected = {
                 name: phase
                 for name, phase in phases.items()
