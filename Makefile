@@ -29,8 +29,10 @@ system-packages:
 $(STAMP): pyproject.toml requirements/constraints.txt
 	@echo ">> preparing the virtual environment in $(VENV)/"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[dev]'
+	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip > $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
+	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[dev]' \
+		>> $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 	@touch $(STAMP)
 
 venv: $(STAMP)
