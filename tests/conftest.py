@@ -137,3 +137,82 @@ def prometheus() -> Iterator[LocalPrometheus]:
         yield server
     finally:
         server.stop()
+
+
+# --- the queue schema (scrapeq_queue) -----------------------------------------------------------
+# Imported here rather than at the top so that this section stays an append-only block.
+from collections.abc import AsyncIterator  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def migrated_template_database(postgres_server: str) -> Iterator[str]:
+    """A database migrated once per session, used as the template of every `database_url`.
+
+    Copying a template is much faster than running the migrations for every test.
+    """
+    from scrapeq_queue import migrate
+
+    name = f"scrapeq_template_{os.getpid()}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        migrate(_with_dbname(postgres_server, name))
+        yield name
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+def database_url(postgres_server: str, migrated_template_database: str) -> Iterator[str]:
+    """A fresh database with the current queue schema for one test; dropped afterwards."""
+    name = f"scrapeq_test_{os.getpid()}_{next(_database_numbers)}"
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(migrated_template_database)
+            )
+        )
+    try:
+        yield _with_dbname(postgres_server, name)
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture
+async def async_connection(
+    database_url: str,
+) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """An autocommit async connection to `database_url`, the kind every queue function takes."""
+    connection = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+# --- the worker's browser (scrapeq_worker) ------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chromium_executable() -> str:
+    """The Chromium binary the worker will use (headless-shell preferred), or missing_part."""
+    from scrapeq_worker.browser import EXECUTABLE_CANDIDATES, find_chromium
+
+    executable = find_chromium(os.environ.get("SCRAPEQ_CHROMIUM"))
+    if executable is None:
+        missing_part(
+            "Chromium",
+            "none of " + ", ".join(EXECUTABLE_CANDIDATES) + " exists (apt-get install chromium)",
+        )
+        raise AssertionError("unreachable")
+    return executable

@@ -1,1 +1,124 @@
-"""The queue contract: the scraping_jobs table and every SQL statement that touches it."""
+"""The queue contract: the scraping_jobs table and every SQL statement that touches it.
+
+Producers (the operator, `scrapeq enqueue`, any application doing a plain INSERT) add rows;
+workers claim them in batches with SKIP LOCKED, hold them under a renewable lease, and finish
+them fenced by attempt number. All functions take an autocommit `psycopg.AsyncConnection` and
+run one short transaction each; database failures surface as `DatabaseUnavailable`, an
+unmigrated database as `SchemaOutOfDate`. See docs/queue.md.
+"""
+
+from scrapeq_queue.claims import (
+    INVALID_PAYLOAD_REASON,
+    JITTER_RANGE,
+    MAX_RETRY_DELAY_SECONDS,
+    RetryOutcome,
+    backoff_delay_seconds,
+    claim_jobs,
+    complete_job,
+    complete_many,
+    fail_job,
+    release_jobs,
+    renew_leases,
+    rescue_expired_leases,
+    retry_job,
+)
+from scrapeq_queue.connections import connect
+from scrapeq_queue.errors import DatabaseUnavailable, InvalidJob, QueueError, SchemaOutOfDate
+from scrapeq_queue.inspection import (
+    busy_workers,
+    database_now,
+    job_attempts,
+    latest_failures,
+    owner_progress,
+    owners_changed_since,
+    queue_backlog,
+    queue_stats,
+)
+from scrapeq_queue.maintenance import prune_finished
+from scrapeq_queue.migrations import (
+    SCHEMA_VERSION,
+    applied_versions,
+    migrate,
+    require_current_schema,
+    schema_is_current,
+)
+from scrapeq_queue.notifications import NOTIFY_CHANNEL, listen, wait_for_notification
+from scrapeq_queue.payload import PAYLOAD_OPTIONS, validate_payload
+from scrapeq_queue.producers import (
+    cancel_jobs,
+    cancel_owner,
+    enqueue,
+    enqueue_for_owner,
+    enqueue_many,
+)
+from scrapeq_queue.rows import (
+    AttemptRecord,
+    ClaimedJob,
+    Completion,
+    FailedJob,
+    FollowUrl,
+    NewJob,
+    Owner,
+    OwnerProgress,
+    QueueBacklog,
+    QueueStats,
+    ResultPreview,
+)
+from scrapeq_queue.urls import normalise_url
+
+__all__ = [
+    "INVALID_PAYLOAD_REASON",
+    "JITTER_RANGE",
+    "MAX_RETRY_DELAY_SECONDS",
+    "NOTIFY_CHANNEL",
+    "PAYLOAD_OPTIONS",
+    "SCHEMA_VERSION",
+    "AttemptRecord",
+    "ClaimedJob",
+    "Completion",
+    "DatabaseUnavailable",
+    "FailedJob",
+    "FollowUrl",
+    "InvalidJob",
+    "NewJob",
+    "Owner",
+    "OwnerProgress",
+    "QueueBacklog",
+    "QueueError",
+    "QueueStats",
+    "ResultPreview",
+    "RetryOutcome",
+    "SchemaOutOfDate",
+    "applied_versions",
+    "backoff_delay_seconds",
+    "busy_workers",
+    "cancel_jobs",
+    "cancel_owner",
+    "claim_jobs",
+    "complete_job",
+    "complete_many",
+    "connect",
+    "database_now",
+    "enqueue",
+    "enqueue_for_owner",
+    "enqueue_many",
+    "fail_job",
+    "job_attempts",
+    "latest_failures",
+    "listen",
+    "migrate",
+    "normalise_url",
+    "owner_progress",
+    "owners_changed_since",
+    "prune_finished",
+    "queue_backlog",
+    "queue_stats",
+    "release_jobs",
+    "renew_leases",
+    "require_current_schema",
+    "rescue_expired_leases",
+    "retry_job",
+    "schema_is_current",
+    "validate_payload",
+    "wait_for_notification",
+]

@@ -1,0 +1,829 @@
+"""Queue benchmark: scrapeq's queue against PgQueuer and procrastinate on one local PostgreSQL.
+
+    python -m benchmarks.queue_throughput            # all three systems, full sizes (~5 min)
+    python -m benchmarks.queue_throughput --systems scrapeq --jobs 2000 --backlog-finished 20000
+
+Every system runs against the same throw-away PostgreSQL server, started here with
+`LocalPostgres(durable=True)` (fsync, synchronous_commit and full_page_writes at their
+defaults, so a commit costs what it costs in production), each measure in a database of its own.
+
+Measures, per system:
+- throughput: N no-op jobs enqueued up front, then W worker processes claim -> no-op ->
+  complete until the queue is empty; jobs/s = N / (last worker done - go signal).
+- latency: one idle consumer process waiting on LISTEN/NOTIFY; the benchmark enqueues one job
+  at a time and measures from just before the INSERT to the moment the consumer holds the job.
+- backlog: the time of one claim of one job (S samples) with an empty table, then with
+  1,000,000 finished and 100,000 pending jobs in the system's own tables; the ratio of medians.
+
+Throughput and latency run in interleaved rounds (scrapeq, PgQueuer, procrastinate, scrapeq,
+...; `--rounds`, default 3) because the machine is shared: the JSON reports the median round's
+jobs/s (every round in `rounds`) and latency percentiles over the pooled samples.
+
+Output: one JSON object per system and measure on its own line (scrapeq first), then a table.
+A peer that cannot be imported or fails prints a JSON line with its error instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+import psycopg
+import scrapeq_queue as queue
+from psycopg import sql
+
+from scrapeq.local.postgres import LocalPostgres
+
+# The sizes the issue asks for; flags can shrink them for a smoke run.
+THROUGHPUT_JOBS = 20_000
+WORKER_PROCESSES = 3
+LATENCY_JOBS = 200
+BACKLOG_FINISHED = 1_000_000
+BACKLOG_PENDING = 100_000
+CLAIM_SAMPLES = 300
+# Jobs per claim and per completion batch for the systems that batch (scrapeq, PgQueuer).
+BATCH_SIZE = 50
+# Concurrent job slots per procrastinate worker process (it fetches one job per query).
+PROCRASTINATE_CONCURRENCY = 10
+# Pause between two latency samples so the consumer is back to waiting on LISTEN.
+LATENCY_GAP_SECONDS = 0.02
+SYSTEMS = ("scrapeq", "pgqueuer", "procrastinate")
+# Throughput and latency run this many interleaved rounds; the median round is reported.
+ROUNDS = 3
+# procrastinate drains 20,000 jobs in minutes, not seconds (one job per fetch, one commit per
+# job); one round keeps the whole benchmark near ten minutes and cannot change the ranking.
+ROUNDS_CAP = {("procrastinate", "throughput"): 1}
+
+Report = Callable[[int], None]
+
+
+class System(Protocol):
+    """What the benchmark needs from each queue, implemented with that queue's own API."""
+
+    name: str
+    batch_size: int
+
+    async def install(self, dsn: str) -> None: ...
+
+    async def enqueue_bulk(self, dsn: str, count: int) -> None: ...
+
+    def producer(
+        self, dsn: str
+    ) -> contextlib.AbstractAsyncContextManager[Callable[[], Awaitable[int]]]: ...
+
+    async def drain(self, dsn: str, worker: str, ready: Callable[[], Awaitable[None]]) -> int: ...
+
+    async def consume(
+        self, dsn: str, ready: Callable[[], Awaitable[None]], report: Report
+    ) -> None: ...
+
+    async def fill_finished(self, dsn: str, count: int) -> None: ...
+
+    def claimer(
+        self, dsn: str
+    ) -> contextlib.AbstractAsyncContextManager[Callable[[], Awaitable[None]]]: ...
+
+
+# --- scrapeq -------------------------------------------------------------------------------------
+
+# Benchmark fixture data, not product SQL: a million rows as a long-running installation would
+# have them (completed, with their attempt logged), written in two statements instead of
+# pushing a million jobs through workers.
+SCRAPEQ_FILL_FINISHED = """
+WITH done AS (
+    INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, status, result, attempt,
+                               processed_by, processing_started_at, finished_at, run_at,
+                               created_at, updated_at)
+    SELECT 'https://bench.test/done/' || n, 'default', '{}', 'completed', '{"ok": true}', 1,
+           'bench', now() - interval '1 hour', now() - interval '1 hour',
+           now() - interval '2 hours', now() - interval '2 hours', now() - interval '1 hour'
+    FROM generate_series(1, %(count)s) AS n
+    RETURNING id
+)
+INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome,
+                              duration_seconds)
+SELECT id, 1, 'bench', now() - interval '1 hour', now() - interval '1 hour', 'completed', 0.1
+FROM done
+"""
+
+
+class Scrapeq:
+    name = "scrapeq"
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+
+    async def install(self, dsn: str) -> None:
+        await asyncio.to_thread(queue.migrate, dsn)
+
+    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+        async with await queue.connect(dsn) as connection:
+            await queue.enqueue_many(connection, [f"https://bench.test/{n}" for n in range(count)])
+
+    @contextlib.asynccontextmanager
+    async def producer(self, dsn: str) -> AsyncIterator[Callable[[], Awaitable[int]]]:
+        async with await queue.connect(dsn) as connection:
+
+            async def enqueue_one() -> int:
+                job_id = await queue.enqueue(connection, "https://bench.test/one")
+                assert job_id is not None
+                return job_id
+
+            yield enqueue_one
+
+    async def drain(self, dsn: str, worker: str, ready: Callable[[], Awaitable[None]]) -> int:
+        """Claim a batch, no-op, complete it while the next batch is being claimed.
+
+        Two connections per process so that a claim and the previous batch's completion (each
+        waiting on its own commit) overlap: batching claims and completions, as a worker does.
+        """
+        async with (
+            await queue.connect(dsn, application_name=worker) as claimer,
+            await queue.connect(dsn, application_name=worker) as completer,
+        ):
+            await ready()
+            processed = 0
+            completing: asyncio.Task[set[int]] | None = None
+            while True:
+                jobs = await queue.claim_jobs(
+                    claimer,
+                    worker_id=worker,
+                    queues=["default"],
+                    limit=self.batch_size,
+                    lease_seconds=60,
+                )
+                if completing is not None:
+                    processed += len(await completing)
+                    completing = None
+                if not jobs:
+                    return processed
+                completing = asyncio.create_task(
+                    queue.complete_many(
+                        completer,
+                        [queue.Completion(job.id, job.attempt, {}, 0.0) for job in jobs],
+                    )
+                )
+
+    async def consume(self, dsn: str, ready: Callable[[], Awaitable[None]], report: Report) -> None:
+        async with (
+            await queue.connect(dsn) as connection,
+            await queue.connect(dsn) as listener,
+        ):
+            await queue.listen(listener)
+            await ready()
+            while True:
+                jobs = await queue.claim_jobs(
+                    connection, worker_id="consumer", queues=["default"], limit=10, lease_seconds=60
+                )
+                for job in jobs:
+                    report(job.id)
+                if jobs:
+                    await queue.complete_many(
+                        connection, [queue.Completion(j.id, j.attempt, {}, 0.0) for j in jobs]
+                    )
+                    continue
+                await queue.wait_for_notification(listener, 1.0)
+
+    async def fill_finished(self, dsn: str, count: int) -> None:
+        async with await queue.connect(dsn) as connection:
+            await connection.execute(SCRAPEQ_FILL_FINISHED, {"count": count})
+
+    @contextlib.asynccontextmanager
+    async def claimer(self, dsn: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+        async with await queue.connect(dsn) as connection:
+
+            async def claim_one() -> None:
+                jobs = await queue.claim_jobs(
+                    connection, worker_id="probe", queues=["default"], limit=1, lease_seconds=60
+                )
+                assert len(jobs) == 1
+
+            yield claim_one
+
+
+# --- PgQueuer ------------------------------------------------------------------------------------
+
+# Benchmark fixture data: PgQueuer deletes finished jobs from its queue table and keeps one
+# log row per status change in pgqueuer_log, so that is where a long history lives.
+PGQUEUER_FILL_FINISHED = """
+INSERT INTO pgqueuer_log (created, job_id, status, priority, entrypoint, aggregated)
+SELECT now() - interval '1 hour', n, status, 0, 'noop', true
+FROM generate_series(1, %(count)s) AS n,
+     unnest(ARRAY['picked', 'successful']::pgqueuer_status[]) AS status
+"""
+
+
+class PgQueuerSystem:
+    """PgQueuer on asyncpg, the driver its documentation leads with."""
+
+    name = "pgqueuer"
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+
+    @contextlib.asynccontextmanager
+    async def _queries(self, dsn: str) -> AsyncIterator[Any]:
+        import asyncpg  # type: ignore[import-untyped]  # ships no type information
+        from pgqueuer import AsyncpgDriver, Queries
+
+        connection = await asyncpg.connect(dsn)
+        try:
+            yield Queries(AsyncpgDriver(connection))
+        finally:
+            await connection.close()
+
+    async def install(self, dsn: str) -> None:
+        async with self._queries(dsn) as queries:
+            await queries.install()
+
+    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+        async with self._queries(dsn) as queries:
+            for start in range(0, count, 10_000):
+                size = min(10_000, count - start)
+                await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+
+    @contextlib.asynccontextmanager
+    async def producer(self, dsn: str) -> AsyncIterator[Callable[[], Awaitable[int]]]:
+        async with self._queries(dsn) as queries:
+
+            async def enqueue_one() -> int:
+                (job_id,) = await queries.enqueue("noop", None)
+                return int(job_id)
+
+            yield enqueue_one
+
+    async def drain(self, dsn: str, worker: str, ready: Callable[[], Awaitable[None]]) -> int:
+        from pgqueuer import QueueManager
+        from pgqueuer.domain.types import QueueExecutionMode
+
+        processed = 0
+        async with self._queries(dsn) as queries:
+            manager = QueueManager(queries)
+
+            @manager.entrypoint("noop")
+            async def noop(job: Any) -> None:
+                nonlocal processed
+                processed += 1
+
+            await ready()
+            await manager.run(
+                batch_size=self.batch_size,
+                mode=QueueExecutionMode.drain,
+                dequeue_timeout=timedelta(seconds=1),
+            )
+        return processed
+
+    async def consume(self, dsn: str, ready: Callable[[], Awaitable[None]], report: Report) -> None:
+        from pgqueuer import QueueManager
+
+        async with self._queries(dsn) as queries:
+            manager = QueueManager(queries)
+
+            @manager.entrypoint("noop")
+            async def noop(job: Any) -> None:
+                report(int(job.id))
+
+            await ready()
+            await manager.run(batch_size=10, dequeue_timeout=timedelta(seconds=1))
+
+    async def fill_finished(self, dsn: str, count: int) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            await connection.execute(PGQUEUER_FILL_FINISHED, {"count": count})
+
+    @contextlib.asynccontextmanager
+    async def claimer(self, dsn: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+        from pgqueuer.ports.repository import EntrypointExecutionParameter
+
+        async with self._queries(dsn) as queries:
+            manager_id = uuid.uuid4()
+            entrypoints = {"noop": EntrypointExecutionParameter(concurrency_limit=0)}
+
+            async def claim_one() -> None:
+                jobs = await queries.dequeue(
+                    batch_size=1,
+                    entrypoints=entrypoints,
+                    queue_manager_id=manager_id,
+                    global_concurrency_limit=None,
+                    heartbeat_timeout=timedelta(seconds=60),
+                )
+                assert len(jobs) == 1
+
+            yield claim_one
+
+
+# --- procrastinate -------------------------------------------------------------------------------
+
+# Benchmark fixture data: procrastinate keeps finished jobs in procrastinate_jobs (status
+# succeeded) unless told to delete them.
+PROCRASTINATE_FILL_FINISHED = """
+INSERT INTO procrastinate_jobs (queue_name, task_name, args, status, attempts)
+SELECT 'default', 'noop', '{}', 'succeeded', 1 FROM generate_series(1, %(count)s)
+"""
+
+
+class Procrastinate:
+    name = "procrastinate"
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size  # unused: procrastinate fetches one job per query
+
+    def _app(self, dsn: str, on_job: Callable[[Any], None] | None = None) -> Any:
+        import procrastinate
+
+        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+
+        @app.task(name="noop", pass_context=True)
+        async def noop(context: Any) -> None:
+            if on_job is not None:
+                on_job(context)
+
+        app.noop = noop  # type: ignore[attr-defined]  # kept for enqueueing
+        return app
+
+    async def install(self, dsn: str) -> None:
+        app = self._app(dsn)
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+
+    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+        app = self._app(dsn)
+        async with app.open_async():
+            for start in range(0, count, 10_000):
+                await app.noop.batch_defer_async(*({} for _ in range(min(10_000, count - start))))
+
+    @contextlib.asynccontextmanager
+    async def producer(self, dsn: str) -> AsyncIterator[Callable[[], Awaitable[int]]]:
+        app = self._app(dsn)
+        async with app.open_async():
+
+            async def enqueue_one() -> int:
+                job_id: int = await app.noop.defer_async()
+                return job_id
+
+            yield enqueue_one
+
+    async def drain(self, dsn: str, worker: str, ready: Callable[[], Awaitable[None]]) -> int:
+        processed = 0
+
+        def count(context: Any) -> None:
+            nonlocal processed
+            processed += 1
+
+        app = self._app(dsn, count)
+        async with app.open_async():
+            await ready()
+            await app.run_worker_async(
+                name=worker,
+                concurrency=PROCRASTINATE_CONCURRENCY,
+                wait=False,
+                install_signal_handlers=False,
+                delete_jobs="never",
+            )
+        return processed
+
+    async def consume(self, dsn: str, ready: Callable[[], Awaitable[None]], report: Report) -> None:
+        app = self._app(dsn, lambda context: report(int(context.job.id)))
+        async with app.open_async():
+            await ready()
+            await app.run_worker_async(
+                concurrency=1,
+                wait=True,
+                listen_notify=True,
+                fetch_job_polling_interval=1.0,
+                install_signal_handlers=False,
+            )
+
+    async def fill_finished(self, dsn: str, count: int) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            await connection.execute(PROCRASTINATE_FILL_FINISHED, {"count": count})
+
+    @contextlib.asynccontextmanager
+    async def claimer(self, dsn: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+        app = self._app(dsn)
+        async with app.open_async():
+            worker_id = await app.job_manager.register_worker()
+
+            async def claim_one() -> None:
+                job = await app.job_manager.fetch_job(queues=None, worker_id=worker_id)
+                assert job is not None
+
+            yield claim_one
+
+
+IMPLEMENTATIONS: dict[str, Callable[[int], System]] = {
+    "scrapeq": Scrapeq,
+    "pgqueuer": PgQueuerSystem,
+    "procrastinate": Procrastinate,
+}
+
+
+# --- child processes -----------------------------------------------------------------------------
+
+
+async def _wait_for_go() -> None:
+    print("ready", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    if line.strip() != "go":
+        raise SystemExit("the benchmark went away before saying go")
+
+
+async def _child(role: str, system_name: str, dsn: str, worker: str, batch_size: int) -> None:
+    system = IMPLEMENTATIONS[system_name](batch_size)
+    if role == "drain":
+        processed = await system.drain(dsn, worker, _wait_for_go)
+        print(json.dumps({"processed": processed, "finished_at": time.time()}), flush=True)
+        return
+
+    async def announce() -> None:
+        print("ready", flush=True)
+
+    def report(job_id: int) -> None:
+        print(json.dumps({"id": job_id, "at": time.time()}), flush=True)
+
+    await system.consume(dsn, announce, report)
+
+
+async def _spawn(role: str, system: System, dsn: str, worker: str) -> asyncio.subprocess.Process:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "benchmarks.queue_throughput",
+        "--child",
+        role,
+        "--system",
+        system.name,
+        "--batch-size",
+        str(system.batch_size),
+        "--dsn",
+        dsn,
+        "--worker",
+        worker,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    return process
+
+
+async def _read_line(process: asyncio.subprocess.Process, within_seconds: float) -> str:
+    assert process.stdout is not None
+    line = await asyncio.wait_for(process.stdout.readline(), within_seconds)
+    if not line:
+        assert process.stderr is not None
+        error = (await process.stderr.read()).decode(errors="replace").strip()
+        raise RuntimeError(f"child process exited: {error[-2000:]}")
+    return line.decode().strip()
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    if process.returncode is None:
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+# --- the measures --------------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    jobs: int
+    workers: int
+    latency_jobs: int
+    backlog_finished: int
+    backlog_pending: int
+    claim_samples: int
+    batch_size: int
+
+
+class Databases:
+    """One database per system and measure on the shared server, dropped when done."""
+
+    def __init__(self, server: LocalPostgres) -> None:
+        self.server = server
+        self.admin_dsn = server.dsn()
+
+    @contextlib.asynccontextmanager
+    async def fresh(self, name: str) -> AsyncIterator[str]:
+        async with await psycopg.AsyncConnection.connect(self.admin_dsn, autocommit=True) as admin:
+            await admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+            await admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        try:
+            # A URL, not key=value: asyncpg (PgQueuer's driver) only takes URLs.
+            yield self.server.dsn(name)
+        finally:
+            async with await psycopg.AsyncConnection.connect(
+                self.admin_dsn, autocommit=True
+            ) as admin:
+                await admin.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+                )
+
+
+async def _settle(dsn: str) -> None:
+    """VACUUM ANALYZE and CHECKPOINT after a bulk load, before anything is measured.
+
+    That is what autovacuum and the checkpointer do on their own some minutes after a load;
+    without it, measured commits would queue behind the load's write-back.
+    """
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        await connection.execute("VACUUM ANALYZE")
+        await connection.execute("CHECKPOINT")
+
+
+async def measure_throughput(
+    system: System, databases: Databases, settings: Settings
+) -> dict[str, Any]:
+    async with databases.fresh(f"bench_{system.name}_throughput") as dsn:
+        await system.install(dsn)
+        await system.enqueue_bulk(dsn, settings.jobs)
+        await _settle(dsn)
+        workers = [
+            await _spawn("drain", system, dsn, f"{system.name}-worker-{n}")
+            for n in range(settings.workers)
+        ]
+        try:
+            for worker in workers:
+                assert await _read_line(worker, 60) == "ready"
+            go = time.time()
+            for worker in workers:
+                assert worker.stdin is not None
+                worker.stdin.write(b"go\n")
+                await worker.stdin.drain()
+            results = [json.loads(await _read_line(worker, 300)) for worker in workers]
+        finally:
+            for worker in workers:
+                await _stop(worker)
+        processed = sum(result["processed"] for result in results)
+        seconds = max(result["finished_at"] for result in results) - go
+        if processed != settings.jobs:
+            raise RuntimeError(f"processed {processed} of {settings.jobs} jobs")
+        return {
+            "jobs": settings.jobs,
+            "workers": settings.workers,
+            "seconds": round(seconds, 3),
+            "jobs_per_s": round(settings.jobs / seconds, 1),
+        }
+
+
+async def measure_latency(
+    system: System, databases: Databases, settings: Settings
+) -> dict[str, Any]:
+    async with databases.fresh(f"bench_{system.name}_latency") as dsn:
+        await system.install(dsn)
+        consumer = await _spawn("consume", system, dsn, f"{system.name}-consumer")
+        try:
+            assert await _read_line(consumer, 60) == "ready"
+            # Let the consumer reach its idle wait before the first sample.
+            await asyncio.sleep(0.5)
+            latencies = []
+            async with system.producer(dsn) as enqueue_one:
+                for _ in range(settings.latency_jobs):
+                    started = time.time()
+                    job_id = await enqueue_one()
+                    report = json.loads(await _read_line(consumer, 30))
+                    if report["id"] != job_id:
+                        raise RuntimeError(f"consumer reported job {report['id']}, not {job_id}")
+                    latencies.append(report["at"] - started)
+                    await asyncio.sleep(LATENCY_GAP_SECONDS)
+        finally:
+            await _stop(consumer)
+        return {"jobs": settings.latency_jobs, "samples_s": latencies}
+
+
+async def measure_backlog(
+    system: System, databases: Databases, settings: Settings
+) -> dict[str, Any]:
+    """Claim latency of one job: empty table vs a long history and a deep backlog.
+
+    Samples alternate between the two databases so that whatever else the machine is doing
+    at the time weighs on both sides alike.
+    """
+    async with (
+        databases.fresh(f"bench_{system.name}_empty") as empty_dsn,
+        databases.fresh(f"bench_{system.name}_backlog") as backlog_dsn,
+    ):
+        await system.install(empty_dsn)
+        await system.enqueue_bulk(empty_dsn, settings.claim_samples)
+        await system.install(backlog_dsn)
+        await system.fill_finished(backlog_dsn, settings.backlog_finished)
+        await system.enqueue_bulk(backlog_dsn, settings.backlog_pending)
+        await _settle(empty_dsn)
+        await _settle(backlog_dsn)
+        empty_latencies: list[float] = []
+        backlog_latencies: list[float] = []
+        async with (
+            system.claimer(empty_dsn) as claim_empty,
+            system.claimer(backlog_dsn) as claim_backlog,
+        ):
+            for _ in range(settings.claim_samples):
+                for claim, latencies in (
+                    (claim_empty, empty_latencies),
+                    (claim_backlog, backlog_latencies),
+                ):
+                    started = time.perf_counter()
+                    await claim()
+                    latencies.append(time.perf_counter() - started)
+    empty = _percentiles(empty_latencies)
+    loaded = _percentiles(backlog_latencies)
+    return {
+        "finished_rows": settings.backlog_finished,
+        "pending_rows": settings.backlog_pending,
+        "empty_p50_ms": empty["p50_ms"],
+        "empty_p99_ms": empty["p99_ms"],
+        "backlog_p50_ms": loaded["p50_ms"],
+        "backlog_p99_ms": loaded["p99_ms"],
+        "ratio_p50": round(loaded["p50_ms"] / empty["p50_ms"], 2),
+    }
+
+
+def _percentiles(seconds: list[float]) -> dict[str, float]:
+    ordered = sorted(seconds)
+    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p99_ms": round(cuts[98] * 1000, 2),
+        "mean_ms": round(statistics.fmean(ordered) * 1000, 2),
+    }
+
+
+MEASURES: dict[str, Callable[[System, Databases, Settings], Awaitable[dict[str, Any]]]] = {
+    "throughput": measure_throughput,
+    "latency": measure_latency,
+    "backlog": measure_backlog,
+}
+
+
+async def _run_one(
+    system: System, measure: str, databases: Databases, settings: Settings
+) -> dict[str, Any]:
+    print(f">> {system.name}: {measure}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    try:
+        outcome = await MEASURES[measure](system, databases, settings)
+    except Exception as error:  # a failing peer is reported, not fatal
+        outcome = {"error": f"{type(error).__name__}: {error}"}
+    shown = {key: value for key, value in outcome.items() if key != "samples_s"}
+    print(f"   {time.monotonic() - started:.1f}s: {json.dumps(shown)}", file=sys.stderr, flush=True)
+    return outcome
+
+
+def _combine(system: str, measure: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One line per system and measure: the median round, or pooled samples for latency."""
+    line: dict[str, Any] = {"system": system, "measure": measure}
+    errors = [run["error"] for run in runs if "error" in run]
+    if errors:
+        line["error"] = errors[0]
+        return line
+    if measure == "throughput":
+        rates = [run["jobs_per_s"] for run in runs]
+        line.update(runs[0], jobs_per_s=round(statistics.median(rates), 1), rounds=rates)
+        del line["seconds"]
+    elif measure == "latency":
+        samples = [sample for run in runs for sample in run["samples_s"]]
+        line.update(jobs=len(samples), rounds=len(runs), **_percentiles(samples))
+    else:
+        line.update(runs[0])
+    return line
+
+
+async def run(
+    systems: list[str], measures: list[str], settings: Settings, rounds: int
+) -> list[dict[str, Any]]:
+    """Run every measure for every system; throughput and latency in interleaved rounds.
+
+    The machine is shared, so its load drifts during a run: interleaving the systems round by
+    round exposes them to the same drift, and the median round is reported.
+    """
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    with LocalPostgres(durable=True) as server:
+        databases = Databases(server)
+        implementations = {name: IMPLEMENTATIONS[name](settings.batch_size) for name in systems}
+        for measure in measures:
+            for round_number in range(rounds if measure != "backlog" else 1):
+                for name, system in implementations.items():
+                    if round_number >= ROUNDS_CAP.get((name, measure), rounds):
+                        continue
+                    outcome = await _run_one(system, measure, databases, settings)
+                    runs.setdefault((name, measure), []).append(outcome)
+    return [
+        _combine(name, measure, runs[(name, measure)])
+        for name in systems
+        for measure in measures
+        if (name, measure) in runs
+    ]
+
+
+def print_results(results: list[dict[str, Any]]) -> None:
+    for line in results:
+        print(json.dumps(line), flush=True)
+    print()
+    print(
+        f"{'system':<14} {'jobs/s':>9} {'lat p50':>9} {'lat p99':>9} "
+        f"{'claim empty':>12} {'claim backlog':>14} {'ratio':>6}"
+    )
+    by_system: dict[str, dict[str, dict[str, Any]]] = {}
+    for line in results:
+        by_system.setdefault(line["system"], {})[line["measure"]] = line
+
+    def cell(system: dict[str, dict[str, Any]], measure: str, key: str, unit: str = "") -> str:
+        entry = system.get(measure, {})
+        if "error" in entry:
+            return "error"
+        value = entry.get(key)
+        return "-" if value is None else f"{value}{unit}"
+
+    for name, system in by_system.items():
+        print(
+            f"{name:<14} {cell(system, 'throughput', 'jobs_per_s'):>9} "
+            f"{cell(system, 'latency', 'p50_ms', 'ms'):>9} "
+            f"{cell(system, 'latency', 'p99_ms', 'ms'):>9} "
+            f"{cell(system, 'backlog', 'empty_p50_ms', 'ms'):>12} "
+            f"{cell(system, 'backlog', 'backlog_p50_ms', 'ms'):>14} "
+            f"{cell(system, 'backlog', 'ratio_p50', 'x'):>6}"
+        )
+    print(
+        f"\nmachine: {os.cpu_count()} CPUs, {platform.platform()}, "
+        f"Python {platform.python_version()}; "
+        "PostgreSQL from the machine's packages, durable settings (fsync on, synchronous_commit on)"
+    )
+    for line in results:
+        if "error" in line:
+            print(f"{line['system']} {line['measure']} failed: {line['error']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.queue_throughput")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated")
+    parser.add_argument("--measures", default=",".join(MEASURES), help="comma-separated")
+    parser.add_argument("--jobs", type=int, default=THROUGHPUT_JOBS)
+    parser.add_argument("--workers", type=int, default=WORKER_PROCESSES)
+    parser.add_argument("--latency-jobs", type=int, default=LATENCY_JOBS)
+    parser.add_argument("--backlog-finished", type=int, default=BACKLOG_FINISHED)
+    parser.add_argument("--backlog-pending", type=int, default=BACKLOG_PENDING)
+    parser.add_argument("--claim-samples", type=int, default=CLAIM_SAMPLES)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="throughput/latency rounds")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=BATCH_SIZE,
+        help="claim/complete batch (scrapeq, PgQueuer)",
+    )
+    parser.add_argument("--child", choices=("drain", "consume"), help=argparse.SUPPRESS)
+    parser.add_argument("--system", help=argparse.SUPPRESS)
+    parser.add_argument("--dsn", help=argparse.SUPPRESS)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    # Peers log warnings about how the benchmark instantiates them; only errors matter here.
+    logging.basicConfig(level=logging.ERROR)
+    if args.child:
+        asyncio.run(_child(args.child, args.system, args.dsn, args.worker, args.batch_size))
+        return 0
+    systems = [name for name in args.systems.split(",") if name]
+    measures = [name for name in args.measures.split(",") if name]
+    unknown = [name for name in systems if name not in IMPLEMENTATIONS] + [
+        name for name in measures if name not in MEASURES
+    ]
+    if unknown:
+        parser.error(f"unknown system or measure: {', '.join(unknown)}")
+    settings = Settings(
+        jobs=args.jobs,
+        workers=args.workers,
+        latency_jobs=args.latency_jobs,
+        backlog_finished=args.backlog_finished,
+        backlog_pending=args.backlog_pending,
+        claim_samples=args.claim_samples,
+        batch_size=args.batch_size,
+    )
+    load_before = os.getloadavg()
+    results = asyncio.run(run(systems, measures, settings, args.rounds))
+    print_results(results)
+    load_after = os.getloadavg()
+    # The machine may be shared: say how busy it was, since every figure depends on it.
+    print(
+        f"load average (1/5/15 min): before {' '.join(f'{v:.1f}' for v in load_before)}, "
+        f"after {' '.join(f'{v:.1f}' for v in load_after)}"
+    )
+    return 1 if any(line["system"] == "scrapeq" and "error" in line for line in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,370 @@
+"""The worker side of the queue: claim, heartbeat, complete, retry, fail, release, rescue.
+
+Every function is one short transaction on an autocommit connection: a worker claims, the claim
+commits, and only then does it work. Each claim gives the row a new attempt number; every
+later write presents (id, attempt) and touches zero rows when the attempt is no longer current
+(rescued and re-claimed, or cancelled) — that is the fencing that keeps a stale worker from
+overwriting a newer attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from typing import Any, Final, Literal
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from scrapeq_queue import statements
+from scrapeq_queue.errors import InvalidJob, translate_database_errors
+from scrapeq_queue.payload import payload_as_options, validate_payload
+from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
+from scrapeq_queue.urls import normalise_url
+
+logger = logging.getLogger(__name__)
+
+# No retry waits longer than an hour, whatever the exponent or the site's Retry-After says:
+# a longer wait hides a job from everyone watching the queue.
+MAX_RETRY_DELAY_SECONDS: Final = 3600.0
+# Jitter multiplies the exponential delay by a factor in [0.75, 1.0] so that jobs that failed
+# together (a site went down) do not all come back in the same instant.
+JITTER_RANGE: Final = (0.75, 1.0)
+
+# Reasons recorded on rows this module fails by itself.
+INVALID_PAYLOAD_REASON: Final = "invalid_payload"
+
+RetryOutcome = Literal["retrying", "failed", "fenced"]
+
+
+def backoff_delay_seconds(
+    retry_count: int,
+    backoff_seconds: float,
+    *,
+    jitter: float = 1.0,
+    retry_after_seconds: float | None = None,
+    cap_seconds: float = MAX_RETRY_DELAY_SECONDS,
+) -> float:
+    """The delay before retry number `retry_count + 1`, as JOB_RETRY computes it in SQL.
+
+    `retry_after_seconds` (a site's Retry-After) wins over the exponential schedule; the
+    result never exceeds `cap_seconds`.
+    """
+    if retry_after_seconds is not None:
+        return min(cap_seconds, max(0.0, retry_after_seconds))
+    return min(cap_seconds, backoff_seconds * 2.0**retry_count) * jitter
+
+
+def _job_from_row(row: Sequence[Any]) -> ClaimedJob:
+    return ClaimedJob(
+        id=row[0],
+        attempt=row[1],
+        url=row[2],
+        parser_type=row[3],
+        payload=payload_as_options(row[4]),
+        queue=row[5],
+        priority=row[6],
+        retry_count=row[7],
+        max_retries=row[8],
+        depth=row[9],
+        parent_id=row[10],
+        owner_uid=row[11],
+        owner_namespace=row[12],
+        owner_name=row[13],
+        run_at=row[14],
+        claimed_at=row[15],
+        lease_expires_at=row[16],
+    )
+
+
+@translate_database_errors
+async def claim_jobs(
+    connection: psycopg.AsyncConnection[Any],
+    *,
+    worker_id: str,
+    queues: Sequence[str],
+    limit: int,
+    lease_seconds: float,
+    reject_invalid_payloads: bool = True,
+) -> list[ClaimedJob]:
+    """Claim up to `limit` due jobs from `queues` for `worker_id`, best first.
+
+    Order: priority (highest first), then run_at, then id. One statement; concurrent claimers
+    never get the same row. Each claimed row is `processing` with a fresh attempt number and a
+    lease of `lease_seconds` that the worker must renew (renew_leases) until it finishes.
+
+    With `reject_invalid_payloads` (the default), rows whose payload fails validate_payload
+    are failed at once with reason `invalid_payload` and an error naming the problems, and are
+    not returned: no worker ever sees a job it cannot run.
+    """
+    if limit <= 0 or not queues:
+        return []
+    cursor = await connection.execute(
+        statements.JOB_CLAIM,
+        {
+            # Each queue once: a repeated name would scan (and lock) the same rows twice.
+            "queues": list(dict.fromkeys(queues)),
+            "limit": limit,
+            "worker_id": worker_id,
+            "lease_seconds": float(lease_seconds),
+        },
+    )
+    rows = await cursor.fetchall()
+    jobs: list[ClaimedJob] = []
+    for row in rows:
+        problems = validate_payload(row[4]) if reject_invalid_payloads else []
+        if problems:
+            error = "invalid payload: " + "; ".join(problems)
+            logger.warning("job %s failed permanently: %s", row[0], error)
+            await fail_job(
+                connection,
+                row[0],
+                row[1],
+                error=error,
+                reason=INVALID_PAYLOAD_REASON,
+                duration_seconds=0.0,
+            )
+            continue
+        jobs.append(_job_from_row(row))
+    return jobs
+
+
+@translate_database_errors
+async def renew_leases(
+    connection: psycopg.AsyncConnection[Any],
+    *,
+    worker_id: str,
+    jobs: Sequence[tuple[int, int]],
+    lease_seconds: float,
+) -> set[int]:
+    """Extend the leases of the (id, attempt) pairs `worker_id` holds; return the ids renewed.
+
+    An id missing from the answer is no longer this worker's (cancelled, or rescued after its
+    lease expired): stop working on it, its result would be fenced out anyway.
+    """
+    if not jobs:
+        return set()
+    jobs = sorted(jobs)  # id order, as every multi-row write here locks
+    cursor = await connection.execute(
+        statements.JOB_RENEW_LEASES,
+        {
+            "worker_id": worker_id,
+            "ids": [job_id for job_id, _ in jobs],
+            "attempts": [attempt for _, attempt in jobs],
+            "lease_seconds": float(lease_seconds),
+        },
+    )
+    return {row[0] for row in await cursor.fetchall()}
+
+
+@translate_database_errors
+async def complete_many(
+    connection: psycopg.AsyncConnection[Any], completions: Sequence[Completion]
+) -> set[int]:
+    """Complete several attempts in one statement; return the ids that were still current.
+
+    The batched form of complete_job (without followed links), for workers that finish many
+    small jobs: one commit for the whole batch.
+    """
+    if not completions:
+        return set()
+    # Id order: the lock order of every multi-row write here (no deadlock with a cancel).
+    completions = sorted(completions, key=lambda completion: completion.job_id)
+    cursor = await connection.execute(
+        statements.JOB_COMPLETE_MANY,
+        {
+            "ids": [completion.job_id for completion in completions],
+            "attempts": [completion.attempt for completion in completions],
+            "results": Jsonb([completion.result for completion in completions]),
+            "durations": [float(completion.duration_seconds) for completion in completions],
+        },
+    )
+    done = {row[0] for row in await cursor.fetchall()}
+    for completion in completions:
+        if completion.job_id not in done:
+            logger.info(
+                "completion of job %s attempt %s fenced out (no longer the current attempt)",
+                completion.job_id,
+                completion.attempt,
+            )
+    return done
+
+
+@translate_database_errors
+async def complete_job(
+    connection: psycopg.AsyncConnection[Any],
+    job_id: int,
+    attempt: int,
+    *,
+    result: dict[str, Any],
+    duration_seconds: float,
+    follow_urls: Sequence[FollowUrl] = (),
+) -> bool:
+    """Store `result` and mark the job completed; False when the attempt was fenced out.
+
+    `follow_urls` become child rows (parent_id = job_id, depth + 1, the parent's queue,
+    priority, retries and owner) in the same transaction, deduplicated per owner by normalised
+    URL, so a crash can never leave a completed parent without its children or vice versa.
+    """
+    completion = Completion(job_id, attempt, result, duration_seconds)
+    async with connection.transaction():
+        cursor = await connection.execute(
+            statements.JOB_COMPLETE_MANY,
+            {
+                "ids": [job_id],
+                "attempts": [attempt],
+                "results": Jsonb([completion.result]),
+                "durations": [float(duration_seconds)],
+            },
+        )
+        if await cursor.fetchone() is None:
+            logger.info("completion of job %s attempt %s fenced out", job_id, attempt)
+            return False
+        if follow_urls:
+            await _insert_children(connection, job_id, follow_urls)
+    return True
+
+
+async def _insert_children(
+    connection: psycopg.AsyncConnection[Any], parent_id: int, follow_urls: Sequence[FollowUrl]
+) -> None:
+    seen: set[str] = set()
+    urls: list[str] = []
+    parser_types: list[str | None] = []
+    payloads: list[Jsonb | None] = []
+    dedup_keys: list[str] = []
+    for follow in follow_urls:
+        try:
+            key = normalise_url(follow.url)
+        except InvalidJob:
+            logger.info("job %s: skipping followed link %r (not a URL)", parent_id, follow.url)
+            continue
+        if key in seen:
+            continue
+        seen.add(key)
+        urls.append(follow.url.strip())
+        parser_types.append(follow.parser_type)
+        payloads.append(None if follow.payload is None else Jsonb(follow.payload))
+        dedup_keys.append(key)
+    if urls:
+        await connection.execute(
+            statements.JOB_INSERT_CHILDREN,
+            {
+                "parent_id": parent_id,
+                "urls": urls,
+                "parser_types": parser_types,
+                "payloads": payloads,
+                "dedup_keys": dedup_keys,
+            },
+        )
+
+
+@translate_database_errors
+async def retry_job(
+    connection: psycopg.AsyncConnection[Any],
+    job_id: int,
+    attempt: int,
+    *,
+    error: str,
+    reason: str,
+    duration_seconds: float,
+    retry_after_seconds: float | None = None,
+    jitter: float | None = None,
+) -> RetryOutcome:
+    """Record a failed attempt that deserves another try.
+
+    Returns "retrying" (back to pending after the backoff delay, retry_count + 1), "failed"
+    (no retries left: failed for good with this error) or "fenced" (the attempt is no longer
+    current; nothing changed). The delay is retry_backoff_seconds * 2^retry_count times a
+    jitter factor in JITTER_RANGE, or `retry_after_seconds` when the site sent Retry-After,
+    never more than MAX_RETRY_DELAY_SECONDS. `jitter` fixes the factor (tests).
+    """
+    factor = random.uniform(*JITTER_RANGE) if jitter is None else jitter
+    cursor = await connection.execute(
+        statements.JOB_RETRY,
+        {
+            "id": job_id,
+            "attempt": attempt,
+            "error": error,
+            "reason": reason,
+            "duration_seconds": float(duration_seconds),
+            "retry_after_seconds": retry_after_seconds,
+            "jitter": factor,
+            "cap_seconds": MAX_RETRY_DELAY_SECONDS,
+        },
+    )
+    row = await cursor.fetchone()
+    if row is None:
+        logger.info("retry of job %s attempt %s fenced out", job_id, attempt)
+        return "fenced"
+    return "failed" if row[0] == "failed" else "retrying"
+
+
+@translate_database_errors
+async def fail_job(
+    connection: psycopg.AsyncConnection[Any],
+    job_id: int,
+    attempt: int,
+    *,
+    error: str,
+    reason: str,
+    duration_seconds: float,
+) -> bool:
+    """Fail the job for good (a permanent error); False when the attempt was fenced out."""
+    cursor = await connection.execute(
+        statements.JOB_FAIL,
+        {
+            "id": job_id,
+            "attempt": attempt,
+            "error": error,
+            "reason": reason,
+            "duration_seconds": float(duration_seconds),
+        },
+    )
+    if await cursor.fetchone() is None:
+        logger.info("failure of job %s attempt %s fenced out", job_id, attempt)
+        return False
+    return True
+
+
+@translate_database_errors
+async def release_jobs(
+    connection: psycopg.AsyncConnection[Any],
+    *,
+    worker_id: str,
+    jobs: Sequence[tuple[int, int]],
+) -> int:
+    """Give held jobs back (graceful drain): pending and due now, not counted as a retry.
+
+    Returns how many were released; wakes other workers with one NOTIFY.
+    """
+    if not jobs:
+        return 0
+    jobs = sorted(jobs)  # id order, as every multi-row write here locks
+    cursor = await connection.execute(
+        statements.JOB_RELEASE,
+        {
+            "worker_id": worker_id,
+            "ids": [job_id for job_id, _ in jobs],
+            "attempts": [attempt for _, attempt in jobs],
+        },
+    )
+    row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+@translate_database_errors
+async def rescue_expired_leases(connection: psycopg.AsyncConnection[Any]) -> int:
+    """Return jobs whose lease expired to pending (or fail them when out of retries).
+
+    A lost attempt counts as a retry; its attempt row is logged as `expired`. Safe to run from
+    every worker and the operator at once. Returns how many rows were rescued.
+    """
+    # Bound (empty) parameters so that the %% escapes in the statement are interpreted.
+    cursor = await connection.execute(statements.JOB_RESCUE_EXPIRED, {})
+    row = await cursor.fetchone()
+    rescued = int(row[0]) if row else 0
+    if rescued:
+        logger.warning("rescued %d job(s) whose lease expired", rescued)
+    return rescued

@@ -1,0 +1,254 @@
+"""`scrapeq migrate`, `enqueue`, `jobs` and `prune`: the queue for the people running it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from scrapeq_queue.connections import connect, describe_conninfo
+from scrapeq_queue.errors import DatabaseUnavailable, QueueError, SchemaOutOfDate
+from scrapeq_queue.inspection import database_now, latest_failures, queue_stats
+from scrapeq_queue.maintenance import prune_finished
+from scrapeq_queue.migrations import SCHEMA_VERSION, migrate, require_current_schema
+from scrapeq_queue.payload import validate_payload
+from scrapeq_queue.producers import enqueue_many
+
+_T = TypeVar("_T")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the queue's subcommands to the `scrapeq` command."""
+    migrate_parser = subparsers.add_parser(
+        "migrate",
+        help="create or upgrade the queue schema (idempotent, safe to run concurrently)",
+    )
+    _add_database_url(migrate_parser)
+    migrate_parser.set_defaults(handler=_run_migrate)
+
+    enqueue_parser = subparsers.add_parser("enqueue", help="add URLs to a queue")
+    _add_database_url(enqueue_parser)
+    enqueue_parser.add_argument("urls", nargs="+", metavar="URL", help="URLs to scrape")
+    enqueue_parser.add_argument("--queue", default="default", help="queue name (default: default)")
+    enqueue_parser.add_argument("--priority", type=int, default=0, help="higher runs first")
+    enqueue_parser.add_argument(
+        "--payload",
+        default="{}",
+        help="per-job options as a JSON object, e.g. '{\"render\": false}'",
+    )
+    enqueue_parser.add_argument("--parser", default="default", help="parser_type of the rows")
+    enqueue_parser.add_argument("--max-retries", type=int, default=3, help="retries before failing")
+    enqueue_parser.add_argument(
+        "--delay", type=float, default=0.0, metavar="SECONDS", help="run no earlier than this"
+    )
+    enqueue_parser.set_defaults(handler=_run_enqueue)
+
+    jobs_parser = subparsers.add_parser(
+        "jobs", help="counts per queue and status, and the latest failures"
+    )
+    _add_database_url(jobs_parser)
+    jobs_parser.add_argument(
+        "--failures", type=int, default=10, metavar="N", help="show the N latest failures"
+    )
+    jobs_parser.set_defaults(handler=_run_jobs)
+
+    prune_parser = subparsers.add_parser(
+        "prune", help="delete finished jobs (and their attempts) past their retention"
+    )
+    _add_database_url(prune_parser)
+    prune_parser.add_argument(
+        "--completed-older-than-days",
+        type=float,
+        default=7.0,
+        metavar="DAYS",
+        help="delete completed and cancelled jobs finished longer ago (default: 7)",
+    )
+    prune_parser.add_argument(
+        "--failed-older-than-days",
+        type=float,
+        default=None,
+        metavar="DAYS",
+        help="also delete failed jobs finished longer ago (default: keep failures)",
+    )
+    prune_parser.set_defaults(handler=_run_prune)
+
+
+def _add_database_url(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("DATABASE_URL"),
+        help="PostgreSQL connection string (default: $DATABASE_URL)",
+    )
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    url: str | None = args.database_url
+    if not url:
+        raise QueueError("no database given: pass --database-url or set DATABASE_URL")
+    return url
+
+
+def _report_errors(action: Callable[[], _T]) -> _T | int:
+    try:
+        return action()
+    except SchemaOutOfDate as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 3
+    except DatabaseUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except QueueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _run_async(coroutine_function: Callable[[], Awaitable[int]]) -> int:
+    async def run() -> int:
+        return await coroutine_function()
+
+    result = _report_errors(lambda: asyncio.run(run()))
+    return int(result)
+
+
+def _run_migrate(args: argparse.Namespace) -> int:
+    def action() -> int:
+        url = _database_url(args)
+        applied = migrate(url)
+        where = describe_conninfo(url)
+        if applied:
+            print(f"applied {', '.join(applied)} to {where}; schema at {SCHEMA_VERSION}")
+        else:
+            print(f"{where} is already at {SCHEMA_VERSION}; nothing to do")
+        return 0
+
+    return int(_report_errors(action))
+
+
+def _run_enqueue(args: argparse.Namespace) -> int:
+    try:
+        payload: Any = json.loads(args.payload)
+    except json.JSONDecodeError as error:
+        print(f"error: --payload is not valid JSON: {error}", file=sys.stderr)
+        return 1
+    problems = validate_payload(payload)
+    if problems:
+        print("error: invalid --payload: " + "; ".join(problems), file=sys.stderr)
+        return 1
+
+    async def action() -> int:
+        connection = await connect(_database_url(args), application_name="scrapeq-enqueue")
+        async with connection:
+            await require_current_schema(connection)
+            run_at = None
+            if args.delay > 0:
+                run_at = await database_now(connection) + timedelta(seconds=args.delay)
+            ids = await enqueue_many(
+                connection,
+                args.urls,
+                parser_type=args.parser,
+                payload=payload,
+                queue=args.queue,
+                priority=args.priority,
+                max_retries=args.max_retries,
+                run_at=run_at,
+            )
+        for job_id in ids:
+            print(job_id)
+        print(f"enqueued {len(ids)} job(s) on queue {args.queue!r}", file=sys.stderr)
+        return 0
+
+    return _run_async(action)
+
+
+def _run_jobs(args: argparse.Namespace) -> int:
+    async def action() -> int:
+        connection = await connect(_database_url(args), application_name="scrapeq-jobs")
+        async with connection:
+            await require_current_schema(connection)
+            stats = await queue_stats(connection)
+            failures = await latest_failures(connection, limit=args.failures)
+        header = (
+            "QUEUE",
+            "DUE",
+            "DELAYED",
+            "PROCESSING",
+            "COMPLETED",
+            "FAILED",
+            "CANCELLED",
+            "OLDEST DUE",
+        )
+        rows = [
+            (
+                stat.queue,
+                str(stat.due_pending),
+                str(stat.delayed_pending),
+                str(stat.processing),
+                str(stat.completed_total),
+                str(stat.failed_total),
+                str(stat.cancelled_total),
+                "-"
+                if stat.oldest_due_age_seconds is None
+                else f"{stat.oldest_due_age_seconds:.0f}s",
+            )
+            for stat in stats
+        ]
+        _print_table(header, rows)
+        if not stats:
+            print("(no jobs yet)")
+        if failures:
+            print("\nLATEST FAILURES")
+            _print_table(
+                ("ID", "QUEUE", "FINISHED", "RETRIES", "REASON", "URL", "ERROR"),
+                [
+                    (
+                        str(failure.id),
+                        failure.queue,
+                        failure.finished_at.strftime("%Y-%m-%d %H:%M:%S"),
+                        str(failure.retry_count),
+                        failure.reason or "-",
+                        _shorten(failure.url, 60),
+                        _shorten((failure.error or "-").replace("\n", " "), 80),
+                    )
+                    for failure in failures
+                ],
+            )
+        return 0
+
+    return _run_async(action)
+
+
+def _run_prune(args: argparse.Namespace) -> int:
+    async def action() -> int:
+        connection = await connect(_database_url(args), application_name="scrapeq-prune")
+        async with connection:
+            await require_current_schema(connection)
+            deleted = await prune_finished(
+                connection,
+                completed_older_than=timedelta(days=args.completed_older_than_days),
+                keep_failed=(
+                    None
+                    if args.failed_older_than_days is None
+                    else timedelta(days=args.failed_older_than_days)
+                ),
+            )
+        print(f"deleted {deleted} finished job(s)")
+        return 0
+
+    return _run_async(action)
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )

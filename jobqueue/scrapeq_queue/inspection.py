@@ -1,0 +1,180 @@
+"""Read-only views of the queue for the operator and for people: progress, backlog, stats.
+
+None of these counts the whole history: pending and in-flight rows are counted through partial
+indexes (bounded by the live backlog), owners through the owner index, and finished totals come
+from scrapeq_queue_counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from scrapeq_queue import statements
+from scrapeq_queue.errors import translate_database_errors
+from scrapeq_queue.rows import (
+    AttemptRecord,
+    FailedJob,
+    Owner,
+    OwnerProgress,
+    QueueBacklog,
+    QueueStats,
+    ResultPreview,
+)
+
+
+@translate_database_errors
+async def owner_progress(
+    connection: psycopg.AsyncConnection[Any],
+    owner_uids: Sequence[str],
+    *,
+    preview_limit: int = 3,
+) -> dict[str, OwnerProgress]:
+    """Progress of each owner (ScrapeJob uid); an owner without rows gets all-zero progress.
+
+    Runs in one REPEATABLE READ transaction so counts, last error and previews agree.
+    """
+    uids = list(dict.fromkeys(owner_uids))
+    if not uids:
+        return {}
+    params = {"owner_uids": uids, "limit": preview_limit}
+    async with connection.transaction():
+        await connection.execute(statements.REPEATABLE_READ)
+        counts = await (
+            await connection.execute(statements.OWNER_PROGRESS_COUNTS, params)
+        ).fetchall()
+        errors = await (await connection.execute(statements.OWNER_LAST_ERRORS, params)).fetchall()
+        previews: list[Any] = []
+        if preview_limit > 0:
+            cursor = await connection.execute(statements.OWNER_RESULT_PREVIEWS, params)
+            previews = await cursor.fetchall()
+    last_errors = {row[0]: (row[1], row[2]) for row in errors}
+    preview_rows: dict[str, list[ResultPreview]] = {}
+    for row in previews:
+        preview_rows.setdefault(row[0], []).append(
+            ResultPreview(job_id=row[1], url=row[2], result=row[3], finished_at=row[4])
+        )
+    progress = {uid: OwnerProgress() for uid in uids}
+    for row in counts:
+        uid = row[0]
+        error, error_url = last_errors.get(uid, (None, None))
+        progress[uid] = OwnerProgress(
+            total=row[1],
+            pending=row[2],
+            retrying=row[3],
+            processing=row[4],
+            succeeded=row[5],
+            failed=row[6],
+            cancelled=row[7],
+            first_started_at=row[8],
+            last_finished_at=row[9],
+            last_error=error,
+            last_error_url=error_url,
+            preview=tuple(preview_rows.get(uid, ())),
+        )
+    return progress
+
+
+@translate_database_errors
+async def database_now(connection: psycopg.AsyncConnection[Any]) -> datetime:
+    """The database server's current time, the clock updated_at is written with."""
+    cursor = await connection.execute(statements.DATABASE_NOW)
+    row = await cursor.fetchone()
+    assert row is not None
+    value: datetime = row[0]
+    return value
+
+
+@translate_database_errors
+async def owners_changed_since(
+    connection: psycopg.AsyncConnection[Any], since: datetime
+) -> list[Owner]:
+    """Owners with at least one row changed after `since` (database clock).
+
+    updated_at is the start time of the writing transaction, and a transaction may commit a
+    moment after it started: pass `since` = (database_now() taken before the previous call)
+    minus a few seconds of overlap, and expect an owner to be reported more than once.
+    """
+    cursor = await connection.execute(statements.OWNERS_CHANGED_SINCE, {"since": since})
+    return [Owner(uid=row[0], namespace=row[1], name=row[2]) for row in await cursor.fetchall()]
+
+
+@translate_database_errors
+async def queue_backlog(
+    connection: psycopg.AsyncConnection[Any], queues: Sequence[str]
+) -> dict[str, QueueBacklog]:
+    """Due, delayed and in-flight rows of each queue, and the age of its oldest due row."""
+    if not queues:
+        return {}
+    cursor = await connection.execute(statements.QUEUE_BACKLOG, {"queues": list(queues)})
+    return {
+        row[0]: QueueBacklog(
+            due_pending=row[1],
+            delayed_pending=row[2],
+            processing=row[3],
+            oldest_due_age_seconds=None if row[4] is None else float(row[4]),
+        )
+        for row in await cursor.fetchall()
+    }
+
+
+@translate_database_errors
+async def busy_workers(connection: psycopg.AsyncConnection[Any], queue: str) -> dict[str, int]:
+    """In-flight jobs of one queue per worker id (the pod name workers claim with)."""
+    cursor = await connection.execute(statements.QUEUE_BUSY_WORKERS, {"queue": queue})
+    return {row[0]: row[1] for row in await cursor.fetchall()}
+
+
+@translate_database_errors
+async def queue_stats(connection: psycopg.AsyncConnection[Any]) -> list[QueueStats]:
+    """Per queue: due/delayed pending, processing, oldest due age, and finished totals ever.
+
+    Queues appear once they have had any row pending, in flight or finished; sorted by name.
+    """
+    pending = await (await connection.execute(statements.QUEUE_PENDING_STATS)).fetchall()
+    processing = await (await connection.execute(statements.QUEUE_PROCESSING_STATS)).fetchall()
+    finished = await (await connection.execute(statements.QUEUE_FINISHED_TOTALS)).fetchall()
+    fields: dict[str, dict[str, Any]] = {}
+    for queue, due, delayed, oldest in pending:
+        fields.setdefault(queue, {}).update(
+            due_pending=due,
+            delayed_pending=delayed,
+            oldest_due_age_seconds=None if oldest is None else float(oldest),
+        )
+    for queue, count in processing:
+        fields.setdefault(queue, {})["processing"] = count
+    for queue, outcome, total in finished:
+        fields.setdefault(queue, {})[f"{outcome}_total"] = total
+    return [QueueStats(queue=queue, **values) for queue, values in sorted(fields.items())]
+
+
+@translate_database_errors
+async def latest_failures(
+    connection: psycopg.AsyncConnection[Any], *, limit: int = 10
+) -> list[FailedJob]:
+    """The most recent permanently failed rows, newest first."""
+    cursor = await connection.execute(statements.JOBS_LATEST_FAILURES, {"limit": limit})
+    return [
+        FailedJob(
+            id=row[0],
+            queue=row[1],
+            url=row[2],
+            retry_count=row[3],
+            reason=row[4],
+            error=row[5],
+            finished_at=row[6],
+        )
+        for row in await cursor.fetchall()
+    ]
+
+
+@translate_database_errors
+async def job_attempts(
+    connection: psycopg.AsyncConnection[Any], job_id: int
+) -> list[AttemptRecord]:
+    """Every attempt of one job, oldest first: who ran it, when, how long, how it ended."""
+    cursor = await connection.execute(statements.JOB_ATTEMPTS, {"id": job_id})
+    return [AttemptRecord(*row) for row in await cursor.fetchall()]

@@ -1,0 +1,150 @@
+"""The per-job options a producer may put in `payload`, and their validation.
+
+This is the one place that lists them (docs/queue.md repeats the table). A row whose payload is
+not a JSON object, names an unknown option or gives an option the wrong type fails permanently
+with reason `invalid_payload` and an error that names every problem: retrying cannot fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "networkidle2")
+# A page that needs more than ten minutes is a stuck page, not a slow one.
+MAX_TIMEOUT_SECONDS: Final = 600.0
+EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all"})
+FOLLOW_KEYS: Final = frozenset({"selector", "maxDepth", "maxPages"})
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_render(value: object) -> list[str]:
+    return [] if isinstance(value, bool) else ["render must be true or false"]
+
+
+def _check_selector(name: str) -> Callable[[object], list[str]]:
+    def check(value: object) -> list[str]:
+        if isinstance(value, str) and value.strip():
+            return []
+        return [f"{name} must be a non-empty CSS selector string"]
+
+    return check
+
+
+def _check_wait_until(value: object) -> list[str]:
+    if value in WAIT_UNTIL_VALUES:
+        return []
+    return [f"waitUntil must be one of {', '.join(WAIT_UNTIL_VALUES)}"]
+
+
+def _check_timeout(value: object) -> list[str]:
+    if _is_number(value) and 0 < float(value) <= MAX_TIMEOUT_SECONDS:  # type: ignore[arg-type]
+        return []
+    return [f"timeoutSeconds must be a number above 0 and at most {MAX_TIMEOUT_SECONDS:g}"]
+
+
+def _check_extract(value: object) -> list[str]:
+    if not isinstance(value, Mapping) or not value:
+        return ["extract must be a non-empty object of field name -> selector"]
+    problems: list[str] = []
+    for field_name, spec in value.items():
+        if isinstance(spec, str):
+            if not spec.strip():
+                problems.append(f"extract.{field_name} must be a non-empty selector")
+            continue
+        if not isinstance(spec, Mapping):
+            problems.append(
+                f"extract.{field_name} must be a selector string or "
+                '{"selector": ..., "attribute": ..., "all": ...}'
+            )
+            continue
+        unknown = sorted(set(spec) - EXTRACT_FIELD_KEYS)
+        if unknown:
+            problems.append(f"extract.{field_name} has unknown keys: {', '.join(unknown)}")
+        selector = spec.get("selector")
+        if not isinstance(selector, str) or not selector.strip():
+            problems.append(f"extract.{field_name}.selector must be a non-empty string")
+        if "attribute" in spec and not isinstance(spec["attribute"], str):
+            problems.append(f"extract.{field_name}.attribute must be a string")
+        if "all" in spec and not isinstance(spec["all"], bool):
+            problems.append(f"extract.{field_name}.all must be true or false")
+    return problems
+
+
+def _check_follow(value: object) -> list[str]:
+    if not isinstance(value, Mapping):
+        return ['follow must be an object {"selector": ..., "maxDepth": ..., "maxPages": ...}']
+    problems: list[str] = []
+    unknown = sorted(set(value) - FOLLOW_KEYS)
+    if unknown:
+        problems.append(f"follow has unknown keys: {', '.join(unknown)}")
+    selector = value.get("selector")
+    if not isinstance(selector, str) or not selector.strip():
+        problems.append("follow.selector must be a non-empty string")
+    for key, minimum in (("maxDepth", 0), ("maxPages", 1)):
+        if key in value:
+            number = value[key]
+            if not isinstance(number, int) or isinstance(number, bool) or number < minimum:
+                problems.append(f"follow.{key} must be an integer >= {minimum}")
+    return problems
+
+
+def _check_headers(value: object) -> list[str]:
+    if isinstance(value, Mapping) and all(
+        isinstance(key, str) and isinstance(item, str) for key, item in value.items()
+    ):
+        return []
+    return ["headers must be an object of header name -> string value"]
+
+
+# option name -> validator returning the problems with its value.
+PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
+    "render": _check_render,
+    "waitFor": _check_selector("waitFor"),
+    "waitUntil": _check_wait_until,
+    "timeoutSeconds": _check_timeout,
+    "extract": _check_extract,
+    "follow": _check_follow,
+    "headers": _check_headers,
+}
+
+
+def validate_payload(payload: object) -> list[str]:
+    """Return every problem with a job's payload; an empty list means the worker may run it.
+
+    `None` (a classic row inserted with payload NULL) counts as an empty object.
+    """
+    if payload is None:
+        return []
+    if not isinstance(payload, Mapping):
+        kind = type(payload).__name__
+        return [f"payload must be a JSON object of options, got a JSON {_json_kind(kind)}"]
+    problems: list[str] = []
+    for name, value in payload.items():
+        check = PAYLOAD_OPTIONS.get(name)
+        if check is None:
+            known = ", ".join(PAYLOAD_OPTIONS)
+            problems.append(f"unknown payload option {name!r} (known options: {known})")
+            continue
+        problems.extend(check(value))
+    return problems
+
+
+def payload_as_options(payload: object) -> dict[str, Any]:
+    """The payload as a dict of options (NULL -> {}); call only after validate_payload passed."""
+    if isinstance(payload, Mapping):
+        return dict(payload)
+    return {}
+
+
+def _json_kind(python_type: str) -> str:
+    return {
+        "list": "array",
+        "str": "string",
+        "int": "number",
+        "float": "number",
+        "bool": "boolean",
+    }.get(python_type, python_type)

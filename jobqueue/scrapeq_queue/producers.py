@@ -1,0 +1,240 @@
+"""The producer side of the queue: enqueue one or many URLs, per owner idempotently, cancel.
+
+Every insert is one statement, so the table's statement-level trigger sends exactly one
+NOTIFY per call, however many rows it inserts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, Final
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from scrapeq_queue import statements
+from scrapeq_queue.errors import InvalidJob, translate_database_errors
+from scrapeq_queue.payload import validate_payload
+from scrapeq_queue.rows import NewJob, Owner
+from scrapeq_queue.urls import normalise_url
+
+# Rows per INSERT statement in enqueue_many: big enough that 100k URLs take a handful of round
+# trips, small enough that one statement's arrays stay a few MB. All chunks share one
+# transaction, and PostgreSQL folds identical NOTIFYs of one transaction into one.
+INSERT_CHUNK_ROWS: Final = 20_000
+
+# What a new job gets when the producer says nothing.
+DEFAULT_QUEUE: Final = "default"
+DEFAULT_PARSER: Final = "default"
+DEFAULT_MAX_RETRIES: Final = 3
+DEFAULT_BACKOFF_SECONDS: Final = 10.0
+
+
+@translate_database_errors
+async def enqueue(
+    connection: psycopg.AsyncConnection[Any],
+    url: str,
+    *,
+    parser_type: str = DEFAULT_PARSER,
+    payload: dict[str, Any] | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    run_at: datetime | None = None,
+    owner: Owner | None = None,
+    dedup_key: str | None = None,
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+) -> int | None:
+    """Enqueue one URL; return its id, or None when (owner, dedup_key) already exists.
+
+    `run_at` delays the job; `dedup_key` (scoped by owner) makes the call idempotent. Raises
+    InvalidJob for a blank URL or a payload that validate_payload rejects.
+    """
+    ids = await _insert(
+        connection,
+        [NewJob(url=url, dedup_key=dedup_key)],
+        parser_type=parser_type,
+        payload=payload,
+        queue=queue,
+        priority=priority,
+        max_retries=max_retries,
+        run_at=run_at,
+        owner=owner,
+        backoff_seconds=backoff_seconds,
+    )
+    return ids[0] if ids else None
+
+
+@translate_database_errors
+async def enqueue_many(
+    connection: psycopg.AsyncConnection[Any],
+    jobs: Iterable[str | NewJob],
+    *,
+    parser_type: str = DEFAULT_PARSER,
+    payload: dict[str, Any] | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    run_at: datetime | None = None,
+    owner: Owner | None = None,
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+    dedup_by_url: bool = False,
+) -> list[int]:
+    """Enqueue many URLs (or NewJob rows) in one transaction; return the new ids.
+
+    Multi-row inserts of INSERT_CHUNK_ROWS rows: 100,000 URLs take a few seconds. Keyword
+    arguments are the defaults for every row; a NewJob overrides them per row. With
+    `dedup_by_url`, each row's dedup key is its normalised URL (unless the NewJob sets one),
+    so rows already present for the same owner are skipped.
+    """
+    rows = [job if isinstance(job, NewJob) else NewJob(url=job) for job in jobs]
+    return await _insert(
+        connection,
+        rows,
+        parser_type=parser_type,
+        payload=payload,
+        queue=queue,
+        priority=priority,
+        max_retries=max_retries,
+        run_at=run_at,
+        owner=owner,
+        backoff_seconds=backoff_seconds,
+        dedup_by_url=dedup_by_url,
+    )
+
+
+@translate_database_errors
+async def enqueue_for_owner(
+    connection: psycopg.AsyncConnection[Any],
+    owner: Owner,
+    urls: Iterable[str],
+    *,
+    parser_type: str = DEFAULT_PARSER,
+    payload: dict[str, Any] | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+) -> int:
+    """Enqueue the URLs of one ScrapeJob; return how many rows were new.
+
+    Idempotent per (owner.uid, normalised URL): calling it again (an operator restart, a
+    re-delivered event) inserts nothing twice, and URLs repeated within `urls` count once.
+    """
+    ids = await _insert(
+        connection,
+        [NewJob(url=url) for url in urls],
+        parser_type=parser_type,
+        payload=payload,
+        queue=queue,
+        priority=priority,
+        max_retries=max_retries,
+        run_at=None,
+        owner=owner,
+        backoff_seconds=backoff_seconds,
+        dedup_by_url=True,
+    )
+    return len(ids)
+
+
+async def _insert(
+    connection: psycopg.AsyncConnection[Any],
+    rows: Sequence[NewJob],
+    *,
+    parser_type: str,
+    payload: dict[str, Any] | None,
+    queue: str,
+    priority: int,
+    max_retries: int,
+    run_at: datetime | None,
+    owner: Owner | None,
+    backoff_seconds: float,
+    dedup_by_url: bool = False,
+) -> list[int]:
+    if not rows:
+        return []
+    # Refuse what a worker would refuse anyway, while the producer can still be told.
+    _require_valid_payload(payload)
+    default_payload = Jsonb(payload if payload is not None else {})
+    urls: list[str] = []
+    parser_types: list[str] = []
+    payloads: list[Jsonb] = []
+    priorities: list[int] = []
+    dedup_keys: list[str | None] = []
+    seen_keys: set[str] = set()
+    for row in rows:
+        url = row.url.strip()
+        if not url:
+            raise InvalidJob("a job needs a non-empty URL")
+        key = row.dedup_key
+        if key is None and dedup_by_url:
+            key = normalise_url(url)
+        if key is not None:
+            if key in seen_keys:
+                continue
+            seen_keys.add(key)
+        if row.payload is not None:
+            _require_valid_payload(row.payload)
+        urls.append(url)
+        parser_types.append(row.parser_type or parser_type)
+        payloads.append(default_payload if row.payload is None else Jsonb(row.payload))
+        priorities.append(priority if row.priority is None else row.priority)
+        dedup_keys.append(key)
+    shared = {
+        "queue": queue,
+        "max_retries": max_retries,
+        "backoff_seconds": float(backoff_seconds),
+        "run_at": run_at,
+        "owner_uid": owner.uid if owner else None,
+        "owner_namespace": owner.namespace if owner else None,
+        "owner_name": owner.name if owner else None,
+    }
+    ids: list[int] = []
+    # One chunk is one statement, atomic on its own: no BEGIN/COMMIT round trips for it.
+    atomic = connection.transaction() if len(urls) > INSERT_CHUNK_ROWS else contextlib.nullcontext()
+    async with atomic:
+        for start in range(0, len(urls), INSERT_CHUNK_ROWS):
+            end = start + INSERT_CHUNK_ROWS
+            cursor = await connection.execute(
+                statements.JOB_INSERT_MANY,
+                {
+                    **shared,
+                    "urls": urls[start:end],
+                    "parser_types": parser_types[start:end],
+                    "payloads": payloads[start:end],
+                    "priorities": priorities[start:end],
+                    "dedup_keys": dedup_keys[start:end],
+                },
+            )
+            ids.extend(row[0] for row in await cursor.fetchall())
+    return ids
+
+
+def _require_valid_payload(payload: dict[str, Any] | None) -> None:
+    problems = validate_payload(payload)
+    if problems:
+        raise InvalidJob("invalid payload: " + "; ".join(problems))
+
+
+@translate_database_errors
+async def cancel_owner(connection: psycopg.AsyncConnection[Any], owner_uid: str) -> int:
+    """Cancel every pending and in-flight row of one owner; return how many were cancelled.
+
+    A worker still rendering a cancelled row is fenced out: its complete/retry/fail changes
+    nothing, and its next renew_leases no longer returns the id.
+    """
+    cursor = await connection.execute(statements.OWNER_CANCEL, {"owner_uid": owner_uid})
+    row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+@translate_database_errors
+async def cancel_jobs(connection: psycopg.AsyncConnection[Any], job_ids: Sequence[int]) -> int:
+    """Cancel the given rows if pending or in flight; return how many were cancelled."""
+    if not job_ids:
+        return 0
+    cursor = await connection.execute(statements.JOBS_CANCEL, {"ids": list(job_ids)})
+    row = await cursor.fetchone()
+    return int(row[0]) if row else 0

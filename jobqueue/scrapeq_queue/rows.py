@@ -1,0 +1,166 @@
+"""Frozen records that cross the queue package boundary: jobs, owners, progress and statistics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The ScrapeJob a row belongs to: its uid (the dedup scope) and namespace/name."""
+
+    uid: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A row a worker holds: (id, attempt) is the fencing token every later write must present."""
+
+    id: int
+    attempt: int
+    url: str
+    parser_type: str
+    payload: dict[str, Any]
+    queue: str
+    priority: int
+    retry_count: int
+    max_retries: int
+    depth: int
+    parent_id: int | None
+    owner_uid: str | None
+    owner_namespace: str | None
+    owner_name: str | None
+    run_at: datetime
+    claimed_at: datetime
+    lease_expires_at: datetime
+
+    @property
+    def token(self) -> tuple[int, int]:
+        """(id, attempt), the pair renew_leases and release_jobs take."""
+        return (self.id, self.attempt)
+
+
+@dataclass(frozen=True)
+class FollowUrl:
+    """A link found on a page, to enqueue as a child row when its parent completes.
+
+    `payload`/`parser_type` default to the parent's.
+    """
+
+    url: str
+    payload: dict[str, Any] | None = None
+    parser_type: str | None = None
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """One row for enqueue_many when rows differ in more than their URL (unset = the defaults)."""
+
+    url: str
+    payload: dict[str, Any] | None = None
+    parser_type: str | None = None
+    priority: int | None = None
+    dedup_key: str | None = None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A successful attempt, for complete_many (batched completions)."""
+
+    job_id: int
+    attempt: int
+    result: dict[str, Any]
+    duration_seconds: float
+
+
+@dataclass(frozen=True)
+class ResultPreview:
+    """One recent result of an owner, small enough to show in a ScrapeJob status."""
+
+    job_id: int
+    url: str
+    result: Any
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class OwnerProgress:
+    """Row counts of one owner by state, with the latest error and a few recent results.
+
+    `pending` counts rows never attempted or released; `retrying` counts pending rows that
+    already failed at least once.
+    """
+
+    total: int = 0
+    pending: int = 0
+    retrying: int = 0
+    processing: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    last_error: str | None = None
+    last_error_url: str | None = None
+    first_started_at: datetime | None = None
+    last_finished_at: datetime | None = None
+    preview: tuple[ResultPreview, ...] = field(default=())
+
+    @property
+    def finished(self) -> bool:
+        """True when every row reached a final state (and there is at least one row)."""
+        return self.total > 0 and self.succeeded + self.failed + self.cancelled == self.total
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """Work waiting in one queue, as the autoscaler sees it."""
+
+    due_pending: int
+    delayed_pending: int
+    processing: int
+    oldest_due_age_seconds: float | None
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Live backlog of one queue plus how many jobs it ever finished per outcome."""
+
+    queue: str
+    due_pending: int = 0
+    delayed_pending: int = 0
+    processing: int = 0
+    completed_total: int = 0
+    failed_total: int = 0
+    cancelled_total: int = 0
+    oldest_due_age_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class FailedJob:
+    """A row that failed for good, for `scrapeq jobs`."""
+
+    id: int
+    queue: str
+    url: str
+    retry_count: int
+    reason: str | None
+    error: str | None
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One attempt of a job, from scrapeq_attempts."""
+
+    job_id: int
+    attempt: int
+    worker_id: str
+    started_at: datetime
+    finished_at: datetime | None
+    outcome: str
+    reason: str | None
+    error: str | None
+    duration_seconds: float | None

@@ -1,0 +1,487 @@
+"""Every SQL statement the queue runs, named, with what each one guarantees.
+
+Values are always bound (`%(name)s`); nothing here is built from input. Statements that finish
+an attempt also log it (scrapeq_attempts) and bump the outcome counters (scrapeq_queue_counters)
+in the same statement, so the three can never disagree. A claim writes only the job row: the
+attempt in flight is its attempt, processed_by and processing_started_at.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- migrations ---------------------------------------------------------------------------------
+
+# A fixed advisory-lock key: every `scrapeq migrate` serialises on it (transaction scoped).
+MIGRATION_LOCK_KEY: Final = 0x7363_7261_7065_7100  # "scrapeq\0" as a bigint
+
+MIGRATION_LOCK: Final = "SELECT pg_advisory_xact_lock(%(key)s)"
+
+# Creates the bookkeeping table on first run; a no-op afterwards.
+MIGRATIONS_TABLE_CREATE: Final = """
+CREATE TABLE IF NOT EXISTS scrapeq_schema_migrations (
+    version TEXT PRIMARY KEY,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)
+"""
+
+MIGRATIONS_APPLIED: Final = "SELECT version FROM scrapeq_schema_migrations ORDER BY version"
+
+MIGRATION_RECORD: Final = "INSERT INTO scrapeq_schema_migrations (version) VALUES (%(version)s)"
+
+# NULL when the bookkeeping table does not exist yet (an empty database).
+MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('scrapeq_schema_migrations') IS NOT NULL"
+
+# --- claims (workers) ---------------------------------------------------------------------------
+
+# Claims up to `limit` due pending rows of the given queues in one statement: each queue's rows
+# are locked in claim order with SKIP LOCKED (so concurrent claimers never wait on or share a
+# row), the best `limit` across queues become `processing` with a new attempt number and lease.
+# The caller's autocommit ends the transaction.
+# Plan stability: the limit comes from a sub-select, so the planner cannot see its value and a
+# custom plan costs what the cached generic plan costs; PostgreSQL then keeps the generic plan
+# instead of re-planning this statement (about a millisecond) on every claim. The update finds
+# its rows through `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the
+# generic plan guesses about how many candidates there are.
+JOB_CLAIM: Final = """
+WITH candidates AS (
+    SELECT locked.id
+    FROM unnest(%(queues)s::text[]) AS wanted(queue)
+    CROSS JOIN LATERAL (
+        SELECT jobs.id, jobs.priority, jobs.run_at
+        FROM scraping_jobs AS jobs
+        WHERE jobs.status = 'pending' AND jobs.queue = wanted.queue AND jobs.run_at <= now()
+        ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+        LIMIT (SELECT %(limit)s::integer)
+        FOR UPDATE SKIP LOCKED
+    ) AS locked
+    ORDER BY locked.priority DESC, locked.run_at, locked.id
+    LIMIT (SELECT %(limit)s::integer)
+),
+claimed AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = 'processing',
+        attempt = jobs.attempt + 1,
+        processed_by = %(worker_id)s,
+        processing_started_at = now(),
+        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        updated_at = now()
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM candidates)) AND jobs.status = 'pending'
+    RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type, jobs.payload,
+              jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries, jobs.depth,
+              jobs.parent_id, jobs.owner_uid, jobs.owner_namespace, jobs.owner_name, jobs.run_at,
+              jobs.processing_started_at, jobs.lease_expires_at
+)
+SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_count,
+       max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
+       processing_started_at, lease_expires_at
+FROM claimed
+ORDER BY priority DESC, run_at, id
+"""
+
+# Extends the leases of the (id, attempt) pairs this worker still holds; returns their ids.
+# A pair whose attempt moved on (rescued and re-claimed) or that was cancelled is not renewed.
+# Touches no indexed column, so the update stays HOT.
+JOB_RENEW_LEASES: Final = """
+UPDATE scraping_jobs AS jobs
+SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS held(id, attempt)
+WHERE jobs.id = held.id AND jobs.attempt = held.attempt
+  AND jobs.status = 'processing' AND jobs.processed_by = %(worker_id)s
+RETURNING jobs.id
+"""
+
+# Completes the given attempts that are still current (fenced by id + attempt + processing);
+# stores each result, logs the attempts and counts them. Returns the ids that completed.
+# The results arrive as one JSON array (element i belongs to ids[i]): one document to encode
+# instead of one per job.
+JOB_COMPLETE_MANY: Final = """
+WITH done AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = 'completed', result = outcome.result, finished_at = now(), updated_at = now(),
+        lease_expires_at = NULL
+    FROM (
+        SELECT given.id, given.attempt, result.value AS result, given.duration
+        FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[],
+                    %(durations)s::double precision[]) WITH ORDINALITY
+                 AS given(id, attempt, duration, position)
+        JOIN jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS result(value, position)
+            USING (position)
+    ) AS outcome
+    WHERE jobs.id = outcome.id AND jobs.attempt = outcome.attempt AND jobs.status = 'processing'
+    RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by,
+              jobs.processing_started_at, outcome.duration
+),
+logged AS (
+    INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
+                                  duration_seconds)
+    SELECT id, attempt, processed_by, processing_started_at, 'completed', duration FROM done
+),
+counted AS (
+    INSERT INTO scrapeq_queue_counters AS counters (queue, outcome, shard, total)
+    SELECT queue, 'completed', pg_backend_pid() %% 16, count(*) FROM done
+    GROUP BY queue ORDER BY queue
+    ON CONFLICT (queue, outcome, shard) DO UPDATE SET total = counters.total + excluded.total
+)
+SELECT id FROM done
+"""
+
+# Inserts followed links as children of a job that just completed in this transaction:
+# same queue/priority/retries/owner, depth + 1, deduplicated per owner by normalised URL
+# (rows without an owner are deduplicated only within one call). Returns the new ids.
+JOB_INSERT_CHILDREN: Final = """
+INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
+                           retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
+                           dedup_key, parent_id, depth)
+SELECT child.url, coalesce(child.parser_type, parent.parser_type),
+       coalesce(child.payload, parent.payload), parent.queue, parent.priority,
+       parent.max_retries, parent.retry_backoff_seconds, parent.owner_uid,
+       parent.owner_namespace, parent.owner_name,
+       CASE WHEN parent.owner_uid IS NULL THEN NULL ELSE child.dedup_key END,
+       parent.id, parent.depth + 1
+FROM scraping_jobs AS parent,
+     unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
+            %(dedup_keys)s::text[]) AS child(url, parser_type, payload, dedup_key)
+WHERE parent.id = %(parent_id)s
+ON CONFLICT (owner_uid, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+RETURNING id
+"""
+
+# Records a failed attempt that may be retried: if retries remain the row goes back to pending
+# with run_at = now + delay, where delay = Retry-After when given, else
+# retry_backoff_seconds * 2^retry_count * jitter, both capped; otherwise it fails for good.
+# Fenced by id + attempt + processing. Returns the new status (no row: fenced).
+JOB_RETRY: Final = """
+WITH decided AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = CASE WHEN jobs.retry_count < jobs.max_retries
+                      THEN 'pending' ELSE 'failed' END::scraping_job_status,
+        run_at = CASE WHEN jobs.retry_count < jobs.max_retries
+                      THEN now() + make_interval(secs => least(
+                          %(cap_seconds)s::double precision,
+                          coalesce(%(retry_after_seconds)s::double precision,
+                                   least(%(cap_seconds)s::double precision,
+                                         jobs.retry_backoff_seconds * power(2, jobs.retry_count))
+                                   * %(jitter)s::double precision)))
+                      ELSE jobs.run_at END,
+        finished_at = CASE WHEN jobs.retry_count < jobs.max_retries THEN NULL ELSE now() END,
+        retry_count = CASE WHEN jobs.retry_count < jobs.max_retries
+                           THEN jobs.retry_count + 1 ELSE jobs.retry_count END,
+        lease_expires_at = NULL,
+        last_error = %(error)s,
+        last_error_reason = %(reason)s,
+        updated_at = now()
+    WHERE jobs.id = %(id)s AND jobs.attempt = %(attempt)s AND jobs.status = 'processing'
+    RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.status, jobs.processed_by,
+              jobs.processing_started_at
+),
+logged AS (
+    INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome, reason, error,
+                                  duration_seconds)
+    SELECT id, attempt, processed_by, processing_started_at,
+           CASE WHEN status = 'failed' THEN 'failed' ELSE 'retrying' END,
+           %(reason)s, %(error)s, %(duration_seconds)s
+    FROM decided
+),
+counted AS (
+    INSERT INTO scrapeq_queue_counters AS counters (queue, outcome, shard, total)
+    SELECT queue, 'failed', pg_backend_pid() %% 16, count(*) FROM decided
+    WHERE status = 'failed'
+    GROUP BY queue
+    ON CONFLICT (queue, outcome, shard) DO UPDATE SET total = counters.total + excluded.total
+)
+SELECT status::text FROM decided
+"""
+
+# Fails the attempt and the job for good (no retry), fenced by id + attempt + processing.
+JOB_FAIL: Final = """
+WITH failed AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = 'failed', finished_at = now(), lease_expires_at = NULL,
+        last_error = %(error)s, last_error_reason = %(reason)s, updated_at = now()
+    WHERE jobs.id = %(id)s AND jobs.attempt = %(attempt)s AND jobs.status = 'processing'
+    RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by, jobs.processing_started_at
+),
+logged AS (
+    INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome, reason, error,
+                                  duration_seconds)
+    SELECT id, attempt, processed_by, processing_started_at, 'failed', %(reason)s, %(error)s,
+           %(duration_seconds)s
+    FROM failed
+),
+counted AS (
+    INSERT INTO scrapeq_queue_counters AS counters (queue, outcome, shard, total)
+    SELECT queue, 'failed', pg_backend_pid() %% 16, count(*) FROM failed GROUP BY queue
+    ON CONFLICT (queue, outcome, shard) DO UPDATE SET total = counters.total + excluded.total
+)
+SELECT id FROM failed
+"""
+
+# Gives held jobs back untouched (graceful drain): pending and due now, retry_count unchanged,
+# the attempt logged as released, and one NOTIFY so another worker picks them up at once.
+JOB_RELEASE: Final = """
+WITH released AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = 'pending', run_at = now(), lease_expires_at = NULL, updated_at = now()
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS held(id, attempt)
+    WHERE jobs.id = held.id AND jobs.attempt = held.attempt
+      AND jobs.status = 'processing' AND jobs.processed_by = %(worker_id)s
+    RETURNING jobs.id, jobs.attempt, jobs.processed_by, jobs.processing_started_at
+),
+logged AS (
+    INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
+                                  duration_seconds)
+    SELECT id, attempt, processed_by, processing_started_at, 'released',
+           extract(epoch FROM now() - processing_started_at)
+    FROM released
+),
+notified AS (
+    SELECT pg_notify('scrapeq_jobs', '') WHERE EXISTS (SELECT FROM released)
+)
+SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM notified) AS notified
+"""
+
+# Returns rows whose lease expired (their worker died or hung) to pending, due now, counting
+# the lost attempt as a retry; rows out of retries fail with reason lease_expired. Rows being
+# rescued by another rescuer at the same moment are skipped (SKIP LOCKED).
+JOB_RESCUE_EXPIRED: Final = """
+WITH expired AS (
+    SELECT id FROM scraping_jobs
+    WHERE status = 'processing' AND lease_expires_at < now()
+    FOR UPDATE SKIP LOCKED
+),
+rescued AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = CASE WHEN jobs.retry_count < jobs.max_retries
+                      THEN 'pending' ELSE 'failed' END::scraping_job_status,
+        finished_at = CASE WHEN jobs.retry_count < jobs.max_retries THEN NULL ELSE now() END,
+        retry_count = CASE WHEN jobs.retry_count < jobs.max_retries
+                           THEN jobs.retry_count + 1 ELSE jobs.retry_count END,
+        run_at = now(),
+        lease_expires_at = NULL,
+        last_error = format('lease expired: worker %%s stopped renewing attempt %%s',
+                            jobs.processed_by, jobs.attempt),
+        last_error_reason = 'lease_expired',
+        updated_at = now()
+    FROM expired
+    WHERE jobs.id = expired.id
+    RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.status, jobs.processed_by,
+              jobs.processing_started_at
+),
+logged AS (
+    INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome, reason, error,
+                                  duration_seconds)
+    SELECT id, attempt, processed_by, processing_started_at, 'expired', 'lease_expired',
+           'lease expired before the worker finished',
+           extract(epoch FROM now() - processing_started_at)
+    FROM rescued
+),
+counted AS (
+    INSERT INTO scrapeq_queue_counters AS counters (queue, outcome, shard, total)
+    SELECT queue, 'failed', pg_backend_pid() %% 16, count(*) FROM rescued
+    WHERE status = 'failed'
+    GROUP BY queue ORDER BY queue
+    ON CONFLICT (queue, outcome, shard) DO UPDATE SET total = counters.total + excluded.total
+),
+notified AS (
+    SELECT pg_notify('scrapeq_jobs', '') WHERE EXISTS (SELECT FROM rescued WHERE status = 'pending')
+)
+SELECT (SELECT count(*) FROM rescued) AS rescued, (SELECT count(*) FROM notified) AS notified
+"""
+
+# --- producers ----------------------------------------------------------------------------------
+
+# Inserts rows from parallel arrays (one statement, so the trigger sends one NOTIFY); a row
+# whose (owner_uid, dedup_key) already exists is skipped. Returns the new ids.
+JOB_INSERT_MANY: Final = """
+INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
+                           retry_backoff_seconds, run_at, owner_uid, owner_namespace,
+                           owner_name, dedup_key)
+SELECT new.url, new.parser_type, new.payload, %(queue)s, new.priority, %(max_retries)s,
+       %(backoff_seconds)s, coalesce(%(run_at)s::timestamptz, now()), %(owner_uid)s,
+       %(owner_namespace)s, %(owner_name)s, new.dedup_key
+FROM unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
+            %(priorities)s::integer[], %(dedup_keys)s::text[])
+     AS new(url, parser_type, payload, priority, dedup_key)
+ON CONFLICT (owner_uid, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+RETURNING id
+"""
+
+# Cancels every pending or in-flight row of an owner; an in-flight worker's later write is
+# fenced out because the row is no longer `processing`. Returns how many rows were cancelled.
+# Rows are locked in id order, the order every multi-row write of this package uses, so a
+# cancel and a worker's batched completion can never deadlock.
+OWNER_CANCEL: Final = """
+WITH targets AS (
+    SELECT id, status FROM scraping_jobs AS jobs
+    WHERE jobs.owner_uid = %(owner_uid)s AND jobs.status IN ('pending', 'processing')
+    ORDER BY id
+    FOR UPDATE
+),
+cancelled AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = 'cancelled', finished_at = now(), lease_expires_at = NULL, updated_at = now()
+    FROM targets
+    WHERE jobs.id = targets.id AND jobs.status IN ('pending', 'processing')
+    RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by, jobs.processing_started_at,
+              targets.status AS previous_status
+),
+logged AS (
+    INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
+                                  duration_seconds)
+    SELECT id, attempt, processed_by, processing_started_at, 'cancelled',
+           extract(epoch FROM now() - processing_started_at)
+    FROM cancelled
+    WHERE previous_status = 'processing'
+),
+counted AS (
+    INSERT INTO scrapeq_queue_counters AS counters (queue, outcome, shard, total)
+    SELECT queue, 'cancelled', pg_backend_pid() %% 16, count(*) FROM cancelled
+    GROUP BY queue ORDER BY queue
+    ON CONFLICT (queue, outcome, shard) DO UPDATE SET total = counters.total + excluded.total
+)
+SELECT count(*) FROM cancelled
+"""
+
+# The same as OWNER_CANCEL for explicit job ids.
+JOBS_CANCEL: Final = OWNER_CANCEL.replace(
+    "jobs.owner_uid = %(owner_uid)s", "jobs.id = ANY(%(ids)s::bigint[])"
+)
+
+# --- inspection ---------------------------------------------------------------------------------
+
+# Row counts per state for the given owners (index scan on owner_uid).
+OWNER_PROGRESS_COUNTS: Final = """
+SELECT owner_uid,
+       count(*) AS total,
+       count(*) FILTER (WHERE status = 'pending' AND retry_count = 0) AS pending,
+       count(*) FILTER (WHERE status = 'pending' AND retry_count > 0) AS retrying,
+       count(*) FILTER (WHERE status = 'processing') AS processing,
+       count(*) FILTER (WHERE status = 'completed') AS succeeded,
+       count(*) FILTER (WHERE status = 'failed') AS failed,
+       count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+       min(processing_started_at) AS first_started_at,
+       max(finished_at) AS last_finished_at
+FROM scraping_jobs
+WHERE owner_uid = ANY(%(owner_uids)s::text[])
+GROUP BY owner_uid
+"""
+
+# The most recent error of each given owner.
+OWNER_LAST_ERRORS: Final = """
+SELECT DISTINCT ON (owner_uid) owner_uid, last_error, url_to_scrape
+FROM scraping_jobs
+WHERE owner_uid = ANY(%(owner_uids)s::text[]) AND last_error IS NOT NULL
+ORDER BY owner_uid, updated_at DESC, id DESC
+"""
+
+# The `limit` most recent results of each given owner.
+OWNER_RESULT_PREVIEWS: Final = """
+SELECT owner_uid, id, url_to_scrape, result, finished_at
+FROM (
+    SELECT owner_uid, id, url_to_scrape, result, finished_at,
+           row_number() OVER (PARTITION BY owner_uid ORDER BY finished_at DESC, id DESC) AS rank
+    FROM scraping_jobs
+    WHERE owner_uid = ANY(%(owner_uids)s::text[]) AND status = 'completed'
+) AS ranked
+WHERE rank <= %(limit)s
+ORDER BY owner_uid, rank
+"""
+
+# Owners with a row changed after `since` (partial index on updated_at).
+OWNERS_CHANGED_SINCE: Final = """
+SELECT DISTINCT owner_uid, owner_namespace, owner_name
+FROM scraping_jobs
+WHERE owner_uid IS NOT NULL AND updated_at > %(since)s
+"""
+
+# Makes the current transaction see one snapshot for all its statements (consistent reports).
+REPEATABLE_READ: Final = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+
+# The database's clock (for owners_changed_since bookkeeping).
+DATABASE_NOW: Final = "SELECT now()"
+
+# Backlog of the given queues from the partial indexes on pending and processing rows.
+QUEUE_BACKLOG: Final = """
+SELECT wanted.queue,
+       (SELECT count(*) FROM scraping_jobs AS jobs
+        WHERE jobs.status = 'pending' AND jobs.queue = wanted.queue AND jobs.run_at <= now())
+           AS due_pending,
+       (SELECT count(*) FROM scraping_jobs AS jobs
+        WHERE jobs.status = 'pending' AND jobs.queue = wanted.queue AND jobs.run_at > now())
+           AS delayed_pending,
+       (SELECT count(*) FROM scraping_jobs AS jobs
+        WHERE jobs.status = 'processing' AND jobs.queue = wanted.queue) AS processing,
+       (SELECT extract(epoch FROM now() - min(jobs.run_at)) FROM scraping_jobs AS jobs
+        WHERE jobs.status = 'pending' AND jobs.queue = wanted.queue AND jobs.run_at <= now())
+           AS oldest_due_age_seconds
+FROM unnest(%(queues)s::text[]) AS wanted(queue)
+"""
+
+# In-flight rows of one queue per worker id (processed_by).
+QUEUE_BUSY_WORKERS: Final = """
+SELECT processed_by, count(*) FROM scraping_jobs
+WHERE status = 'processing' AND queue = %(queue)s
+GROUP BY processed_by
+"""
+
+# Pending rows per queue (partial index; bounded by the live backlog, not the history).
+QUEUE_PENDING_STATS: Final = """
+SELECT queue,
+       count(*) FILTER (WHERE run_at <= now()) AS due_pending,
+       count(*) FILTER (WHERE run_at > now()) AS delayed_pending,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now())) AS oldest_due_age
+FROM scraping_jobs
+WHERE status = 'pending'
+GROUP BY queue
+"""
+
+# In-flight rows per queue (partial index).
+QUEUE_PROCESSING_STATS: Final = """
+SELECT queue, count(*) FROM scraping_jobs WHERE status = 'processing' GROUP BY queue
+"""
+
+# Finished totals per queue and outcome, summed over the counter shards.
+QUEUE_FINISHED_TOTALS: Final = """
+SELECT queue, outcome::text, sum(total)::bigint FROM scrapeq_queue_counters GROUP BY queue, outcome
+"""
+
+# The most recent permanent failures (partial index on failed rows).
+JOBS_LATEST_FAILURES: Final = """
+SELECT id, queue, url_to_scrape, retry_count, last_error_reason, last_error, finished_at
+FROM scraping_jobs
+WHERE status = 'failed'
+ORDER BY finished_at DESC, id DESC
+LIMIT %(limit)s
+"""
+
+# Every attempt of one job, oldest first: "what happened to this URL". The finished ones come
+# from scrapeq_attempts; the one in flight (if any) from the job row, as outcome `running`.
+JOB_ATTEMPTS: Final = """
+SELECT job_id, attempt, worker_id, started_at, finished_at, outcome, reason, error,
+       duration_seconds
+FROM scrapeq_attempts WHERE job_id = %(id)s
+UNION ALL
+SELECT id, attempt, processed_by, processing_started_at, NULL, 'running', NULL, NULL, NULL
+FROM scraping_jobs WHERE id = %(id)s AND status = 'processing'
+ORDER BY attempt
+"""
+
+# --- maintenance --------------------------------------------------------------------------------
+
+# Deletes up to `batch` finished rows past their retention (attempts go with them by cascade);
+# failed rows only when `failed_before` is given. Batched so no single transaction grows large.
+JOBS_PRUNE_BATCH: Final = """
+WITH doomed AS (
+    SELECT id FROM scraping_jobs
+    WHERE finished_at IS NOT NULL
+      AND ((status IN ('completed', 'cancelled') AND finished_at < %(completed_before)s)
+           OR (status = 'failed' AND finished_at < %(failed_before)s::timestamptz))
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM scraping_jobs AS jobs USING doomed WHERE jobs.id = doomed.id RETURNING jobs.id
+)
+SELECT count(*) FROM deleted
+"""

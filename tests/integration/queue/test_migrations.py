@@ -1,0 +1,90 @@
+"""Migrations: they reproduce schema.sql, run once, and are safe to run concurrently."""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+import scrapeq_queue as queue
+from scrapeq_queue.snapshot import SNAPSHOT_PATH, dump_schema, render_snapshot
+
+pytestmark = pytest.mark.postgres
+
+
+def test_migrations_reproduce_the_schema_snapshot(postgres_server: str) -> None:
+    from tests.conftest import _with_dbname
+
+    names = (f"scrapeq_snapshot_migrated_{os.getpid()}", f"scrapeq_snapshot_loaded_{os.getpid()}")
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        for name in names:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {name}")
+    migrated, loaded = (_with_dbname(postgres_server, name) for name in names)
+    try:
+        queue.migrate(migrated)
+        with psycopg.connect(loaded, autocommit=True) as connection:
+            connection.execute(SNAPSHOT_PATH.read_bytes())
+
+        assert render_snapshot(migrated) == SNAPSHOT_PATH.read_text(encoding="utf-8"), (
+            "schema.sql is stale: run `python -m scrapeq_queue.snapshot`"
+        )
+        assert dump_schema(loaded) == dump_schema(migrated)
+        assert queue.migrate(loaded) == [], "a database loaded from schema.sql is current"
+    finally:
+        with psycopg.connect(postgres_server, autocommit=True) as admin:
+            for name in names:
+                admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+async def test_migrate_applies_each_migration_once(empty_database_url: str) -> None:
+    async with await queue.connect(empty_database_url) as connection:
+        assert not await queue.schema_is_current(connection)
+
+        assert queue.migrate(empty_database_url) == [queue.SCHEMA_VERSION]
+        assert queue.migrate(empty_database_url) == []
+
+        assert await queue.schema_is_current(connection)
+        assert await queue.applied_versions(connection) == [queue.SCHEMA_VERSION]
+
+
+def test_concurrent_migrations_apply_everything_exactly_once(empty_database_url: str) -> None:
+    start = threading.Barrier(6)
+
+    def migrate_together() -> list[str]:
+        start.wait(timeout=30)
+        return queue.migrate(empty_database_url)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(lambda _: migrate_together(), range(6)))
+
+    assert sorted(results, key=len) == [[]] * 5 + [[queue.SCHEMA_VERSION]]
+
+
+async def test_an_unmigrated_database_is_reported_as_such(empty_database_url: str) -> None:
+    async with await queue.connect(empty_database_url) as connection:
+        with pytest.raises(queue.SchemaOutOfDate, match="scrapeq migrate"):
+            await queue.require_current_schema(connection)
+        with pytest.raises(queue.SchemaOutOfDate, match="scrapeq migrate"):
+            await queue.claim_jobs(
+                connection, worker_id="w", queues=["default"], limit=1, lease_seconds=1
+            )
+
+
+async def test_an_unreachable_database_raises_database_unavailable() -> None:
+    from scrapeq.local.processes import free_port
+
+    with pytest.raises(queue.DatabaseUnavailable, match="cannot connect") as raised:
+        await queue.connect(f"postgresql://nobody@127.0.0.1:{free_port()}/none")
+    assert isinstance(raised.value.__cause__, psycopg.OperationalError)
+    with pytest.raises(queue.DatabaseUnavailable):
+        queue.migrate(f"postgresql://nobody@127.0.0.1:{free_port()}/none")
+
+
+async def test_a_broken_connection_raises_database_unavailable(database_url: str) -> None:
+    connection = await queue.connect(database_url)
+    await connection.close()
+    with pytest.raises(queue.DatabaseUnavailable):
+        await queue.enqueue(connection, "https://e.test/")
