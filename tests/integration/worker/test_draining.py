@@ -1,0 +1,92 @@
+"""SIGTERM on a real `scrapeq worker` process in the middle of a batch loses no job."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import scrapeq_queue as queue
+
+from .conftest import Connection, eventually, job_row
+from .site import ALLOW_SITE, HostileSite
+
+pytestmark = [pytest.mark.postgres, pytest.mark.chromium]
+
+REPOSITORY = Path(__file__).resolve().parents[3]
+
+
+async def test_sigterm_during_a_batch_finishes_or_releases_every_job(
+    site: HostileSite,
+    database_url: str,
+    chromium_executable: str,
+    connection: Connection,
+) -> None:
+    # Claimed first (lower ids): two pages that never finish loading, so the drain has
+    # something it must hand back; then pages that take 1.5 s, so it has something to finish.
+    stuck = [
+        await queue.enqueue(
+            connection,
+            site.url(f"/never-loads?{n}"),
+            dedup_key=f"stuck{n}",
+            payload={"timeoutSeconds": 60},
+        )
+        for n in range(2)
+    ]
+    slow = [
+        await queue.enqueue(
+            connection,
+            site.url(f"/slow/{n}?ms=1500"),
+            dedup_key=str(n),
+            payload={"waitFor": "h1.name"},
+        )
+        for n in range(6)
+    ]
+    environment = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "SCRAPEQ_ALLOW_NETWORKS": ALLOW_SITE,
+        "SCRAPEQ_CHROMIUM": chromium_executable,
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "scrapeq", "worker",
+        "--concurrency", "4", "--batch-size", "2", "--drain-seconds", "4",
+        "--metrics-port", "0", "--poll-seconds", "0.5", "--worker-id", "draining-worker",
+        cwd=REPOSITORY, env=environment, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    output = b""
+    try:
+        await eventually(
+            lambda: (
+                site.hits["/stall"] >= 2 and any(path.startswith("/slow/") for path in site.hits)
+            ),
+            within=60,
+            what="two stuck pages and a slow page in flight",
+        )
+        assert process.returncode is None
+        process.send_signal(signal.SIGTERM)
+        output, _ = await asyncio.wait_for(process.communicate(), 20)
+    finally:
+        if process.returncode is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+    log = output.decode(errors="replace")
+    assert process.returncode == 0, log
+
+    rows = {job_id: await job_row(connection, job_id) for job_id in stuck + slow}
+    assert {row.status for row in rows.values()} <= {"completed", "pending"}, log
+    for job_id in stuck:
+        row = rows[job_id]
+        assert row.status == "pending"
+        assert row.retry_count == 0
+        assert row.attempts[-1].outcome == "released"
+    finished = [job_id for job_id in slow if rows[job_id].status == "completed"]
+    assert finished, "the slow pages in flight should have finished during the drain"
+    backlog = (await queue.queue_backlog(connection, ["default"]))["default"]
+    assert backlog.processing == 0
+    assert backlog.due_pending == sum(1 for row in rows.values() if row.status == "pending")
+    assert "released 2 unfinished jobs" in log

@@ -1,0 +1,103 @@
+"""The worker's one settings object: flags beat environment beat defaults, bad values are
+named, and docs/worker.md documents every option."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from scrapeq_worker.errors import BadInput
+from scrapeq_worker.job_options import options_from_payload
+from scrapeq_worker.settings import OPTIONS, SettingsError, add_arguments, settings_from
+from scrapeq_worker.structured_logs import JsonFormatter
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "worker.md"
+
+
+def parse(*flags: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(list(flags))
+
+
+def test_defaults_apply_when_nothing_is_given() -> None:
+    settings = settings_from(parse(), environ={})
+    assert settings.concurrency == 8
+    assert settings.queues == ("default",)
+    assert settings.allow_networks == ()
+    assert settings.burst is False
+
+
+def test_the_environment_fills_what_flags_leave_unset() -> None:
+    settings = settings_from(
+        parse("--concurrency", "8"),
+        environ={
+            "SCRAPEQ_CONCURRENCY": "2",
+            "SCRAPEQ_QUEUES": "fast, slow",
+            "SCRAPEQ_ALLOW_NETWORKS": "127.0.0.0/8",
+            "SCRAPEQ_BURST": "true",
+            "DATABASE_URL": "postgresql://db/scrapeq",
+        },
+    )
+    assert settings.concurrency == 8
+    assert settings.queues == ("fast", "slow")
+    assert settings.allow_networks == (ipaddress.ip_network("127.0.0.0/8"),)
+    assert settings.burst is True
+    assert settings.database_url == "postgresql://db/scrapeq"
+
+
+def test_repeated_queue_flags_add_up() -> None:
+    assert settings_from(parse("--queue", "a", "--queue", "b"), environ={}).queues == ("a", "b")
+
+
+def test_a_bad_value_names_where_it_came_from() -> None:
+    with pytest.raises(SettingsError, match="SCRAPEQ_CONCURRENCY"):
+        settings_from(parse(), environ={"SCRAPEQ_CONCURRENCY": "0"})
+    with pytest.raises(SettingsError, match="--allow-networks"):
+        settings_from(parse("--allow-networks", "not-a-network"), environ={})
+
+
+def test_every_option_is_documented() -> None:
+    text = DOCS.read_text()
+    missing = [
+        option.flag for option in OPTIONS if option.flag not in text or option.env not in text
+    ]
+    assert missing == []
+
+
+def test_a_payload_becomes_typed_options_with_the_worker_defaults() -> None:
+    options = options_from_payload(
+        {"render": False, "waitFor": "h1", "extract": {"t": "h1"}, "follow": {"selector": "a"}},
+        default_timeout_seconds=30,
+    )
+    assert options.render is False
+    assert options.wait_for == "h1"
+    assert options.timeout_seconds == 30
+    assert [field.name for field in options.fields] == ["t"]
+    assert options.follow is not None
+    assert options.follow.max_depth == 1
+
+
+def test_an_invalid_payload_is_bad_input_listing_every_problem() -> None:
+    with pytest.raises(BadInput) as bad:
+        options_from_payload({"render": "yes", "colour": "red"}, default_timeout_seconds=30)
+    assert bad.value.reason == "invalid_payload"
+    assert "render must be true or false" in bad.value.message
+    assert "colour" in bad.value.message
+
+
+def test_json_log_lines_carry_the_job_context() -> None:
+    record = logging.LogRecord(
+        "scrapeq_worker.loop", logging.INFO, "", 0, "completed %s", ("http://a.test/",), None
+    )
+    record.job_id = 42
+    record.owner = "shop/laptops"
+    line = json.loads(JsonFormatter().format(record))
+    assert line["message"] == "completed http://a.test/"
+    assert line["job_id"] == 42
+    assert line["owner"] == "shop/laptops"
+    assert line["level"] == "info"

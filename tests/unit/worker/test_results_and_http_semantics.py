@@ -1,0 +1,90 @@
+"""Result size caps, and what each HTTP status means for a job."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+
+import pytest
+from scrapeq_worker.errors import PermanentFailure, RetryLater
+from scrapeq_worker.extraction import TRUNCATION_MARKER, cap_result
+from scrapeq_worker.http_status import (
+    MAX_RETRY_AFTER_SECONDS,
+    check_status,
+    is_html,
+    parse_retry_after,
+)
+
+
+def size(value: object) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def test_a_small_result_is_left_alone() -> None:
+    result = {"url": "http://a.test/", "fields": {"name": "x"}, "links": []}
+    assert cap_result(dict(result), 1000) == result
+
+
+def test_an_oversized_result_is_cut_to_the_limit_and_says_what_was_cut() -> None:
+    result = {
+        "url": "http://a.test/",
+        "fields": {"body": "x" * 300_000, "small": "kept"},
+        "links": [f"http://a.test/{n}" for n in range(5000)],
+    }
+    capped = cap_result(result, 64 * 1024)
+    assert size(capped) <= 64 * 1024
+    assert capped["fields"]["small"] == "kept"
+    assert capped["fields"]["body"].endswith(TRUNCATION_MARKER)
+    assert "fields.body" in capped["truncated"]
+
+
+def test_a_result_that_cannot_be_cut_small_enough_fails_clearly() -> None:
+    with pytest.raises(PermanentFailure) as failure:
+        cap_result({"url": "http://a.test/" + "x" * 5000, "fields": {}}, 1000)
+    assert failure.value.reason == "result_too_large"
+
+
+@pytest.mark.parametrize(("status", "reason"), [(404, "http_4xx"), (403, "http_4xx")])
+def test_client_errors_are_permanent(status: int, reason: str) -> None:
+    with pytest.raises(PermanentFailure) as failure:
+        check_status(status, {}, url="http://a.test/")
+    assert failure.value.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [(408, "http_408"), (429, "http_429"), (500, "http_5xx"), (503, "http_5xx")],
+)
+def test_timeouts_rate_limits_and_server_errors_retry(status: int, reason: str) -> None:
+    with pytest.raises(RetryLater) as retry:
+        check_status(status, {}, url="http://a.test/")
+    assert retry.value.reason == reason
+
+
+def test_retry_after_is_honoured_for_429_and_503() -> None:
+    with pytest.raises(RetryLater) as retry:
+        check_status(429, {"retry-after": "120"}, url="http://a.test/")
+    assert retry.value.delay_seconds == 120
+
+
+def test_success_and_redirect_statuses_pass() -> None:
+    for status in (200, 204, 304, None):
+        check_status(status, {}, url="http://a.test/")
+
+
+def test_retry_after_reads_seconds_and_http_dates_and_clamps() -> None:
+    now = 1_700_000_000.0
+    assert parse_retry_after("30") == 30
+    assert parse_retry_after(email.utils.formatdate(now + 90, usegmt=True), now=now) == 90
+    assert parse_retry_after(email.utils.formatdate(now - 90, usegmt=True), now=now) == 0
+    assert parse_retry_after("999999") == MAX_RETRY_AFTER_SECONDS
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after(None) is None
+
+
+def test_html_is_recognised_by_media_type() -> None:
+    assert is_html("text/html; charset=utf-8")
+    assert is_html("application/xhtml+xml")
+    assert is_html(None)
+    assert not is_html("application/pdf")
+    assert not is_html("image/png")

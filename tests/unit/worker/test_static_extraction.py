@@ -1,0 +1,75 @@
+"""The static engine's CSS subset extracts what a browser would, and refuses the rest."""
+
+from __future__ import annotations
+
+import pytest
+from scrapeq_worker.errors import BadInput
+from scrapeq_worker.extraction import extract_static, parse_fields
+
+PAGE = """<!doctype html><html><head><title>  A   shop </title><base href="/shop/"></head>
+<body><div id="main" class="listing wide">
+  <h1>Laptops <small>(3)</small></h1>
+  <ul class="items">
+    <li class="item" data-sku="a1">One<li class="item sale" data-sku="b2">Two
+    <li class="item" data-sku="c3">Three
+  </ul>
+  <a class="product" href="p/1#reviews">first</a><a href="https://other.example/x">x</a>
+  <a href="mailto:someone@example.com">mail</a><img src="i.png">
+</div></body></html>"""
+
+
+def extract(fields: dict[str, object], **options: object) -> dict[str, object]:
+    page = extract_static(PAGE, parse_fields(fields), base_url="http://site.test/a/b", **options)
+    return page.fields
+
+
+def test_text_is_whitespace_normalised_like_the_browser_engine() -> None:
+    assert extract({"title": "h1"}) == {"title": "Laptops (3)"}
+
+
+def test_all_returns_every_match_and_implied_end_tags_are_respected() -> None:
+    assert extract({"items": {"selector": "ul.items > li.item", "all": True}}) == {
+        "items": ["One", "Two", "Three"]
+    }
+
+
+def test_attributes_and_attribute_selectors() -> None:
+    assert extract(
+        {
+            "sku": {"selector": "li.sale", "attribute": "data-sku"},
+            "third": {"selector": "li[data-sku=c3]"},
+            "starts": {"selector": '[data-sku^="b"]'},
+            "image": {"selector": "div#main img", "attribute": "src"},
+        }
+    ) == {"sku": "b2", "third": "Three", "starts": "Two", "image": "i.png"}
+
+
+def test_a_missing_element_is_null_and_a_missing_list_is_empty() -> None:
+    assert extract({"one": "span.none", "many": {"selector": "table td", "all": True}}) == {
+        "one": None,
+        "many": [],
+    }
+
+
+def test_comma_groups_match_in_document_order() -> None:
+    assert extract({"both": {"selector": "h1, li.sale", "all": True}}) == {
+        "both": ["Laptops (3)", "Two"]
+    }
+
+
+def test_title_links_and_followed_links_are_absolute_http_urls() -> None:
+    page = extract_static(PAGE, (), base_url="http://site.test/a/b", follow_selector="a.product")
+    assert page.title == "A shop"
+    assert page.links == ["http://site.test/shop/p/1", "https://other.example/x"]
+    assert page.follow == ["http://site.test/shop/p/1"]
+
+
+@pytest.mark.parametrize("selector", ["a:hover", "li + li", "li ~ li", "li:nth-child(2)"])
+def test_selectors_outside_the_subset_are_bad_input(selector: str) -> None:
+    with pytest.raises(BadInput, match="use render: true"):
+        extract({"x": selector})
+
+
+def test_malformed_field_specs_are_bad_input() -> None:
+    with pytest.raises(BadInput, match="unknown keys"):
+        parse_fields({"x": {"selector": "h1", "xpath": "//h1"}})

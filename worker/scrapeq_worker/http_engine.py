@@ -1,0 +1,225 @@
+"""The plain-HTTP engine for `render: false` jobs: aiohttp plus the static extractor.
+
+No browser means no JavaScript, a fraction of the CPU, and hundreds of pages per second. The
+same network guard applies: every hop is checked by URL (scheme, IP literals) and aiohttp's
+resolver is replaced by `GuardedResolver`, so the address actually connected to is always one
+the guard approved. Redirects are followed here, hop by hop, rather than inside aiohttp, so
+each hop's URL passes the guard too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Final
+from urllib.parse import urljoin
+
+import aiohttp
+
+from .errors import PermanentFailure, RetryLater
+from .extraction import (
+    DEFAULT_MAX_LINKS,
+    FieldSpec,
+    PageOutcome,
+    compile_selector,
+    extract_static,
+)
+from .http_status import charset_of, check_status, is_html
+from .job_options import JobOptions
+from .network_guard import GuardedResolver, NetworkGuard
+
+# Browsers stop at 20 redirects; a scraper that needs more is being led in circles.
+MAX_REDIRECTS: Final = 10
+# Bodies above this are parsed in a thread so a big page does not stall the event loop.
+_PARSE_IN_THREAD_BYTES: Final = 256 * 1024
+DEFAULT_USER_AGENT: Final = "scrapeq-worker/0.1"
+_WAIT_FOR_FIELD: Final = "\x00waitFor"
+
+
+class HttpEngine:
+    """Fetches and extracts static pages. Use `async with` or start()/close()."""
+
+    def __init__(
+        self,
+        guard: NetworkGuard,
+        *,
+        max_response_bytes: int = 10 * 1024 * 1024,
+        max_links: int = DEFAULT_MAX_LINKS,
+        user_agent: str = DEFAULT_USER_AGENT,
+        connections: int = 100,
+    ) -> None:
+        self.guard = guard
+        self.max_response_bytes = max_response_bytes
+        self.max_links = max_links
+        self.user_agent = user_agent
+        self._connections = connections
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> HttpEngine:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                resolver=GuardedResolver(self.guard),
+                limit=self._connections,
+                # The guard caches resolutions itself, for a bounded time.
+                use_dns_cache=False,
+            )
+            # trust_env=False: a proxy from the environment would connect on our behalf to
+            # addresses the guard never saw.
+            self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def fetch(
+        self, url: str, options: JobOptions, *, follow_selector: str | None = None
+    ) -> PageOutcome:
+        """Fetch `url` (following guarded redirects), check the status, extract if HTML.
+
+        Raises the same WorkerError kinds as BrowserPool.render.
+        """
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        # Reject selectors the static engine cannot run before any network traffic.
+        for spec in options.fields:
+            compile_selector(spec.selector)
+        if follow_selector:
+            compile_selector(follow_selector)
+        if options.wait_for:
+            compile_selector(options.wait_for)
+        started = time.monotonic()
+        deadline = started + options.timeout_seconds
+        headers = {"User-Agent": self.user_agent, "Accept": "text/html,*/*;q=0.8"}
+        headers.update(options.headers or {})
+        current = url
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                await self.guard.check_url(current)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                async with self._session.get(
+                    current,
+                    headers=headers,
+                    allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=remaining),
+                ) as response:
+                    location = response.headers.get("Location")
+                    if 300 <= response.status < 400 and location:
+                        current = urljoin(current, location)
+                        continue
+                    return await self._finish(
+                        url, current, response, options, follow_selector, started, deadline
+                    )
+            raise PermanentFailure(
+                f"more than {MAX_REDIRECTS} redirects from {url}", reason="too_many_redirects"
+            )
+        except TimeoutError as error:
+            raise RetryLater(
+                f"timed out after {options.timeout_seconds:g}s fetching {current}",
+                reason="timeout",
+            ) from error
+        except aiohttp.ClientError as error:
+            raise RetryLater(
+                f"could not fetch {current}: {error}", reason="network_error"
+            ) from error
+
+    async def _finish(
+        self,
+        url: str,
+        final_url: str,
+        response: aiohttp.ClientResponse,
+        options: JobOptions,
+        follow_selector: str | None,
+        started: float,
+        deadline: float,
+    ) -> PageOutcome:
+        headers = {name.lower(): value for name, value in response.headers.items()}
+        check_status(response.status, headers, url=final_url)
+        content_type = headers.get("content-type")
+        length = headers.get("content-length")
+        content_length = int(length) if length and length.isdigit() else None
+        if content_length is not None and content_length > self.max_response_bytes:
+            raise self._too_large(final_url)
+        loaded = time.monotonic()
+        if not is_html(content_type):
+            # Recorded, not downloaded: a PDF or an image has no fields to extract.
+            return PageOutcome(
+                url=url,
+                final_url=final_url,
+                status=response.status,
+                content_type=content_type,
+                extracted=None,
+                content_length=content_length,
+                timing_ms={
+                    "load_ms": round((loaded - started) * 1000, 1),
+                    "total_ms": round((loaded - started) * 1000, 1),
+                },
+            )
+        body = bytearray()
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            body.extend(chunk)
+            if len(body) > self.max_response_bytes:
+                raise self._too_large(final_url)
+        loaded = time.monotonic()
+        text = _decode(bytes(body), charset_of(content_type))
+        arguments: dict[str, Any] = {
+            "base_url": final_url,
+            "follow_selector": follow_selector,
+            "max_links": self.max_links,
+        }
+        fields = options.fields
+        if options.wait_for:
+            # Checked in the same parse as the fields, under a name no payload can use.
+            fields = (*fields, FieldSpec(_WAIT_FOR_FIELD, options.wait_for))
+        if len(body) > _PARSE_IN_THREAD_BYTES:
+            extracted = await asyncio.to_thread(extract_static, text, fields, **arguments)
+        else:
+            extracted = extract_static(text, fields, **arguments)
+        if options.wait_for and extracted.fields.pop(_WAIT_FOR_FIELD) is None:
+            raise PermanentFailure(
+                f"waitFor selector {options.wait_for!r} is not in the static HTML of "
+                f"{final_url} (render: false runs no JavaScript; use render: true)",
+                reason="wait_for_timeout",
+            )
+        finished = time.monotonic()
+        return PageOutcome(
+            url=url,
+            final_url=final_url,
+            status=response.status,
+            content_type=content_type,
+            extracted=extracted,
+            content_length=len(body),
+            timing_ms={
+                "load_ms": round((loaded - started) * 1000, 1),
+                "extract_ms": round((finished - loaded) * 1000, 1),
+                "total_ms": round((finished - started) * 1000, 1),
+            },
+        )
+
+    def _too_large(self, url: str) -> PermanentFailure:
+        return PermanentFailure(
+            f"{url} is larger than the {self.max_response_bytes}-byte page limit",
+            reason="response_too_large",
+        )
+
+
+def _decode(body: bytes, charset: str | None) -> str:
+    if charset:
+        try:
+            return body.decode(charset, errors="replace")
+        except LookupError:
+            pass
+    return body.decode("utf-8", errors="replace")
+
+
+__all__ = ["MAX_REDIRECTS", "HttpEngine"]

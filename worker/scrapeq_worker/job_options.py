@@ -1,0 +1,69 @@
+"""A job's payload read into typed options, with the worker's defaults filled in.
+
+The queue package owns the list of payload options and their validation
+(`scrapeq_queue.payload.validate_payload`); this module only turns a valid payload into the
+values the engines need, so the two can never disagree about what is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from scrapeq_queue.payload import validate_payload
+
+from .errors import BadInput
+from .extraction import FieldSpec, parse_fields
+
+WaitUntil = Literal["load", "domcontentloaded", "networkidle0", "networkidle2"]
+
+
+@dataclass(frozen=True)
+class FollowOptions:
+    """Links to enqueue as child jobs: those matching `selector`, down to `max_depth`."""
+
+    selector: str
+    max_depth: int
+    max_pages: int | None
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Everything one scrape needs besides the URL."""
+
+    render: bool = True
+    wait_until: WaitUntil = "load"
+    wait_for: str | None = None
+    timeout_seconds: float = 30.0
+    headers: Mapping[str, str] | None = None
+    fields: tuple[FieldSpec, ...] = ()
+    follow: FollowOptions | None = None
+
+
+def options_from_payload(payload: object, *, default_timeout_seconds: float) -> JobOptions:
+    """Validate `payload` with the queue's rules and return the options; raise BadInput with
+    every problem listed when it is not valid."""
+    problems = validate_payload(payload)
+    if problems:
+        raise BadInput("invalid payload: " + "; ".join(problems), reason="invalid_payload")
+    options: Mapping[str, Any] = payload if isinstance(payload, Mapping) else {}
+    follow: FollowOptions | None = None
+    if "follow" in options:
+        raw = options["follow"]
+        follow = FollowOptions(
+            selector=str(raw["selector"]).strip(),
+            # Following one level is what "list page -> detail pages" needs; deeper is opt-in.
+            max_depth=int(raw.get("maxDepth", 1)),
+            max_pages=int(raw["maxPages"]) if "maxPages" in raw else None,
+        )
+    headers = options.get("headers")
+    return JobOptions(
+        render=bool(options.get("render", True)),
+        wait_until=cast(WaitUntil, options.get("waitUntil", "load")),
+        wait_for=str(options["waitFor"]).strip() if "waitFor" in options else None,
+        timeout_seconds=float(options.get("timeoutSeconds", default_timeout_seconds)),
+        headers=dict(headers) if headers else None,
+        fields=parse_fields(options.get("extract")),
+        follow=follow,
+    )

@@ -1,0 +1,672 @@
+"""The worker loop: claim small batches, scrape up to `concurrency` pages at once, report each
+outcome through the queue package, renew leases, drain on SIGTERM.
+
+Shape of one worker process:
+
+* the main loop keeps at most `concurrency + batch_size` jobs: it claims up to `batch_size`
+  in one statement whenever there is room, starts a task per job (tasks wait for one of the
+  `concurrency` page slots, so a slot never waits for a claim), then sleeps until a job
+  finishes, a NOTIFY arrives, or `poll_seconds` pass;
+* a listener task holds its own LISTEN connection (LISTEN cannot share a busy connection);
+* a lease task renews the leases of held jobs every third of `lease_seconds`, stops work
+  whose lease was lost, and returns other workers' expired leases to the queue;
+* every job task turns the scrape's outcome into exactly one queue write: complete (batched
+  with whatever other completions are waiting), retry (with the site's Retry-After when it
+  sent one) or fail. An unexpected exception in a job is logged and retried as
+  `internal_error`; it never reaches the loop.
+
+Database outages are retried with capped exponential backoff and a fresh connection; the loop
+keeps running. Claims use one connection and writes another, each behind a lock, because a
+psycopg connection interleaves statements of concurrent tasks into each other's transactions.
+
+SIGTERM (or SIGINT): stop claiming, release jobs that have not started, give pages in flight
+`drain_seconds` to finish, release the rest back to pending (not counted as a retry), close
+the browser, exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import psycopg
+import scrapeq_queue
+from scrapeq_queue import ClaimedJob, Completion, DatabaseUnavailable, FollowUrl, QueueError
+
+from .browser import BrowserPool, BrowserSettings
+from .errors import PermanentFailure, RetryLater, WorkerError
+from .http_engine import HttpEngine
+from .job_options import options_from_payload
+from .metrics import MetricsServer, WorkerMetrics
+from .network_guard import NetworkGuard
+from .scraper import Scraper, ScrapeResult
+from .settings import WorkerSettings
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+# Backoff after a database error: from half a second up to half a minute, with jitter so that
+# a hundred workers do not reconnect in the same instant when the database comes back.
+_BACKOFF_START_SECONDS = 0.5
+_BACKOFF_MAX_SECONDS = 30.0
+# After the drain deadline, how long releasing the leftovers may still take.
+_RELEASE_GRACE_SECONDS = 3.0
+
+
+@dataclass
+class _Running:
+    job: ClaimedJob
+    task: asyncio.Task[None]
+    started: float = field(default_factory=time.monotonic)
+    # Set when the job must not write its outcome any more (lease lost, or released).
+    abandoned: bool = False
+    # Set once the job holds a page slot (before that it only waits in this worker).
+    page_started: bool = False
+    # Set once the page is done and its outcome is being written. Such a task is never
+    # cancelled: cutting a psycopg statement short can leave the shared connection unusable.
+    reporting: bool = False
+
+
+class _Channel:
+    """One database connection and the lock that keeps its statements from interleaving.
+
+    The worker has two: claims on one, outcome writes and lease renewals on the other, so a
+    claim never waits behind a batch of completions (each commit waits for its WAL flush).
+    """
+
+    def __init__(self, database_url: str, application_name: str) -> None:
+        self._database_url = database_url
+        self._application_name = application_name
+        self.lock = asyncio.Lock()
+        self.connection: psycopg.AsyncConnection[Any] | None = None
+
+    async def connected(self) -> psycopg.AsyncConnection[Any]:
+        connection = self.connection
+        if connection is None or connection.closed or connection.broken:
+            self.connection = connection = await scrapeq_queue.connect(
+                self._database_url, application_name=self._application_name
+            )
+        return connection
+
+    @property
+    def usable(self) -> bool:
+        return self.connection is not None and not self.connection.closed
+
+    async def drop(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+
+def _owner(job: ClaimedJob) -> str | None:
+    if job.owner_namespace and job.owner_name:
+        return f"{job.owner_namespace}/{job.owner_name}"
+    return None
+
+
+def _job_log(job: ClaimedJob, **more: Any) -> dict[str, Any]:
+    return {
+        "job_id": job.id,
+        "attempt": job.attempt,
+        "queue": job.queue,
+        "owner": _owner(job),
+        **more,
+    }
+
+
+class Worker:
+    """One worker process's loop. `await run()` returns the exit status."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        *,
+        metrics: WorkerMetrics | None = None,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        if not settings.database_url:
+            raise ValueError("the worker needs a database (--database-url or DATABASE_URL)")
+        self.settings = settings
+        self.worker_id = settings.resolved_worker_id
+        self.metrics = metrics or WorkerMetrics()
+        self.guard = NetworkGuard(allow_networks=settings.allow_networks)
+        self.browser = BrowserPool(
+            BrowserSettings(
+                executable=settings.chromium,
+                no_sandbox=settings.chromium_no_sandbox,
+                recycle_after_pages=settings.browser_recycle_pages,
+                max_memory_mb=settings.browser_max_memory_mb,
+                isolate_pages=settings.isolate_pages,
+                tab_reuse_pages=settings.tab_reuse_pages,
+                max_response_bytes=settings.max_response_bytes,
+            ),
+            self.guard,
+            on_restart=lambda reason: self.metrics.browser_restarts.labels(reason).inc(),
+        )
+        self.http = HttpEngine(self.guard, max_response_bytes=settings.max_response_bytes)
+        self.scraper = Scraper(
+            self.browser,
+            self.http,
+            per_domain_concurrency=settings.per_domain_concurrency,
+            max_result_bytes=settings.max_result_bytes,
+            metrics=self.metrics,
+        )
+        self._install_signal_handlers = install_signal_handlers
+        self._running: dict[int, _Running] = {}
+        self._completions: list[tuple[Completion, asyncio.Future[bool | None]]] = []
+        self._completion_writer: asyncio.Task[None] | None = None
+        self._pages: asyncio.Semaphore | None = None
+        self._claims: _Channel | None = None
+        self._writes: _Channel | None = None
+        self._wake: asyncio.Event | None = None
+        self._stopping: asyncio.Event | None = None
+        self._last_tick = time.monotonic()
+        self._backoff = _BACKOFF_START_SECONDS
+        self.metrics_server: MetricsServer | None = None
+        self.jobs_finished = 0
+
+    # --- public --------------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Begin the graceful drain (what SIGTERM does). Safe to call more than once."""
+        if self._stopping is not None and not self._stopping.is_set():
+            logger.info("stop requested: draining %d in-flight jobs", len(self._running))
+            self._stopping.set()
+        if self._wake is not None:
+            self._wake.set()
+
+    @property
+    def live(self) -> bool:
+        """The main loop made progress recently (for /healthz)."""
+        limit = max(60.0, self.settings.poll_seconds * 10, _BACKOFF_MAX_SECONDS * 2)
+        return time.monotonic() - self._last_tick < limit
+
+    @property
+    def ready(self) -> bool:
+        """Connected to the database and taking work (for /readyz)."""
+        return (
+            self._claims is not None
+            and self._claims.usable
+            and self._stopping is not None
+            and not self._stopping.is_set()
+        )
+
+    async def run(self) -> int:
+        """Run until the queue is empty (burst) or a stop is requested; return 0."""
+        self._stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._pages = asyncio.Semaphore(self.settings.concurrency)
+        assert self.settings.database_url is not None
+        self._claims = _Channel(self.settings.database_url, f"scrapeq-worker {self.worker_id}")
+        self._writes = _Channel(
+            self.settings.database_url, f"scrapeq-worker-writes {self.worker_id}"
+        )
+        loop = asyncio.get_running_loop()
+        handled: list[signal.Signals] = []
+        if self._install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(sig, self.request_stop)
+                    handled.append(sig)
+        background: list[asyncio.Task[None]] = []
+        try:
+            if self.settings.metrics_port:
+                self.metrics_server = MetricsServer(
+                    self.metrics,
+                    host=self.settings.metrics_host,
+                    port=self.settings.metrics_port,
+                    is_live=lambda: self.live,
+                    is_ready=lambda: self.ready,
+                )
+                await self.metrics_server.start()
+            await self.http.start()
+            # The browser starts with the first rendered job: a worker that only sees
+            # `render: false` jobs never pays for Chromium.
+            background.append(asyncio.create_task(self._listen(), name="worker-listen"))
+            background.append(asyncio.create_task(self._keep_leases(), name="worker-leases"))
+            await self._claim_loop()
+            await self._drain()
+        finally:
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self._abandon_all()
+            await self.browser.close()
+            await self.http.close()
+            await self._claims.drop()
+            await self._writes.drop()
+            if self.metrics_server is not None:
+                await self.metrics_server.stop()
+            for sig in handled:
+                loop.remove_signal_handler(sig)
+        logger.info("worker %s stopped after %d jobs", self.worker_id, self.jobs_finished)
+        return 0
+
+    # --- the claim loop ------------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        assert self._stopping is not None
+        assert self._wake is not None
+        while not self._stopping.is_set():
+            self._last_tick = time.monotonic()
+            # Cleared before claiming: a NOTIFY or a finished job during the claim still wakes us.
+            self._wake.clear()
+            free = self._free_slots()
+            claimed: list[ClaimedJob] | None = []
+            if free > 0:
+                limit = min(self.settings.batch_size, free)
+                claimed = await self._database(
+                    lambda connection: scrapeq_queue.claim_jobs(
+                        connection,
+                        worker_id=self.worker_id,
+                        queues=self.settings.queues,
+                        limit=limit,  # noqa: B023 - called before the loop moves on
+                        lease_seconds=self.settings.lease_seconds,
+                    ),
+                    what="claim jobs",
+                    claims=True,
+                )
+                for job in claimed or ():
+                    self._start(job)
+            if claimed is None:
+                continue  # a database error; _database already waited out the backoff
+            if self.settings.burst and not claimed and not self._running:
+                logger.info("burst mode: no job is due; exiting")
+                return
+            if claimed and self._free_slots() > 0:
+                continue  # there may be more due work for the free slots
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
+
+    def _start(self, job: ClaimedJob) -> None:
+        self.metrics.jobs_claimed.labels(job.queue).inc()
+        latency = (job.claimed_at - job.run_at).total_seconds()
+        self.metrics.claim_latency.labels(job.queue).observe(max(0.0, latency))
+        task = asyncio.create_task(self._work(job), name=f"job-{job.id}")
+        self._running[job.id] = _Running(job, task)
+
+    # --- one job -------------------------------------------------------------------------------
+
+    async def _work(self, job: ClaimedJob) -> None:
+        started = time.monotonic()  # reset once a page slot is free: waiting is not work
+        try:
+            scraped: ScrapeResult | None = None
+            failure: WorkerError | None = None
+            assert self._pages is not None
+            async with self._pages:
+                self._page_started(job)
+                started = time.monotonic()
+                try:
+                    options = options_from_payload(
+                        job.payload, default_timeout_seconds=self.settings.page_timeout_seconds
+                    )
+                    scraped = await self.scraper.scrape(job.url, options, depth=job.depth)
+                except WorkerError as error:
+                    failure = error
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    logger.exception("unexpected error in job %s", job.id, extra=_job_log(job))
+                    failure = RetryLater(
+                        f"internal error: {type(error).__name__}: {error}",
+                        reason="internal_error",
+                    )
+            # Out of the page slot: the next job renders while this outcome is written.
+            self._reporting(job)
+            duration = time.monotonic() - started
+            if isinstance(failure, RetryLater):
+                await self._report_retry(job, failure, duration)
+            elif isinstance(failure, PermanentFailure):
+                await self._report_failure(job, failure, duration)
+            elif failure is not None:
+                await self._report_retry(
+                    job, RetryLater(failure.message, reason=failure.reason), duration
+                )
+            else:
+                assert scraped is not None
+                await self._report_success(job, scraped, duration)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Reporting itself failed for good; the lease will expire and the job be rescued.
+            logger.exception("could not record the outcome of job %s", job.id, extra=_job_log(job))
+        finally:
+            self._running.pop(job.id, None)
+            self.jobs_finished += 1
+            if self._wake is not None:
+                self._wake.set()
+
+    def _reporting(self, job: ClaimedJob) -> None:
+        running = self._running.get(job.id)
+        if running is not None:
+            running.reporting = True
+
+    def _page_started(self, job: ClaimedJob) -> None:
+        running = self._running.get(job.id)
+        if running is not None:
+            running.page_started = True
+
+    def _free_slots(self) -> int:
+        """How many more jobs to claim: the worker holds at most `concurrency` pages plus one
+        batch waiting for a page slot, so a slot never waits for a claim round trip and a slow
+        database cannot make claimed work pile up."""
+        held_limit = self.settings.concurrency + self.settings.batch_size
+        return max(0, held_limit - len(self._running))
+
+    async def _complete_in_batch(self, completion: Completion) -> bool | None:
+        """Record a completion together with whatever others are waiting (group commit).
+
+        While one batch is being written, the next ones queue up; each write is one statement
+        and one commit for all of them. True = recorded, False = fenced out, None = the
+        database stayed unavailable until the worker stopped.
+        """
+        future: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        self._completions.append((completion, future))
+        if self._completion_writer is None or self._completion_writer.done():
+            self._completion_writer = asyncio.create_task(
+                self._write_completions(), name="worker-completions"
+            )
+        return await asyncio.shield(future)
+
+    async def _write_completions(self) -> None:
+        while self._completions:
+            batch, self._completions = self._completions, []
+            done = await self._database(
+                lambda connection: scrapeq_queue.complete_many(
+                    connection,
+                    [completion for completion, _ in batch],  # noqa: B023 - awaited at once
+                ),
+                what=f"complete {len(batch)} jobs",
+                persistent=True,
+            )
+            for completion, future in batch:
+                if not future.done():
+                    future.set_result(None if done is None else completion.job_id in done)
+
+    def _still_ours(self, job: ClaimedJob) -> bool:
+        running = self._running.get(job.id)
+        return running is not None and not running.abandoned
+
+    async def _report_success(
+        self, job: ClaimedJob, scraped: ScrapeResult, duration: float
+    ) -> None:
+        if not self._still_ours(job):
+            return
+        follow = [FollowUrl(url) for url in scraped.follow_urls]
+        current: bool | None
+        if follow:
+            # Children and parent commit together, so this one cannot join a batch.
+            current = await self._database(
+                lambda connection: scrapeq_queue.complete_job(
+                    connection,
+                    job.id,
+                    job.attempt,
+                    result=scraped.result,
+                    duration_seconds=duration,
+                    follow_urls=follow,
+                ),
+                what=f"complete job {job.id}",
+                persistent=True,
+            )
+        else:
+            current = await self._complete_in_batch(
+                Completion(job.id, job.attempt, scraped.result, duration)
+            )
+        if current:
+            self.metrics.jobs_completed.labels(job.queue).inc()
+            self.metrics.job_duration.labels(job.queue, "completed").observe(duration)
+            logger.info(
+                "completed %s in %.0f ms",
+                job.url,
+                duration * 1000,
+                extra=_job_log(job, outcome="completed", follow=len(follow)),
+            )
+        elif current is False:
+            self.metrics.jobs_fenced.labels(job.queue).inc()
+
+    async def _report_retry(self, job: ClaimedJob, error: RetryLater, duration: float) -> None:
+        if not self._still_ours(job):
+            return
+        outcome = await self._database(
+            lambda connection: scrapeq_queue.retry_job(
+                connection,
+                job.id,
+                job.attempt,
+                error=error.message,
+                reason=error.reason,
+                duration_seconds=duration,
+                retry_after_seconds=error.delay_seconds,
+            ),
+            what=f"retry job {job.id}",
+            persistent=True,
+        )
+        if outcome == "retrying":
+            self.metrics.jobs_retried.labels(job.queue, error.reason).inc()
+            self.metrics.job_duration.labels(job.queue, "retried").observe(duration)
+        elif outcome == "failed":
+            self.metrics.jobs_failed.labels(job.queue, error.reason).inc()
+            self.metrics.job_duration.labels(job.queue, "failed").observe(duration)
+        elif outcome == "fenced":
+            self.metrics.jobs_fenced.labels(job.queue).inc()
+        logger.warning(
+            "%s: %s (%s)",
+            outcome or "unrecorded",
+            error.message,
+            error.reason,
+            extra=_job_log(job, outcome=outcome, reason=error.reason),
+        )
+
+    async def _report_failure(
+        self, job: ClaimedJob, error: PermanentFailure, duration: float
+    ) -> None:
+        if not self._still_ours(job):
+            return
+        current = await self._database(
+            lambda connection: scrapeq_queue.fail_job(
+                connection,
+                job.id,
+                job.attempt,
+                error=error.message,
+                reason=error.reason,
+                duration_seconds=duration,
+            ),
+            what=f"fail job {job.id}",
+            persistent=True,
+        )
+        if current:
+            self.metrics.jobs_failed.labels(job.queue, error.reason).inc()
+            self.metrics.job_duration.labels(job.queue, "failed").observe(duration)
+        elif current is False:
+            self.metrics.jobs_fenced.labels(job.queue).inc()
+        logger.warning(
+            "failed: %s (%s)",
+            error.message,
+            error.reason,
+            extra=_job_log(job, outcome="failed", reason=error.reason),
+        )
+
+    # --- database access -----------------------------------------------------------------------
+
+    async def _database(
+        self,
+        operation: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]],
+        *,
+        what: str,
+        persistent: bool = False,
+        claims: bool = False,
+    ) -> _T | None:
+        """Run one queue operation on the write (or, with `claims`, the claim) connection;
+        None when the database failed.
+
+        `persistent` operations (recording an outcome) are retried with backoff until they
+        succeed or the worker stops; others (claims) give up after one backoff so the loop
+        can re-evaluate.
+        """
+        channel = self._claims if claims else self._writes
+        assert channel is not None
+        assert self._stopping is not None
+        while True:
+            try:
+                async with channel.lock:
+                    connection = await channel.connected()
+                    result = await operation(connection)
+                self._backoff = _BACKOFF_START_SECONDS
+                return result
+            except (
+                DatabaseUnavailable,
+                psycopg.OperationalError,
+                psycopg.InterfaceError,
+                QueueError,
+            ) as error:
+                self.metrics.database_errors.inc()
+                delay = self._backoff * random.uniform(0.5, 1.0)
+                self._backoff = min(self._backoff * 2, _BACKOFF_MAX_SECONDS)
+                logger.warning("could not %s: %s; retrying in %.1fs", what, error, delay)
+                await channel.drop()
+                if not persistent or self._stopping.is_set():
+                    await self._pause(delay)
+                    return None
+                await asyncio.sleep(delay)
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake up at once when a stop is requested."""
+        assert self._stopping is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+
+    # --- background tasks ----------------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        """Hold a LISTEN connection and wake the loop on every NOTIFY; reconnect on errors."""
+        assert self._wake is not None
+        assert self._stopping is not None
+        backoff = _BACKOFF_START_SECONDS
+        while not self._stopping.is_set():
+            connection: psycopg.AsyncConnection[Any] | None = None
+            try:
+                assert self.settings.database_url is not None
+                connection = await scrapeq_queue.connect(
+                    self.settings.database_url,
+                    application_name=f"scrapeq-worker-listen {self.worker_id}",
+                )
+                await scrapeq_queue.listen(connection)
+                backoff = _BACKOFF_START_SECONDS
+                self._wake.set()  # work may have arrived while we were not listening
+                while not self._stopping.is_set():
+                    if await scrapeq_queue.wait_for_notification(connection, timeout=30.0):
+                        self._wake.set()
+            except (DatabaseUnavailable, psycopg.Error) as error:
+                logger.warning("LISTEN connection lost (%s); polling until it is back", error)
+                await self._pause(backoff * random.uniform(0.5, 1.0))
+                backoff = min(backoff * 2, _BACKOFF_MAX_SECONDS)
+            finally:
+                if connection is not None:
+                    with contextlib.suppress(Exception):
+                        await connection.close()
+
+    async def _keep_leases(self) -> None:
+        """Renew in-flight leases every third of the lease; abandon jobs whose lease is gone;
+        return expired leases of dead workers to the queue once per lease period."""
+        assert self._stopping is not None
+        interval = self.settings.lease_seconds / 3
+        last_rescue = time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            running = [entry for entry in self._running.values() if not entry.abandoned]
+            tokens = [entry.job.token for entry in running]
+            if running:
+                renewed = await self._database(
+                    lambda connection: scrapeq_queue.renew_leases(
+                        connection,
+                        worker_id=self.worker_id,
+                        jobs=tokens,  # noqa: B023 - called before the loop moves on
+                        lease_seconds=self.settings.lease_seconds,
+                    ),
+                    what="renew leases",
+                )
+                if renewed is not None:
+                    for entry in running:
+                        if entry.job.id not in renewed and entry.job.id in self._running:
+                            logger.warning(
+                                "lease of job %s lost (cancelled or rescued); stopping it",
+                                entry.job.id,
+                                extra=_job_log(entry.job),
+                            )
+                            entry.abandoned = True
+                            if not entry.reporting:
+                                entry.task.cancel()
+            if time.monotonic() - last_rescue >= self.settings.lease_seconds:
+                last_rescue = time.monotonic()
+                await self._database(
+                    scrapeq_queue.rescue_expired_leases, what="rescue expired leases"
+                )
+
+    # --- drain ---------------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        """Let in-flight jobs finish until the drain deadline; release what is left."""
+        if not self._running:
+            return
+        deadline = time.monotonic() + self.settings.drain_seconds
+        logger.info(
+            "draining: %d jobs in flight, %.0fs to finish",
+            len(self._running),
+            self.settings.drain_seconds,
+        )
+        # Jobs still waiting for a page slot go straight back to the queue for other workers.
+        await self._abandon_all(only_waiting=True)
+        tasks = [entry.task for entry in self._running.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
+        await self._abandon_all()
+
+    async def _abandon_all(self, *, only_waiting: bool = False) -> None:
+        """Stop every job still running (or, with `only_waiting`, every job that has not got
+        a page slot yet) and hand it back to the queue as pending."""
+        writing = [entry.task for entry in self._running.values() if entry.reporting]
+        if writing and not only_waiting:
+            # Outcomes being written finish on their own (a statement or two).
+            await asyncio.wait(writing, timeout=_RELEASE_GRACE_SECONDS)
+        leftovers = [
+            entry
+            for entry in self._running.values()
+            if not entry.abandoned
+            and not entry.reporting
+            and not (only_waiting and entry.page_started)
+        ]
+        if not leftovers:
+            return
+        for entry in leftovers:
+            entry.abandoned = True
+            entry.task.cancel()
+        await asyncio.gather(*(entry.task for entry in leftovers), return_exceptions=True)
+        tokens = [entry.job.token for entry in leftovers]
+        try:
+            async with asyncio.timeout(_RELEASE_GRACE_SECONDS):
+                assert self._writes is not None
+                async with self._writes.lock:
+                    connection = await self._writes.connected()
+                    released = await scrapeq_queue.release_jobs(
+                        connection, worker_id=self.worker_id, jobs=tokens
+                    )
+        except (TimeoutError, QueueError, psycopg.Error) as error:
+            logger.error(
+                "could not release %d jobs (%s); their leases will expire and they will be rescued",
+                len(tokens),
+                error,
+            )
+            return
+        for entry in leftovers:
+            self.metrics.jobs_released.labels(entry.job.queue).inc()
+        logger.info("released %d unfinished jobs back to the queue", released)

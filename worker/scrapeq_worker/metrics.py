@@ -1,0 +1,154 @@
+"""The worker's Prometheus metrics and its small HTTP server: /metrics, /healthz, /readyz.
+
+Names follow `scrapeq_worker_<name>_<unit>`; counters end in `_total`; labels are queue,
+outcome, a fixed `reason` token (never a URL or a job id) and the engine. Each WorkerMetrics
+owns its registry so several workers (tests, benchmarks) can live in one process.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+logger = logging.getLogger(__name__)
+
+# Pages take tens of milliseconds (static) to tens of seconds (slow rendered pages).
+DURATION_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+# Due -> claimed: milliseconds when workers keep up, minutes when the backlog grows.
+LATENCY_BUCKETS: Final = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class WorkerMetrics:
+    """Every metric the worker exports, registered on one registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.jobs_claimed = Counter(
+            "scrapeq_worker_jobs_claimed_total", "Jobs this worker claimed.", ["queue"], registry=r
+        )
+        self.jobs_completed = Counter(
+            "scrapeq_worker_jobs_completed_total",
+            "Jobs this worker completed.",
+            ["queue"],
+            registry=r,
+        )
+        self.jobs_retried = Counter(
+            "scrapeq_worker_jobs_retried_total",
+            "Attempts that failed and were scheduled to run again.",
+            ["queue", "reason"],
+            registry=r,
+        )
+        self.jobs_failed = Counter(
+            "scrapeq_worker_jobs_failed_total",
+            "Jobs failed for good (permanent error or no retries left).",
+            ["queue", "reason"],
+            registry=r,
+        )
+        self.jobs_released = Counter(
+            "scrapeq_worker_jobs_released_total",
+            "Jobs handed back unfinished during a drain.",
+            ["queue"],
+            registry=r,
+        )
+        self.jobs_fenced = Counter(
+            "scrapeq_worker_jobs_fenced_total",
+            "Results discarded because the attempt was no longer current.",
+            ["queue"],
+            registry=r,
+        )
+        self.job_duration = Histogram(
+            "scrapeq_worker_job_duration_seconds",
+            "Time from start to outcome of one attempt.",
+            ["queue", "outcome"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.claim_latency = Histogram(
+            "scrapeq_worker_claim_latency_seconds",
+            "Time from a job becoming due (run_at) to a worker claiming it.",
+            ["queue"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.pages_in_flight = Gauge(
+            "scrapeq_worker_pages_in_flight",
+            "Pages being fetched or rendered right now.",
+            ["engine"],
+            registry=r,
+        )
+        self.browser_restarts = Counter(
+            "scrapeq_worker_browser_restarts_total",
+            "Browsers retired and replaced, by cause (page_limit, memory, unresponsive, crashed).",
+            ["reason"],
+            registry=r,
+        )
+        self.database_errors = Counter(
+            "scrapeq_worker_database_errors_total",
+            "Queue operations that failed because the database was unavailable.",
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        """The exposition text of every metric."""
+        return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """Serves /metrics, /healthz (the process loop is alive) and /readyz (ready for work)."""
+
+    def __init__(
+        self,
+        metrics: WorkerMetrics,
+        *,
+        host: str,
+        port: int,
+        is_live: Callable[[], bool],
+        is_ready: Callable[[], bool],
+    ) -> None:
+        self._metrics = metrics
+        self._host = host
+        self._port = port
+        self._is_live = is_live
+        self._is_ready = is_ready
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._serve_metrics)
+        app.router.add_get("/healthz", self._serve_health)
+        app.router.add_get("/readyz", self._serve_ready)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self._port
+        logger.info("metrics on http://%s:%s/metrics", self._host, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _serve_metrics(self, request: web.Request) -> web.Response:
+        response = web.Response(body=self._metrics.render())
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+    async def _serve_health(self, request: web.Request) -> web.Response:
+        if self._is_live():
+            return web.Response(text="ok\n")
+        return web.Response(status=503, text="stalled\n")
+
+    async def _serve_ready(self, request: web.Request) -> web.Response:
+        if self._is_ready():
+            return web.Response(text="ready\n")
+        return web.Response(status=503, text="not ready\n")

@@ -1,0 +1,69 @@
+"""Repairs to pyppeteer 2.0.0 (unmaintained) that a long-lived, timeout-heavy browser needs.
+
+pyppeteer resolves each CDP reply's future without checking whether the caller already gave up
+on it. The worker gives up on purpose — every page operation runs under a timeout — and the
+cancelled future then raises `InvalidStateError` inside the connection's reader task when the
+late reply (or the tab's detach) arrives. That exception ends the reader task: the browser
+connection goes deaf and every later page hangs. Two fixes, applied once at import:
+
+* a tab's session and the browser connection skip already-finished futures when they fail
+  the pending ones on close;
+* one message that cannot be dispatched is logged and dropped instead of ending the reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pyppeteer import connection as _connection
+
+logger = logging.getLogger(__name__)
+
+_APPLIED_MARK = "_scrapeq_patched"
+
+
+def _fail_pending(callbacks: dict[int, asyncio.Future[Any]], describe: Any) -> None:
+    for callback in callbacks.values():
+        if not callback.done():
+            callback.set_exception(
+                _connection._rewriteError(
+                    callback.error,  # type: ignore[attr-defined]
+                    f"Protocol error {callback.method}: Target closed.",  # type: ignore[attr-defined]
+                )
+            )
+    callbacks.clear()
+
+
+def apply() -> None:
+    """Patch pyppeteer's Connection and CDPSession (idempotent)."""
+    connection_class: Any = _connection.Connection
+    session_class: Any = _connection.CDPSession
+    if getattr(connection_class, _APPLIED_MARK, False):
+        return
+
+    def session_on_closed(self: Any) -> None:
+        _fail_pending(self._callbacks, None)
+        self._connection = None
+
+    original_on_close = connection_class._on_close
+
+    async def connection_on_close(self: Any) -> None:
+        _fail_pending(self._callbacks, None)
+        await original_on_close(self)
+
+    original_on_message = connection_class._on_message
+
+    async def connection_on_message(self: Any, message: str) -> None:
+        try:
+            await original_on_message(self, message)
+        except asyncio.InvalidStateError:
+            pass  # the reply to a request whose caller timed out and stopped waiting
+        except Exception:
+            logger.exception("dropped a CDP message pyppeteer could not dispatch")
+
+    session_class._on_closed = session_on_closed
+    connection_class._on_close = connection_on_close
+    connection_class._on_message = connection_on_message
+    setattr(connection_class, _APPLIED_MARK, True)

@@ -1,0 +1,128 @@
+"""One job's page, start to finish: pick the engine, respect the per-domain limit, build the
+capped JSON result and the links to follow.
+
+The loop knows nothing about browsers and the engines know nothing about the queue; this
+module is where a `ClaimedJob`'s URL and options meet an engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from .browser import BrowserPool
+from .extraction import PageOutcome, cap_result
+from .http_engine import HttpEngine
+from .job_options import JobOptions
+from .metrics import WorkerMetrics
+
+
+@dataclass(frozen=True)
+class ScrapeResult:
+    """The stored result of a page and the URLs to enqueue as its children."""
+
+    result: dict[str, Any]
+    follow_urls: tuple[str, ...]
+
+
+class DomainLimiter:
+    """At most `limit` pages of one host at once across the whole process.
+
+    Semaphores exist only while a host has pages in flight, so the map stays as small as the
+    set of hosts being fetched right now.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._slots: dict[str, tuple[asyncio.Semaphore, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, host: str) -> AsyncIterator[None]:
+        semaphore, users = self._slots.get(host, (asyncio.Semaphore(self._limit), 0))
+        self._slots[host] = (semaphore, users + 1)
+        try:
+            async with semaphore:
+                yield
+        finally:
+            semaphore, users = self._slots[host]
+            if users <= 1:
+                del self._slots[host]
+            else:
+                self._slots[host] = (semaphore, users - 1)
+
+    def hosts(self) -> int:
+        return len(self._slots)
+
+
+class Scraper:
+    """Scrapes one URL with the right engine and returns its capped result."""
+
+    def __init__(
+        self,
+        browser: BrowserPool,
+        http: HttpEngine,
+        *,
+        per_domain_concurrency: int,
+        max_result_bytes: int,
+        metrics: WorkerMetrics | None = None,
+    ) -> None:
+        self.browser = browser
+        self.http = http
+        self.domains = DomainLimiter(per_domain_concurrency)
+        self.max_result_bytes = max_result_bytes
+        self._metrics = metrics
+
+    async def scrape(self, url: str, options: JobOptions, *, depth: int = 0) -> ScrapeResult:
+        """Fetch `url` as `options` say; raise a WorkerError subclass on failure."""
+        follow = options.follow if options.follow and depth < options.follow.max_depth else None
+        follow_selector = follow.selector if follow else None
+        engine = "browser" if options.render else "http"
+        host = (urlsplit(url).hostname or "").lower()
+        async with self.domains.hold(host):
+            gauge = self._metrics.pages_in_flight.labels(engine) if self._metrics else None
+            if gauge is not None:
+                gauge.inc()
+            try:
+                if options.render:
+                    outcome = await self.browser.render(
+                        url, options, follow_selector=follow_selector
+                    )
+                else:
+                    outcome = await self.http.fetch(url, options, follow_selector=follow_selector)
+            finally:
+                if gauge is not None:
+                    gauge.dec()
+        follow_urls: list[str] = []
+        if follow is not None and outcome.extracted is not None:
+            follow_urls = outcome.extracted.follow
+            if follow.max_pages is not None:
+                follow_urls = follow_urls[: follow.max_pages]
+        return ScrapeResult(
+            result=cap_result(result_document(outcome, engine), self.max_result_bytes),
+            follow_urls=tuple(follow_urls),
+        )
+
+
+def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:
+    """The JSON object stored for one page (documented in docs/worker.md)."""
+    document: dict[str, Any] = {
+        "url": outcome.url,
+        "final_url": outcome.final_url,
+        "status": outcome.status,
+        "content_type": outcome.content_type,
+        "engine": engine,
+        "rendered": outcome.extracted is not None,
+        "title": outcome.extracted.title if outcome.extracted else None,
+        "fields": outcome.extracted.fields if outcome.extracted else {},
+        "links": outcome.extracted.links if outcome.extracted else [],
+        "timing_ms": outcome.timing_ms,
+    }
+    if outcome.extracted is None and outcome.content_length is not None:
+        document["content_length"] = outcome.content_length
+    if outcome.blocked_requests:
+        document["blocked_requests"] = outcome.blocked_requests
+    return document
