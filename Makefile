@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
-	demo cluster-up cluster-down bench bench-queue bench-worker generate clean
+	demo cluster-up cluster-down bench bench-queue bench-worker bench-operator generate clean
 
 help:
 	@echo "make demo          run scrapeq end to end on local defaults"
@@ -22,6 +22,7 @@ help:
 	@echo "make generate      rewrite generated files (chart copies, dashboard, deploy/)"
 	@echo "make bench-queue   queue throughput and latency against PgQueuer and procrastinate"
 	@echo "make bench-worker  worker pages/s against a browser-per-job loop"
+	@echo "make bench-operator  1,000 ScrapeJobs + one of 100,000 URLs on the real control plane"
 
 system-packages:
 	@scripts/ensure-system-packages.sh
@@ -71,7 +72,7 @@ cluster-up: setup
 cluster-down: venv
 	@$(PY) -m scrapeq dev cluster-down
 
-bench: bench-queue bench-worker
+bench: bench-queue bench-worker bench-operator
 
 bench-queue: setup
 	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[bench]'
@@ -79,6 +80,9 @@ bench-queue: setup
 
 bench-worker: setup
 	@$(PY) -m benchmarks.worker_pages
+
+bench-operator: setup
+	@$(PY) -m benchmarks.operator_scale
 
 # Regenerate every copied or rendered file from its single source (see scripts/generate.py).
 generate: venv

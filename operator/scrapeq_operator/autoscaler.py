@@ -1,0 +1,231 @@
+"""The one operator-wide loop that scales worker Deployments to their queue's backlog.
+
+Every `autoscaler_interval_seconds` it lists the Deployments labelled scrapeq.io/worker-pool,
+reads the backlog of their queues in one query, lets scaling_policy.decide_replicas choose, and
+applies changes through the Deployment's `scale` subresource. Before scaling down it gives idle
+pods a lower controller.kubernetes.io/pod-deletion-cost (from the in-flight counts workers
+leave in the database), so the ReplicaSet removes idle pods before busy ones. On a database
+error it holds every pool where it is. Each decision that changes something is recorded in the
+scrapeq.io/autoscaler-decision annotation, an Event and a metric.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from scrapeq_queue import inspection
+from scrapeq_queue.rows import QueueBacklog
+
+from scrapeq_operator import metrics
+from scrapeq_operator.cluster import WorkerDeployment
+from scrapeq_operator.errors import ConfigurationError
+from scrapeq_operator.runtime import DATABASE_ERRORS
+from scrapeq_operator.scaling_policy import (
+    PoolMemory,
+    PoolPolicy,
+    ScalingDecision,
+    ScalingReason,
+    decide_replicas,
+    deletion_costs,
+)
+from scrapeq_operator.settings import (
+    DECISION_ANNOTATION,
+    POD_DELETION_COST_ANNOTATION,
+    QUEUE_ANNOTATION,
+    WORKER_POOL_LABEL,
+    OperatorSettings,
+)
+
+if TYPE_CHECKING:
+    from scrapeq_operator.runtime import OperatorRuntime
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_QUEUE = "default"
+
+
+def queue_of(deployment: WorkerDeployment) -> str:
+    """The queue a pool serves: its scrapeq.io/queue annotation, else `default`."""
+    return deployment.annotations.get(QUEUE_ANNOTATION) or DEFAULT_QUEUE
+
+
+@dataclass
+class _PoolState:
+    memory: PoolMemory
+    # Whether the last recorded decision was a hold; entering and leaving a hold is recorded.
+    holding: bool = False
+    bad_policy: str | None = None
+
+
+class Autoscaler:
+    """Scale every worker pool to its backlog; `run` loops, `scale_round` is one pass."""
+
+    def __init__(
+        self,
+        settings: OperatorSettings,
+        runtime: OperatorRuntime,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.clock = clock
+        self._pools: dict[tuple[str, str], _PoolState] = {}
+
+    async def run(self) -> None:
+        """Run until cancelled; a failing round is logged and counted, never fatal."""
+        while True:
+            try:
+                await self.scale_round()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                metrics.RECONCILE_ERRORS_TOTAL.labels("autoscaler").inc()
+                logger.exception("autoscaler round failed")
+            await asyncio.sleep(self.settings.autoscaler_interval_seconds)
+
+    async def read_backlog(self, queues: list[str]) -> Mapping[str, QueueBacklog] | None:
+        """The backlog of the given queues, or None when the database cannot say."""
+        if not queues:
+            return {}
+        try:
+            async with self.runtime.connection() as connection:
+                backlog = await inspection.queue_backlog(connection, queues)
+        except DATABASE_ERRORS as error:
+            metrics.RECONCILE_ERRORS_TOTAL.labels("autoscaler").inc()
+            logger.warning("autoscaler: backlog unavailable, holding every pool: %s", error)
+            return None
+        for queue, numbers in backlog.items():
+            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "due").set(numbers.due_pending)
+            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "delayed").set(numbers.delayed_pending)
+            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "processing").set(numbers.processing)
+            metrics.QUEUE_OLDEST_DUE_AGE_SECONDS.labels(queue).set(
+                numbers.oldest_due_age_seconds or 0.0
+            )
+        return backlog
+
+    async def scale_round(self) -> list[ScalingDecision]:
+        """Decide and apply the replicas of every worker pool once."""
+        deployments = await self.runtime.cluster.list_worker_deployments(
+            WORKER_POOL_LABEL, self.settings.namespaces
+        )
+        backlog = await self.read_backlog(sorted({queue_of(item) for item in deployments}))
+        decisions = []
+        seen: set[tuple[str, str]] = set()
+        for deployment in deployments:
+            seen.add((deployment.namespace, deployment.name))
+            decision = await self._reconcile(deployment, backlog)
+            if decision is not None:
+                decisions.append(decision)
+        for gone in set(self._pools) - seen:
+            del self._pools[gone]
+        return decisions
+
+    async def _reconcile(
+        self, deployment: WorkerDeployment, backlog: Mapping[str, QueueBacklog] | None
+    ) -> ScalingDecision | None:
+        key = (deployment.namespace, deployment.name)
+        now = self.clock()
+        state = self._pools.setdefault(key, _PoolState(memory=PoolMemory(first_seen_at=now)))
+        cluster = self.runtime.cluster
+        try:
+            policy = PoolPolicy.from_annotations(deployment.annotations, self.settings.autoscaler)
+        except ConfigurationError as error:
+            if state.bad_policy != str(error):
+                state.bad_policy = str(error)
+                await cluster.post_event(
+                    deployment.ref,
+                    type_="Warning",
+                    reason="InvalidAutoscalerPolicy",
+                    message=f"not scaling this pool: {error}",
+                )
+            return None
+        state.bad_policy = None
+        queue = queue_of(deployment)
+        work: int | None = None
+        if backlog is not None:
+            numbers = backlog.get(queue)
+            work = 0 if numbers is None else numbers.due_pending + numbers.processing
+        decision = decide_replicas(
+            current=deployment.replicas, work=work, now=now, policy=policy, memory=state.memory
+        )
+        pool = f"{deployment.namespace}/{deployment.name}"
+        metrics.POOL_CURRENT_REPLICAS.labels(pool).set(decision.current)
+        metrics.POOL_DESIRED_REPLICAS.labels(pool).set(decision.desired)
+
+        if decision.changes_replicas:
+            if decision.desired < decision.current:
+                await self._mark_idle_pods(deployment, queue)
+            await cluster.scale_deployment(deployment.namespace, deployment.name, decision.desired)
+            logger.info(
+                "scaled %s from %d to %d (%s, work=%s)",
+                pool,
+                decision.current,
+                decision.desired,
+                decision.reason,
+                work,
+            )
+        holding = decision.reason is ScalingReason.DATABASE_UNAVAILABLE
+        if decision.changes_replicas or holding != state.holding:
+            await self._record(deployment, decision, queue, work)
+            state.holding = holding
+        return decision
+
+    async def _record(
+        self, deployment: WorkerDeployment, decision: ScalingDecision, queue: str, work: int | None
+    ) -> None:
+        """Annotation + Event + metric for a decision that differs from the last one."""
+        metrics.SCALING_DECISIONS_TOTAL.labels(decision.reason.value).inc()
+        record = {
+            "desired": decision.desired,
+            "current": decision.current,
+            "recommended": decision.recommended,
+            "reason": decision.reason.value,
+            "queue": queue,
+            "work": work,
+            "at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        cluster = self.runtime.cluster
+        await cluster.annotate_deployment(
+            deployment.namespace,
+            deployment.name,
+            DECISION_ANNOTATION,
+            json.dumps(record, separators=(",", ":")),
+        )
+        if decision.reason is ScalingReason.DATABASE_UNAVAILABLE:
+            message = (
+                f"holding {decision.current} replicas: the backlog of queue {queue} cannot be read"
+            )
+            event_type = "Warning"
+        else:
+            message = (
+                f"replicas {decision.current} -> {decision.desired} "
+                f"(queue {queue}: {work} due or running)"
+            )
+            event_type = "Normal"
+        await cluster.post_event(
+            deployment.ref, type_=event_type, reason=decision.reason.value, message=message
+        )
+
+    async def _mark_idle_pods(self, deployment: WorkerDeployment, queue: str) -> None:
+        """Give idle pods a lower deletion cost than busy ones before a scale-down."""
+        cluster = self.runtime.cluster
+        pods = await cluster.list_pod_names(deployment.namespace, deployment.selector)
+        if not pods:
+            return
+        try:
+            async with self.runtime.connection() as connection:
+                in_flight = await inspection.busy_workers(connection, queue)
+        except DATABASE_ERRORS as error:
+            logger.warning("autoscaler: cannot read busy workers, not ranking pods: %s", error)
+            return
+        for pod, cost in deletion_costs(pods, in_flight).items():
+            await cluster.annotate_pod(
+                deployment.namespace, pod, POD_DELETION_COST_ANNOTATION, str(cost)
+            )

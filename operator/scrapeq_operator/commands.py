@@ -1,0 +1,163 @@
+"""`scrapeq operator`: run the ScrapeJob operator (kopf, standalone, one replica).
+
+At start it brings the queue schema up to date (`scrapeq_queue.migrate`, which serialises on a
+PostgreSQL advisory lock, so several starting operators or a concurrent `scrapeq migrate` are
+safe). With --no-migrate it instead refuses to start, exit code 2, when the schema is behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import logging
+import sys
+from typing import Any
+
+import psycopg
+from scrapeq_queue.errors import DatabaseUnavailable, QueueError
+from scrapeq_queue.migrations import migrate, require_current_schema
+
+from scrapeq_operator.errors import ConfigurationError, SchemaNotCurrentError
+from scrapeq_operator.settings import OperatorSettings
+
+logger = logging.getLogger(__name__)
+
+EXIT_CONFIGURATION = 2
+EXIT_DATABASE = 3
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add `scrapeq operator` to the scrapeq command."""
+    parser = subparsers.add_parser(
+        "operator",
+        help="run the ScrapeJob operator",
+        description=(
+            "Run the scrapeq operator: ScrapeJobs become queue rows, their status follows the "
+            "rows, worker Deployments follow the backlog. Every flag defaults to an environment "
+            "variable (SCRAPEQ_OPERATOR_<NAME>; DATABASE_URL for the database)."
+        ),
+    )
+    parser.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
+    parser.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        metavar="NAME",
+        help="watch this namespace (repeatable); default: every namespace",
+    )
+    migration = parser.add_mutually_exclusive_group()
+    migration.add_argument(
+        "--migrate",
+        dest="migrate",
+        action="store_true",
+        default=None,
+        help="apply queue migrations at start (the default)",
+    )
+    migration.add_argument(
+        "--no-migrate",
+        dest="migrate",
+        action="store_false",
+        help="never migrate; refuse to start when the schema is behind",
+    )
+    parser.add_argument("--liveness-port", type=int, help="port of /healthz (0: off; 8081)")
+    parser.add_argument("--metrics-port", type=int, help="port of /metrics (0: off; 9102)")
+    parser.add_argument("--listen-host", help="address both endpoints bind to (0.0.0.0)")
+    parser.add_argument(
+        "--no-autoscaler",
+        dest="autoscaler_enabled",
+        action="store_false",
+        default=None,
+        help="do not scale worker Deployments",
+    )
+    parser.add_argument("--verbose", action="store_true", help="log every handler step")
+    parser.set_defaults(handler=run_operator)
+
+
+def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
+    """Environment first, then flags on top."""
+    # Validated once flags are applied: a --database-url flag must satisfy the need for one.
+    settings = OperatorSettings.from_environment(validate=False)
+    overrides: dict[str, Any] = {}
+    if args.database_url:
+        overrides["database_url"] = args.database_url
+    if args.namespaces:
+        overrides["namespaces"] = tuple(args.namespaces)
+    for name in ("migrate", "liveness_port", "metrics_port", "listen_host", "autoscaler_enabled"):
+        value = getattr(args, name, None)
+        if value is not None:
+            overrides[name] = value
+    if overrides:
+        settings = dataclasses.replace(settings, **overrides)
+    settings.validate()
+    return settings
+
+
+def prepare_database(settings: OperatorSettings) -> list[str]:
+    """Migrate (or check) the queue schema; return the migrations applied now.
+
+    Raises SchemaNotCurrentError when migrations are off and the schema is behind, and
+    DatabaseUnavailable when PostgreSQL cannot be reached.
+    """
+    if settings.migrate:
+        return migrate(settings.database_url)
+
+    async def check() -> None:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                settings.database_url, autocommit=True
+            ) as connection:
+                await require_current_schema(connection)
+        except psycopg.OperationalError as error:
+            raise DatabaseUnavailable(f"database unavailable: {error}") from error
+
+    try:
+        asyncio.run(check())
+    except QueueError as error:
+        if isinstance(error, DatabaseUnavailable):
+            raise
+        raise SchemaNotCurrentError(
+            f"{error} (the operator was started with --no-migrate)"
+        ) from error
+    return []
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    """Prepare the database, then run kopf until SIGTERM/SIGINT; return the exit code."""
+    try:
+        settings = settings_from_args(args)
+    except ConfigurationError as error:
+        print(f"scrapeq operator: {error}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    try:
+        applied = prepare_database(settings)
+    except SchemaNotCurrentError as error:
+        print(f"scrapeq operator: refusing to start: {error}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    except DatabaseUnavailable as error:
+        print(f"scrapeq operator: cannot start: {error}", file=sys.stderr)
+        return EXIT_DATABASE
+
+    # Imported here: importing registers the handlers with kopf, which only this command wants.
+    import kopf
+
+    from scrapeq_operator import handlers, metrics
+
+    kopf.configure(verbose=bool(args.verbose))
+    if applied:
+        logger.info("applied queue migrations: %s", ", ".join(applied))
+    metrics.serve_metrics(settings.listen_host, settings.metrics_port)
+    liveness = (
+        f"http://{settings.listen_host}:{settings.liveness_port}/healthz"
+        if settings.liveness_port
+        else None
+    )
+    kopf.run(
+        standalone=True,
+        clusterwide=settings.clusterwide,
+        namespaces=settings.namespaces,
+        liveness_endpoint=liveness,
+        memo=kopf.Memo(settings=settings),
+    )
+    del handlers
+    return 0

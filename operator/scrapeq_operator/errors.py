@@ -1,0 +1,31 @@
+"""The operator's errors: what went wrong, and whether trying again later can help."""
+
+from __future__ import annotations
+
+
+class OperatorError(Exception):
+    """Base of every error the scrapeq operator raises on purpose."""
+
+
+class ConfigurationError(OperatorError):
+    """The operator was started with settings that cannot work; fix them and restart."""
+
+
+class SchemaNotCurrentError(OperatorError):
+    """The queue schema is behind this operator and migrations were not allowed to run."""
+
+
+class JobNotRunnableError(OperatorError):
+    """A ScrapeJob cannot be turned into rows as it stands (bad input a user must fix).
+
+    `reason` is the CamelCase reason for the Ready=False condition and the Event.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class DatabaseUnavailableError(OperatorError):
+    """PostgreSQL could not be reached or failed a call; retry after a delay."""

@@ -1,0 +1,298 @@
+"""kopf handlers: ScrapeJobs become queue rows; deleting one cancels its rows.
+
+Scraping never happens here. Per object the operator only enqueues (create/resume) and cancels
+(delete, behind a finalizer); progress is mirrored by the one operator-wide status sync task and
+workers are scaled by the one autoscaler task, both started in `start_operator`.
+
+What a spec change does: nothing to run, because the CRD makes the spec immutable (the rows are
+already queued); a user deletes the ScrapeJob and creates a new one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+import scrapeq_queue
+from scrapeq_queue.rows import Owner
+
+from scrapeq_operator import metrics
+from scrapeq_operator.autoscaler import Autoscaler
+from scrapeq_operator.cluster import Cluster, ObjectRef, load_api_client
+from scrapeq_operator.errors import JobNotRunnableError
+from scrapeq_operator.job_spec import (
+    ConfigMapKey,
+    decode_url_list,
+    first_url,
+    parse_url_list,
+    row_options,
+    url_source,
+)
+from scrapeq_operator.job_status import ENQUEUED_REASON, make_condition, merge_conditions
+from scrapeq_operator.runtime import DATABASE_ERRORS, OperatorRuntime
+from scrapeq_operator.settings import (
+    FINALIZER,
+    FORCE_DELETE_ANNOTATION,
+    GROUP,
+    PLURAL,
+    VERSION,
+    OperatorSettings,
+)
+from scrapeq_operator.status_sync import IndexDirectory, JobRef, StatusSync, job_ref
+
+
+@kopf.on.startup()
+async def start_operator(
+    settings: kopf.OperatorSettings,
+    memo: Any,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **kwargs: Any,
+) -> None:
+    """Configure kopf, open the database pool and start the two operator-wide loops."""
+    # kopf passes every index to every handler under its name (the function's name below).
+    index: kopf.Index[str, JobRef] = kwargs["scrapejobs_by_uid"]
+    config: OperatorSettings = memo["settings"]
+    settings.persistence.finalizer = FINALIZER
+    # Keep kopf's bookkeeping in our own annotations, never in status (our schema prunes it).
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration"
+    )
+    # Each Event is an API write: kopf's own (one per handler retry) are only logged; the
+    # operator posts its own, once per condition (see _warn).
+    settings.posting.enabled = False
+    # No CRD/namespace scanning: the operator needs no RBAC on CRDs or namespaces (install the
+    # CRD before starting the operator).
+    settings.scanning.disabled = True
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+
+    runtime = OperatorRuntime(config, Cluster(load_api_client()))
+    await runtime.open()
+    memo["runtime"] = runtime
+    directory = IndexDirectory(index)
+    runtime.spawn("status-sync", StatusSync(config, directory, runtime).run())
+    if config.autoscaler_enabled:
+        runtime.spawn("autoscaler", Autoscaler(config, runtime).run())
+    logger.info(
+        "scrapeq operator started (%s)",
+        "all namespaces" if config.clusterwide else ", ".join(config.namespaces),
+    )
+
+
+@kopf.on.cleanup()
+async def stop_operator(memo: kopf.Memo, **_: Any) -> None:
+    """Stop the loops and close connections before kopf exits."""
+    runtime: OperatorRuntime | None = memo.get("runtime")
+    if runtime is not None:
+        await runtime.close()
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+async def scrapejobs_by_uid(body: kopf.Body, **_: Any) -> dict[str, JobRef]:
+    """Every ScrapeJob by uid with its current status: the status sync's view of the cluster.
+
+    A coroutine on purpose: kopf runs plain functions in a thread pool, a hop per watch event.
+    """
+    ref = job_ref(body)
+    return {ref.uid: ref}
+
+
+def _runtime(memo: Any) -> OperatorRuntime:
+    runtime: OperatorRuntime = memo["runtime"]
+    return runtime
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _already_enqueued(status: Mapping[str, Any], generation: int) -> bool:
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "Ready"
+            and condition.get("status") == "True"
+            and condition.get("reason") == ENQUEUED_REASON
+            and condition.get("observedGeneration") == generation
+        ):
+            return True
+    return False
+
+
+async def resolve_urls(
+    spec: Mapping[str, Any], namespace: str, cluster: Cluster, settings: OperatorSettings
+) -> list[str]:
+    """The job's URLs, reading a urlsFrom ConfigMap; JobNotRunnableError when it cannot run."""
+    source = url_source(spec)
+    if not isinstance(source, ConfigMapKey):
+        return source
+    configmap = await cluster.read_configmap(namespace, source.name)
+    if configmap is None:
+        raise JobNotRunnableError(
+            "ConfigMapNotFound",
+            f"urlsFrom: ConfigMap {namespace}/{source.name} does not exist "
+            f"(the job starts once it is created)",
+        )
+    where = f"ConfigMap {source.name} key {source.key}"
+    if source.key in configmap.data:
+        text = configmap.data[source.key]
+    elif source.key in configmap.binary_data:
+        text = decode_url_list(configmap.binary_data[source.key], where=where)
+    else:
+        keys = ", ".join(configmap.keys()) or "none"
+        raise JobNotRunnableError(
+            "ConfigMapKeyNotFound",
+            f"urlsFrom: ConfigMap {namespace}/{source.name} has no key {source.key!r} "
+            f"(keys: {keys})",
+        )
+    return parse_url_list(text, max_urls=settings.max_urls_per_job, where=where)
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+async def enqueue_scrapejob(
+    spec: kopf.Spec,
+    status: kopf.Status,
+    meta: kopf.Meta,
+    body: kopf.Body,
+    uid: str,
+    namespace: str | None,
+    name: str,
+    patch: kopf.Patch,
+    memo: Any,
+    retry: int,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **_: Any,
+) -> None:
+    """Queue one row per URL, idempotently (rows are keyed by the ScrapeJob's uid).
+
+    An operator restart or a repeated event never duplicates rows. A job that cannot run gets
+    Ready=False with a reason and an Event, and is retried later; a database outage is retried
+    without marking the job.
+    """
+    runtime = _runtime(memo)
+    settings = runtime.settings
+    namespace = namespace or ""
+    generation = int(meta.get("generation") or 1)
+    if _already_enqueued(status, generation):
+        return
+    conditions = list(status.get("conditions") or [])
+    try:
+        urls = await resolve_urls(spec, namespace, runtime.cluster, settings)
+    except JobNotRunnableError as error:
+        not_ready = make_condition(
+            "Ready", False, error.reason, error.message, generation=generation, now=_now()
+        )
+        patch.status["conditions"] = merge_conditions(conditions, [not_ready])
+        patch.status["phase"] = "Pending"
+        patch.status["observedGeneration"] = generation
+        if retry == 0 or _reason_changed(conditions, error.reason):
+            await _warn(runtime, body, error.reason, error.message, logger)
+        metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
+        raise kopf.TemporaryError(error.message, delay=settings.not_ready_retry_seconds) from error
+
+    options = row_options(spec)
+    try:
+        async with runtime.connection() as connection:
+            inserted = await scrapeq_queue.enqueue_for_owner(
+                connection,
+                Owner(uid=uid, namespace=namespace, name=name),
+                urls,
+                parser_type=options.parser_type,
+                payload=options.payload,
+                queue=options.queue,
+                priority=options.priority,
+                max_retries=options.max_retries,
+                backoff_seconds=options.backoff_seconds,
+            )
+    except DATABASE_ERRORS as error:
+        metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
+        if retry == 0:
+            await _warn(runtime, body, "DatabaseUnavailable", f"cannot queue rows: {error}", logger)
+        raise kopf.TemporaryError(
+            f"cannot queue rows, database unavailable: {error}",
+            delay=settings.database_retry_seconds,
+        ) from error
+    metrics.JOBS_ENQUEUED_TOTAL.inc(inserted)
+    logger.info("queued %d new rows (%d URLs) on queue %s", inserted, len(urls), options.queue)
+    # Status (Ready=True, counts, phase) is written by the status sync in one PATCH with the
+    # first counts, saving an API write per job. Only a urlsFrom job's first URL is known here
+    # alone.
+    if first_url(spec) is None and urls:
+        patch.status["firstURL"] = urls[0]
+
+
+async def _warn(
+    runtime: OperatorRuntime,
+    body: kopf.Body,
+    reason: str,
+    message: str,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    """Post a Warning Event about a ScrapeJob; a failure to post never fails the handler."""
+    meta = body.get("metadata", {})
+    target = ObjectRef(
+        f"{GROUP}/{VERSION}", "ScrapeJob", meta.get("namespace", ""), meta["name"], meta["uid"]
+    )
+    try:
+        await runtime.cluster.post_event(target, type_="Warning", reason=reason, message=message)
+    except Exception as error:
+        logger.warning("could not post the %s event: %s", reason, error)
+
+
+def _reason_changed(conditions: list[Mapping[str, Any]], reason: str) -> bool:
+    for condition in conditions:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("reason") != reason)
+    return True
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def cancel_scrapejob_rows(
+    uid: str,
+    meta: kopf.Meta,
+    body: kopf.Body,
+    memo: Any,
+    retry: int,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **_: Any,
+) -> None:
+    """Cancel the job's live rows, then let kopf remove the finalizer.
+
+    While PostgreSQL is down the finalizer stays and the cancel is retried, unless the
+    ScrapeJob carries the annotation scrapeq.io/force-delete: "true" (its rows may then still
+    be scraped).
+    """
+    runtime = _runtime(memo)
+    try:
+        async with runtime.connection() as connection:
+            cancelled = await scrapeq_queue.cancel_owner(connection, uid)
+    except DATABASE_ERRORS as error:
+        metrics.RECONCILE_ERRORS_TOTAL.labels("cancel").inc()
+        forced = str(meta.get("annotations", {}).get(FORCE_DELETE_ANNOTATION, "")).lower()
+        if forced == "true":
+            await _warn(
+                runtime,
+                body,
+                "ForceDeleted",
+                f"deleted without cancelling its rows ({FORCE_DELETE_ANNOTATION}): {error}",
+                logger,
+            )
+            return
+        if retry == 0:
+            await _warn(
+                runtime,
+                body,
+                "CancelPending",
+                f"cannot cancel rows yet, database unavailable; retrying: {error}",
+                logger,
+            )
+        raise kopf.TemporaryError(
+            f"cannot cancel rows, database unavailable: {error}",
+            delay=runtime.settings.database_retry_seconds,
+        ) from error
+    logger.info("cancelled %d live rows", cancelled)

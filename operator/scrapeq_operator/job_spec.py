@@ -1,0 +1,156 @@
+"""Reading a ScrapeJob's spec into what the queue needs: its URLs and the rows' options.
+
+Pure functions; the API server already enforced the schema, so these only deal with what the
+schema cannot see (the contents of a urlsFrom ConfigMap) and with shaping the row payload.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapeq_operator.errors import JobNotRunnableError
+
+# Spec fields that become options in each row's payload (the worker's contract, see
+# scrapeq_queue.payload). spec.payload supplies further options and loses on a clash.
+PAYLOAD_FIELDS = ("render", "waitUntil", "waitFor", "timeoutSeconds", "extract", "follow")
+# How many bad lines an error message quotes.
+QUOTED_BAD_LINES = 3
+# A ConfigMap holds at most 1 MiB, about 30,000 URLs as text; gzip in binaryData holds ten
+# times more. Decompression stops here so that a small "zip bomb" cannot exhaust memory.
+MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass(frozen=True)
+class ConfigMapKey:
+    """Where a urlsFrom job keeps its URL list."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class RowOptions:
+    """Everything about the rows except their URLs."""
+
+    queue: str
+    priority: int
+    parser_type: str
+    max_retries: int
+    backoff_seconds: float
+    payload: dict[str, Any]
+
+
+def url_source(spec: Mapping[str, Any]) -> list[str] | ConfigMapKey:
+    """The job's URLs as given inline, or the ConfigMap key that holds them."""
+    if spec.get("url"):
+        return [str(spec["url"])]
+    if spec.get("urls"):
+        return _unique([str(url) for url in spec["urls"]])
+    source = (spec.get("urlsFrom") or {}).get("configMapKeyRef") or {}
+    if source.get("name") and source.get("key"):
+        return ConfigMapKey(name=str(source["name"]), key=str(source["key"]))
+    raise JobNotRunnableError("NoURLs", "spec has none of url, urls or urlsFrom")
+
+
+def first_url(spec: Mapping[str, Any]) -> str | None:
+    """The first inline URL, for the wide printer column (None for urlsFrom)."""
+    if spec.get("url"):
+        return str(spec["url"])
+    if spec.get("urls"):
+        return str(spec["urls"][0])
+    return None
+
+
+def is_http_url(text: str) -> bool:
+    """True for an absolute http:// or https:// URL with a host (the CRD's own rule)."""
+    try:
+        parts = urlsplit(text)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def parse_url_list(text: str, *, max_urls: int, where: str) -> list[str]:
+    """The URLs of a urlsFrom value: one per line, blank lines and '#' comments ignored.
+
+    Duplicates collapse (each URL is queued once). Raises JobNotRunnableError naming the first
+    bad lines (reason InvalidURLList), an empty list (NoURLs) or too many URLs (TooManyURLs).
+    `where` names the source in messages, e.g. "ConfigMap urls key list.txt".
+    """
+    urls: list[str] = []
+    bad: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if is_http_url(line):
+            urls.append(line)
+        else:
+            bad.append(f"line {number}: {line[:100]!r}")
+    if bad:
+        quoted = "; ".join(bad[:QUOTED_BAD_LINES])
+        more = f" and {len(bad) - QUOTED_BAD_LINES} more" if len(bad) > QUOTED_BAD_LINES else ""
+        raise JobNotRunnableError(
+            "InvalidURLList",
+            f"{where}: {len(bad)} line(s) are not http(s) URLs: {quoted}{more}",
+        )
+    unique = _unique(urls)
+    if not unique:
+        raise JobNotRunnableError("NoURLs", f"{where} holds no URLs")
+    if len(unique) > max_urls:
+        raise JobNotRunnableError(
+            "TooManyURLs", f"{where} holds {len(unique)} URLs; the operator accepts {max_urls}"
+        )
+    return unique
+
+
+def decode_url_list(raw: bytes, *, where: str) -> str:
+    """A binaryData value as text: gzip-compressed (detected by its magic bytes) or plain UTF-8.
+
+    Raises JobNotRunnableError (InvalidURLList) for a broken archive, an archive larger than
+    MAX_DECOMPRESSED_BYTES, or bytes that are not UTF-8.
+    """
+    data = raw
+    if raw[:2] == GZIP_MAGIC:
+        decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            data = decompressor.decompress(raw, MAX_DECOMPRESSED_BYTES)
+        except zlib.error as error:
+            raise JobNotRunnableError(
+                "InvalidURLList", f"{where}: not a valid gzip archive ({error})"
+            ) from error
+        if decompressor.unconsumed_tail:
+            raise JobNotRunnableError(
+                "InvalidURLList",
+                f"{where}: decompresses to more than {MAX_DECOMPRESSED_BYTES} bytes",
+            )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise JobNotRunnableError("InvalidURLList", f"{where}: not UTF-8 text") from error
+
+
+def row_options(spec: Mapping[str, Any]) -> RowOptions:
+    """Queue, priority, parser, retries and the payload every row of the job carries."""
+    retries = spec.get("retries") or {}
+    payload: dict[str, Any] = dict(spec.get("payload") or {})
+    for name in PAYLOAD_FIELDS:
+        if spec.get(name) is not None:
+            payload[name] = spec[name]
+    return RowOptions(
+        queue=str(spec.get("queue") or "default"),
+        priority=int(spec.get("priority") or 0),
+        parser_type=str(spec.get("parser") or "default"),
+        max_retries=int(retries.get("limit", 3)),
+        backoff_seconds=float(retries.get("backoffSeconds", 10)),
+        payload=payload,
+    )
+
+
+def _unique(urls: list[str]) -> list[str]:
+    return list(dict.fromkeys(urls))

@@ -1,0 +1,323 @@
+"""What a ScrapeJob's status says, decided from its rows' counts: pure functions, no I/O.
+
+The status sync feeds these with the queue's per-owner progress and patches only the keys that
+changed, so every rule about phases, conditions and what "done" means lives here and is
+unit-tested without a cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+# Status must stay small (etcd objects are capped near 1.5 MB, and every watcher receives the
+# whole object): a few results, each cut short.
+PREVIEW_ITEMS = 3
+PREVIEW_RESULT_CHARS = 200
+LAST_ERROR_CHARS = 1024
+
+# Reason of the Ready condition once the job's rows are in the queue.
+ENQUEUED_REASON = "Enqueued"
+
+# The status keys the status sync owns; it never touches others (firstURL, Ready condition).
+SYNCED_KEYS = (
+    "phase",
+    "progress",
+    "total",
+    "pending",
+    "retrying",
+    "processing",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "startTime",
+    "completionTime",
+    "lastError",
+    "preview",
+    "observedGeneration",
+    "conditions",
+)
+
+
+class Phase(StrEnum):
+    """A ScrapeJob's lifecycle phase, as `kubectl get scrapejobs` shows it."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED)
+
+
+class PreviewItem(Protocol):
+    """One recent result (the queue's ResultPreview fits)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def result(self) -> Any: ...
+
+
+class RowCounts(Protocol):
+    """A ScrapeJob's rows counted by state (the queue's OwnerProgress fits)."""
+
+    @property
+    def total(self) -> int: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def retrying(self) -> int: ...
+    @property
+    def processing(self) -> int: ...
+    @property
+    def succeeded(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def cancelled(self) -> int: ...
+    @property
+    def last_error(self) -> str | None: ...
+    @property
+    def first_started_at(self) -> datetime | None: ...
+    @property
+    def last_finished_at(self) -> datetime | None: ...
+    @property
+    def preview(self) -> Sequence[PreviewItem]: ...
+
+
+def decide_phase(counts: RowCounts, allowed_failure_percent: int) -> Phase:
+    """Return the phase the rows put the job in.
+
+    A job is complete only when no row is pending, retrying or processing: a row waiting for a
+    retry keeps it Running. All terminal: Cancelled if any row was cancelled, Failed if more
+    than `allowed_failure_percent` of the rows failed, else Succeeded. No rows yet: Pending.
+    """
+    live = counts.pending + counts.retrying + counts.processing
+    if counts.total <= 0:
+        return Phase.PENDING
+    if live > 0:
+        started = counts.total - counts.pending > 0
+        return Phase.RUNNING if started else Phase.PENDING
+    if counts.cancelled > 0:
+        return Phase.CANCELLED
+    if counts.failed * 100 > allowed_failure_percent * counts.total:
+        return Phase.FAILED
+    return Phase.SUCCEEDED
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with a Z, to the second, as Kubernetes writes times."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: object) -> datetime | None:
+    """A Kubernetes RFC 3339 time (e.g. metadata.creationTimestamp), or None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def patch_due(
+    *,
+    terminal: bool,
+    last_patch_at: datetime | None,
+    created_at: datetime | None,
+    now: datetime,
+    min_interval_seconds: float,
+) -> bool:
+    """Whether an unfinished job's changed status may be patched now.
+
+    At most one patch per `min_interval_seconds` per job, counted from its creation: counts of
+    a big job change constantly, and a short job is seen once, finished, so its whole
+    lifecycle costs one status write. A terminal phase is always written at once.
+    """
+    if terminal:
+        return True
+    since = last_patch_at or created_at
+    if since is None:
+        return True
+    return (now - since).total_seconds() >= min_interval_seconds
+
+
+def progress_text(counts: RowCounts) -> str:
+    """The DONE column: finished rows (succeeded, failed or cancelled) out of all rows."""
+    done = counts.succeeded + counts.failed + counts.cancelled
+    return f"{done}/{counts.total}"
+
+
+def make_condition(
+    type_: str,
+    status: bool | None,
+    reason: str,
+    message: str,
+    *,
+    generation: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """A metav1.Condition-shaped dict (`status` None means Unknown)."""
+    text = "Unknown" if status is None else ("True" if status else "False")
+    return {
+        "type": type_,
+        "status": text,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": format_time(now),
+    }
+
+
+def merge_conditions(
+    previous: Sequence[Mapping[str, Any]],
+    updates: Sequence[Mapping[str, Any]],
+    *,
+    remove: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """Return `previous` with `updates` applied by type, and the types in `remove` dropped.
+
+    A condition whose status did not change keeps its lastTransitionTime, as metav1 requires;
+    order is stable (existing types first, new types appended).
+    """
+    by_type = {str(update["type"]): update for update in updates}
+    merged: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for condition in previous:
+        kind = str(condition.get("type"))
+        if kind in remove or kind in seen:
+            continue
+        seen.add(kind)
+        update = by_type.get(kind)
+        if update is None:
+            merged.append(dict(condition))
+            continue
+        fresh = dict(update)
+        if condition.get("status") == update["status"]:
+            fresh["lastTransitionTime"] = condition.get(
+                "lastTransitionTime", update["lastTransitionTime"]
+            )
+        merged.append(fresh)
+    for kind, update in by_type.items():
+        if kind not in seen and kind not in remove:
+            merged.append(dict(update))
+    return merged
+
+
+def _completion_time(
+    counts: RowCounts, phase: Phase, previous: Mapping[str, Any], now: datetime
+) -> str | None:
+    """When the last row finished; stable across rounds once set."""
+    if not phase.terminal:
+        return None
+    if counts.last_finished_at is not None:
+        return format_time(counts.last_finished_at)
+    earlier = previous.get("completionTime")
+    return str(earlier) if earlier else format_time(now)
+
+
+def _preview(counts: RowCounts) -> list[dict[str, str]]:
+    items: list[dict[str, str]] = []
+    for item in list(counts.preview)[:PREVIEW_ITEMS]:
+        text = (
+            item.result
+            if isinstance(item.result, str)
+            else json.dumps(item.result, separators=(",", ":"), sort_keys=True, default=str)
+        )
+        if len(text) > PREVIEW_RESULT_CHARS:
+            text = text[: PREVIEW_RESULT_CHARS - 1] + "…"
+        items.append({"url": item.url[:2048], "result": text})
+    return items
+
+
+def build_status(
+    counts: RowCounts,
+    *,
+    previous: Mapping[str, Any],
+    generation: int,
+    allowed_failure_percent: int,
+    queue: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """The full synced part of a ScrapeJob's status (the keys in SYNCED_KEYS).
+
+    Rows exist, so the job is Ready (reason Enqueued); Complete and Failed follow the phase;
+    other conditions in `previous` are carried over unchanged.
+    """
+    phase = decide_phase(counts, allowed_failure_percent)
+    status: dict[str, Any] = {
+        "phase": phase.value,
+        "progress": progress_text(counts),
+        "total": counts.total,
+        "pending": counts.pending,
+        "retrying": counts.retrying,
+        "processing": counts.processing,
+        "succeeded": counts.succeeded,
+        "failed": counts.failed,
+        "cancelled": counts.cancelled,
+        "observedGeneration": generation,
+        "startTime": format_time(counts.first_started_at) if counts.first_started_at else None,
+        "completionTime": _completion_time(counts, phase, previous, now),
+        "lastError": (counts.last_error or "")[:LAST_ERROR_CHARS] or None,
+        "preview": _preview(counts) or None,
+    }
+    updates: list[dict[str, Any]] = []
+    remove: list[str] = []
+    if counts.total > 0:
+        message = f"{counts.total} URLs queued on queue {queue}"
+        updates.append(
+            make_condition("Ready", True, ENQUEUED_REASON, message, generation=generation, now=now)
+        )
+    if phase is Phase.SUCCEEDED:
+        message = f"{counts.succeeded} of {counts.total} URLs scraped"
+        if counts.failed:
+            message += f"; {counts.failed} failed, within allowedFailurePercent"
+        updates.append(
+            make_condition("Complete", True, "Succeeded", message, generation=generation, now=now)
+        )
+        remove.append("Failed")
+    elif phase is Phase.FAILED:
+        message = f"{counts.failed} of {counts.total} URLs failed"
+        if counts.last_error:
+            message += f"; last error: {counts.last_error[:LAST_ERROR_CHARS]}"
+        updates.append(
+            make_condition("Failed", True, "URLsFailed", message, generation=generation, now=now)
+        )
+        remove.append("Complete")
+    elif phase is Phase.CANCELLED:
+        message = f"{counts.cancelled} of {counts.total} URLs were cancelled"
+        updates.append(
+            make_condition("Failed", True, "Cancelled", message, generation=generation, now=now)
+        )
+        remove.append("Complete")
+    else:
+        remove.extend(("Complete", "Failed"))
+    status["conditions"] = merge_conditions(
+        previous.get("conditions") or [], updates, remove=remove
+    )
+    return status
+
+
+def status_changes(previous: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge-patch body turning `previous` into `wanted` for the keys `wanted` names.
+
+    A key whose wanted value is None is deleted (merge-patch null) only if it is present.
+    An empty result means no API call is needed.
+    """
+    changes: dict[str, Any] = {}
+    for key, value in wanted.items():
+        current = previous.get(key)
+        if value is None:
+            if current is not None:
+                changes[key] = None
+        elif current != value:
+            changes[key] = value
+    return changes

@@ -1,0 +1,66 @@
+"""The operator's Prometheus metrics, served on /metrics.
+
+Labels are low-cardinality on purpose: a queue name, a pool (namespace/deployment), a state, an
+outcome or a component — never a URL or a ScrapeJob.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+QUEUE_BACKLOG_JOBS = Gauge(
+    "scrapeq_operator_queue_backlog_jobs",
+    "Rows in a queue by state: due (pending and runnable now), delayed (pending, waiting for "
+    "run_at) and processing.",
+    ["queue", "state"],
+    registry=REGISTRY,
+)
+QUEUE_OLDEST_DUE_AGE_SECONDS = Gauge(
+    "scrapeq_operator_queue_oldest_due_age_seconds",
+    "How long the oldest due row of a queue has been waiting to be claimed (0 when none).",
+    ["queue"],
+    registry=REGISTRY,
+)
+POOL_DESIRED_REPLICAS = Gauge(
+    "scrapeq_operator_pool_desired_replicas",
+    "Replicas the autoscaler wants for a worker pool (namespace/deployment).",
+    ["pool"],
+    registry=REGISTRY,
+)
+POOL_CURRENT_REPLICAS = Gauge(
+    "scrapeq_operator_pool_current_replicas",
+    "Replicas a worker pool's Deployment asked for when the autoscaler last looked.",
+    ["pool"],
+    registry=REGISTRY,
+)
+SCALING_DECISIONS_TOTAL = Counter(
+    "scrapeq_operator_scaling_decisions_total",
+    "Autoscaler decisions that changed or held a pool's replicas, by reason.",
+    ["reason"],
+    registry=REGISTRY,
+)
+RECONCILE_ERRORS_TOTAL = Counter(
+    "scrapeq_operator_reconcile_errors_total",
+    "Failed rounds or handler runs, by component (enqueue, cancel, status_sync, autoscaler).",
+    ["component"],
+    registry=REGISTRY,
+)
+STATUS_PATCHES_TOTAL = Counter(
+    "scrapeq_operator_status_patches_total",
+    "ScrapeJob status PATCH requests by outcome (applied, conflict, gone, error).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+JOBS_ENQUEUED_TOTAL = Counter(
+    "scrapeq_operator_enqueued_rows_total",
+    "Rows the operator inserted for ScrapeJobs (rows that already existed are not counted).",
+    registry=REGISTRY,
+)
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """Serve /metrics on a background thread (a no-op for port 0)."""
+    if port:
+        start_http_server(port, addr=host, registry=REGISTRY)

@@ -1,0 +1,366 @@
+"""The one operator-wide task that mirrors queue progress into ScrapeJob status.
+
+Not a timer or daemon per ScrapeJob: one loop for the whole operator. It wakes when the queue
+NOTIFYs (new rows) and polls the owners whose rows changed since its last look (a cheap query on
+a partial index), plus a full sweep of every unfinished ScrapeJob now and then to repair what
+anything else missed. For each candidate it computes the status (job_status.build_status) and
+PATCHes only the keys that differ from what the object already shows, in bounded batches with
+bounded concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
+
+import psycopg
+from scrapeq_queue import inspection, notifications
+
+from scrapeq_operator import metrics
+from scrapeq_operator.cluster import ObjectRef, is_conflict, is_not_found
+from scrapeq_operator.job_spec import first_url
+from scrapeq_operator.job_status import (
+    SYNCED_KEYS,
+    Phase,
+    build_status,
+    parse_time,
+    patch_due,
+    status_changes,
+)
+from scrapeq_operator.runtime import DATABASE_ERRORS
+from scrapeq_operator.settings import GROUP, VERSION, OperatorSettings
+
+if TYPE_CHECKING:
+    from scrapeq_operator.runtime import OperatorRuntime
+
+logger = logging.getLogger(__name__)
+
+# Rows updated in a transaction that commits later carry an updated_at before the commit; the
+# changed-owners query looks back this far past its last watermark so such rows are not missed.
+CHANGE_WATERMARK_OVERLAP = timedelta(seconds=5)
+# How long an owner whose rows changed is looked for in the index before it is ignored.
+UNKNOWN_OWNER_RETRY_SECONDS = 60.0
+# Delay before reconnecting the LISTEN connection after it failed.
+LISTEN_RECONNECT_SECONDS = 2.0
+# How long one wait for a notification lasts before waiting again (it also notices a dead link).
+LISTEN_IDLE_CHECK_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """What the status sync knows of one ScrapeJob (kept in a kopf index, fed by the watch)."""
+
+    uid: str
+    namespace: str
+    name: str
+    resource_version: str
+    generation: int
+    allowed_failure_percent: int
+    deleting: bool
+    queue: str = "default"
+    created_at: datetime | None = None
+    # The first inline URL (None for urlsFrom: the create handler records that one).
+    first_url: str | None = None
+    status: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def phase(self) -> str | None:
+        value = self.status.get("phase")
+        return str(value) if value else None
+
+    @property
+    def finished(self) -> bool:
+        """Terminal phase for the current generation: no sweep needs to look again."""
+        phase = self.phase
+        return (
+            phase in {Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.CANCELLED.value}
+            and self.status.get("observedGeneration") == self.generation
+        )
+
+
+def job_ref(body: Mapping[str, Any]) -> JobRef:
+    """A JobRef from a ScrapeJob object as the watch delivers it."""
+    meta = body.get("metadata", {})
+    spec = body.get("spec", {})
+    return JobRef(
+        uid=str(meta.get("uid")),
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        generation=int(meta.get("generation") or 1),
+        allowed_failure_percent=int(spec.get("allowedFailurePercent") or 0),
+        deleting=bool(meta.get("deletionTimestamp")),
+        queue=str(spec.get("queue") or "default"),
+        created_at=parse_time(meta.get("creationTimestamp")),
+        first_url=first_url(spec),
+        status=dict(body.get("status") or {}),
+    )
+
+
+class JobDirectory(Protocol):
+    """Where the sync looks ScrapeJobs up: the kopf index in production."""
+
+    def get(self, uid: str) -> JobRef | None: ...
+
+    def all(self) -> Iterable[JobRef]: ...
+
+
+class IndexDirectory:
+    """A JobDirectory over the kopf index `scrapejobs_by_uid` (uid -> store of JobRef)."""
+
+    def __init__(self, index: Mapping[str, Iterable[JobRef]]) -> None:
+        self._index = index
+
+    def get(self, uid: str) -> JobRef | None:
+        store = self._index.get(uid)
+        if store is None:
+            return None
+        refs = list(store)
+        return refs[-1] if refs else None
+
+    def all(self) -> Iterator[JobRef]:
+        for uid in list(self._index):
+            ref = self.get(uid)
+            if ref is not None:
+                yield ref
+
+
+class StatusSync:
+    """Mirror row progress into ScrapeJob status; `run` is the loop, `sync_round` one pass."""
+
+    def __init__(
+        self, settings: OperatorSettings, directory: JobDirectory, runtime: OperatorRuntime
+    ) -> None:
+        self.settings = settings
+        self.directory = directory
+        self.runtime = runtime
+        self._wake = asyncio.Event()
+        self._watermark: datetime | None = None
+        self._next_sweep = 0.0
+        # Owners whose patch must be retried (conflict, API error) in the next round.
+        self._retry: set[str] = set()
+        # uid -> the resourceVersion we last patched from. While the watch has not delivered
+        # our own patch yet, the index still shows that version: wait instead of patching
+        # again from stale data (which could only end in a 409).
+        self._patched_from: dict[str, str] = {}
+        # uid -> when an owner with changed rows was first missing from the index.
+        self._unknown: dict[str, float] = {}
+        # uid -> when its status was last patched (unfinished jobs only), for patch_due.
+        self._last_patch_at: dict[str, datetime] = {}
+
+    async def run(self) -> None:
+        """Run until cancelled; a failing round is logged and counted, never fatal."""
+        listener = asyncio.create_task(self._listen(), name="status-sync-listen")
+        try:
+            while True:
+                try:
+                    await self.sync_round()
+                except asyncio.CancelledError:
+                    raise
+                except DATABASE_ERRORS as error:
+                    metrics.RECONCILE_ERRORS_TOTAL.labels("status_sync").inc()
+                    logger.warning("status sync: database unavailable: %s", error)
+                except Exception:
+                    metrics.RECONCILE_ERRORS_TOTAL.labels("status_sync").inc()
+                    logger.exception("status sync round failed")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.settings.status_poll_seconds)
+                if self._wake.is_set():
+                    # A burst of notifications costs one round: gather them for a moment.
+                    await asyncio.sleep(self.settings.status_debounce_seconds)
+                    self._wake.clear()
+        finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+
+    async def _listen(self) -> None:
+        """Set the wake-up flag on every queue notification; reconnect when the link drops."""
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.settings.database_url, autocommit=True
+                ) as connection:
+                    await notifications.listen(connection)
+                    while True:
+                        if await notifications.wait_for_notification(
+                            connection, LISTEN_IDLE_CHECK_SECONDS
+                        ):
+                            self._wake.set()
+            except asyncio.CancelledError:
+                raise
+            except DATABASE_ERRORS as error:
+                logger.debug("status sync: LISTEN connection lost: %s", error)
+            await asyncio.sleep(LISTEN_RECONNECT_SECONDS)
+
+    def _sweep_due(self) -> bool:
+        return time.monotonic() >= self._next_sweep
+
+    async def sync_round(self) -> int:
+        """One pass: find candidates, read their progress, patch what changed; return patches.
+
+        The database connection is held only while reading, never during API calls. If the
+        round fails, its candidates are kept for the next one and the watermark stays put.
+        """
+        candidates = set(self._retry)
+        self._retry.clear()
+        try:
+            async with self.runtime.connection() as connection:
+                now = await inspection.database_now(connection)
+                # First round: the sweep below covers every unfinished job, so the history
+                # before this start need not be scanned.
+                since = (self._watermark or now) - CHANGE_WATERMARK_OVERLAP
+                changed = await inspection.owners_changed_since(connection, since)
+            candidates.update(owner.uid for owner in changed)
+            if self._sweep_due():
+                candidates.update(ref.uid for ref in self.directory.all() if not ref.finished)
+                self._next_sweep = time.monotonic() + self.settings.status_sweep_seconds
+                self._forget_delivered_patches()
+            refs = []
+            for uid in sorted(candidates):
+                ref = self.directory.get(uid)
+                if ref is None:
+                    self._remember_unknown(uid)
+                elif not ref.deleting:
+                    self._unknown.pop(uid, None)
+                    refs.append(ref)
+            patched = 0
+            started = time.monotonic()
+            for start in range(0, len(refs), self.settings.status_batch_size):
+                batch = refs[start : start + self.settings.status_batch_size]
+                async with self.runtime.connection() as connection:
+                    progress = await inspection.owner_progress(
+                        connection, [ref.uid for ref in batch]
+                    )
+                patched += await self._patch_batch(batch, progress)
+        except BaseException:
+            self._retry.update(candidates)
+            raise
+        self._watermark = now
+        if patched:
+            logger.info(
+                "status sync: patched %d of %d ScrapeJobs in %.2f s",
+                patched,
+                len(refs),
+                time.monotonic() - started,
+            )
+        return patched
+
+    def _forget_delivered_patches(self) -> None:
+        """Drop the patch memory of jobs that are gone or whose patch the watch delivered
+        (finished and deleted jobs are not looked at again, so nothing else would drop it)."""
+        for uid, resource_version in list(self._patched_from.items()):
+            ref = self.directory.get(uid)
+            if ref is None or ref.resource_version != resource_version:
+                del self._patched_from[uid]
+        for uid in [uid for uid in self._last_patch_at if self.directory.get(uid) is None]:
+            del self._last_patch_at[uid]
+
+    def _remember_unknown(self, uid: str) -> None:
+        """Retry an owner the index does not know for a while: right after a start the watch
+        may not have listed it yet. Owners outside the watched namespaces, or deleted, are
+        forgotten after UNKNOWN_OWNER_RETRY_SECONDS."""
+        first_seen = self._unknown.setdefault(uid, time.monotonic())
+        if time.monotonic() - first_seen < UNKNOWN_OWNER_RETRY_SECONDS:
+            self._retry.add(uid)
+        else:
+            self._unknown.pop(uid, None)
+
+    async def _patch_batch(self, refs: list[JobRef], progress: Mapping[str, Any]) -> int:
+        limit = asyncio.Semaphore(self.settings.status_patch_concurrency)
+        now = datetime.now(UTC)
+
+        async def patch_one(ref: JobRef) -> int:
+            counts = progress.get(ref.uid)
+            if counts is None or counts.total == 0:
+                # Not queued yet (the create handler owns the status until then).
+                return 0
+            patched_from = self._patched_from.get(ref.uid)
+            if patched_from == ref.resource_version:
+                self._retry.add(ref.uid)
+                return 0
+            if patched_from is not None:
+                # The watch has delivered our last patch: nothing to remember any more.
+                del self._patched_from[ref.uid]
+            wanted = build_status(
+                counts,
+                previous=ref.status,
+                generation=ref.generation,
+                allowed_failure_percent=ref.allowed_failure_percent,
+                queue=ref.queue,
+                now=now,
+            )
+            synced = {key: wanted[key] for key in SYNCED_KEYS}
+            if ref.first_url:
+                synced["firstURL"] = ref.first_url
+            changes = status_changes(ref.status, synced)
+            if not changes:
+                return 0
+            if not patch_due(
+                terminal=Phase(wanted["phase"]).terminal,
+                last_patch_at=self._last_patch_at.get(ref.uid),
+                created_at=ref.created_at,
+                now=now,
+                min_interval_seconds=self.settings.status_min_interval_seconds,
+            ):
+                self._retry.add(ref.uid)
+                return 0
+            async with limit:
+                try:
+                    await self.runtime.cluster.patch_scrapejob_status(
+                        ref.namespace,
+                        ref.name,
+                        uid=ref.uid,
+                        resource_version=ref.resource_version,
+                        status=changes,
+                    )
+                except Exception as error:
+                    if is_not_found(error):
+                        metrics.STATUS_PATCHES_TOTAL.labels("gone").inc()
+                        self._patched_from.pop(ref.uid, None)
+                        self._last_patch_at.pop(ref.uid, None)
+                        return 0
+                    if is_conflict(error):
+                        # The object changed since the watch showed it; try again next round
+                        # with the fresher copy.
+                        metrics.STATUS_PATCHES_TOTAL.labels("conflict").inc()
+                    else:
+                        metrics.STATUS_PATCHES_TOTAL.labels("error").inc()
+                        logger.warning(
+                            "status patch of %s/%s failed: %s", ref.namespace, ref.name, error
+                        )
+                    self._retry.add(ref.uid)
+                    return 0
+            self._patched_from[ref.uid] = ref.resource_version
+            if Phase(wanted["phase"]).terminal:
+                self._last_patch_at.pop(ref.uid, None)
+            else:
+                self._last_patch_at[ref.uid] = now
+            metrics.STATUS_PATCHES_TOTAL.labels("applied").inc()
+            if changes.get("phase") == Phase.FAILED.value:
+                await self._announce_failure(ref, counts)
+            return 1
+
+        results = await asyncio.gather(*(patch_one(ref) for ref in refs))
+        return sum(results)
+
+    async def _announce_failure(self, ref: JobRef, counts: Any) -> None:
+        """A Warning Event when a job turns Failed (kubectl describe shows why)."""
+        message = f"{counts.failed} of {counts.total} URLs failed"
+        if counts.last_error:
+            message += f"; last error: {counts.last_error}"
+        try:
+            await self.runtime.cluster.post_event(
+                ObjectRef(f"{GROUP}/{VERSION}", "ScrapeJob", ref.namespace, ref.name, ref.uid),
+                type_="Warning",
+                reason="URLsFailed",
+                message=message,
+            )
+        except Exception as error:
+            logger.warning("event for %s/%s not posted: %s", ref.namespace, ref.name, error)

@@ -1,0 +1,95 @@
+"""Fixtures for operator tests on the real kube-apiserver: the CRD, a namespace per test,
+kubectl, and the operator as a local process (see operator_parts.py)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scrapeq.local.postgres import LocalPostgres
+from scrapeq.local.processes import LocalPartError
+from tests.conftest import missing_part
+from tests.e2e.operator.operator_parts import CRD_PATH, Kubectl, OperatorProcess, poll
+
+
+@pytest.fixture(scope="session")
+def kubectl(kube_cluster: Any) -> Kubectl:
+    """kubectl as admin, with the ScrapeJob CRD installed and established."""
+    client = Kubectl(Path(kube_cluster.kubeconfig))
+    client.run("apply", "-f", str(CRD_PATH))
+    client.run(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/scrapejobs.scrapeq.io",
+    )
+    # Discovery of the new group can lag the Established condition by a moment.
+    poll(
+        lambda: client.run("get", "scrapejobs", "-A", check=False).returncode == 0,
+        timeout=30,
+        what="the scrapejobs resource to be served",
+    )
+    return client
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl) -> str:
+    """A fresh namespace for one test (namespaces never finish deleting without a kubelet)."""
+    name = f"sj-{uuid.uuid4().hex[:10]}"
+    kubectl.run("create", "namespace", name)
+    return name
+
+
+@pytest.fixture
+def operator_factory(
+    kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> Iterator[Callable[..., OperatorProcess]]:
+    """Start operators for this test's namespace; every one is stopped afterwards."""
+    started: list[OperatorProcess] = []
+
+    def start(
+        database_url: str,
+        *,
+        environment: dict[str, str] | None = None,
+        kubeconfig: Path | None = None,
+        clusterwide: bool = False,
+    ) -> OperatorProcess:
+        operator = OperatorProcess(
+            kubeconfig=kubeconfig or kubectl.kubeconfig,
+            database_url=database_url,
+            namespace="" if clusterwide else namespace,
+            log_path=tmp_path / f"operator-{len(started)}.log",
+            environment=environment or {},
+        )
+        started.append(operator)
+        operator.start()
+        return operator
+
+    yield start
+    for operator in started:
+        operator.stop()
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[LocalPostgres]:
+    """A PostgreSQL server this test may stop and start again (same port, same data)."""
+    # Not under pytest's tmp_path: as root the server runs as `postgres`, which cannot enter
+    # pytest's private directories.
+    base_dir = Path(tempfile.mkdtemp(prefix="scrapeq-autoscaler-pg-"))
+    server = LocalPostgres(base_dir=base_dir)
+    try:
+        server.start()
+    except LocalPartError as error:
+        server.stop()
+        missing_part("PostgreSQL", str(error))
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(base_dir, ignore_errors=True)

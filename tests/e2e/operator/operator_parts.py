@@ -1,0 +1,263 @@
+"""Parts for operator tests on the real kube-apiserver: the CRD, a namespace per test,
+kubectl, and the operator as a local process (`python -m scrapeq operator`).
+
+There is no kubelet: Deployments get no Pods and namespaces never finish deleting, so every
+test works in a namespace of its own and nothing waits for pods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import psycopg
+import scrapeq_queue
+import yaml
+
+from scrapeq.local.processes import LocalPartError, free_port, terminate, wait_until
+
+T = TypeVar("T")
+
+REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
+CRD_PATH = REPOSITORY_ROOT / "crds" / "scrapejobs.scrapeq.io.yaml"
+
+# Short loops so that tests see changes in seconds; production defaults are in settings.py.
+FAST_OPERATOR_ENVIRONMENT = {
+    "SCRAPEQ_OPERATOR_STATUS_SWEEP_SECONDS": "3",
+    "SCRAPEQ_OPERATOR_STATUS_POLL_SECONDS": "0.5",
+    "SCRAPEQ_OPERATOR_STATUS_DEBOUNCE_SECONDS": "0.1",
+    "SCRAPEQ_OPERATOR_AUTOSCALER_INTERVAL_SECONDS": "0.5",
+    "SCRAPEQ_OPERATOR_DATABASE_RETRY_SECONDS": "1",
+    "SCRAPEQ_OPERATOR_NOT_READY_RETRY_SECONDS": "2",
+}
+
+
+@dataclass
+class Kubectl:
+    """kubectl against the test cluster, as the admin user unless told otherwise."""
+
+    kubeconfig: Path
+
+    def run(
+        self, *arguments: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            ["kubectl", f"--kubeconfig={self.kubeconfig}", *arguments],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"kubectl {' '.join(arguments)} failed ({result.returncode}): {result.stderr}"
+            )
+        return result
+
+    def apply(
+        self, manifest: dict[str, Any], *, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run("apply", "-f", "-", stdin=yaml.safe_dump(manifest), check=check)
+
+    def create(
+        self, manifest: dict[str, Any], *, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run("create", "-f", "-", stdin=yaml.safe_dump(manifest), check=check)
+
+    def get(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        result = self.run("get", kind, name, "-n", namespace, "-o", "json")
+        document: dict[str, Any] = json.loads(result.stdout)
+        return document
+
+    def exists(self, kind: str, name: str, namespace: str) -> bool:
+        result = self.run(
+            "get", kind, name, "-n", namespace, "--ignore-not-found", "-o", "name", check=False
+        )
+        return bool(result.stdout.strip())
+
+
+def poll(condition: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.2) -> Any:
+    """Call `condition` until it returns something truthy; return that, or fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        last = condition()
+        if last:
+            return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(
+                f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})"
+            )
+        time.sleep(interval)
+
+
+@dataclass
+class OperatorProcess:
+    """`python -m scrapeq operator` running against the test cluster and database."""
+
+    kubeconfig: Path
+    database_url: str
+    # The namespace to watch; empty means every namespace (cluster-wide).
+    namespace: str
+    log_path: Path
+    environment: dict[str, str] = field(default_factory=dict)
+    metrics_port: int = 0
+    liveness_port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.metrics_port = free_port()
+        self.liveness_port = free_port()
+        env = {
+            **os.environ,
+            **FAST_OPERATOR_ENVIRONMENT,
+            **self.environment,
+            "KUBECONFIG": str(self.kubeconfig),
+            "DATABASE_URL": self.database_url,
+            "PYTHONUNBUFFERED": "1",
+        }
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "scrapeq",
+                "operator",
+                *(["--namespace", self.namespace] if self.namespace else []),
+                "--listen-host",
+                "127.0.0.1",
+                "--metrics-port",
+                str(self.metrics_port),
+                "--liveness-port",
+                str(self.liveness_port),
+                "--verbose",
+            ],
+            cwd=REPOSITORY_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        try:
+            wait_until(
+                self._healthy,
+                timeout=60,
+                what="the operator's /healthz",
+                interval=0.2,
+                failed=self._exited,
+            )
+        except LocalPartError as error:
+            raise AssertionError(f"{error}\n--- operator log ---\n{self.log_tail()}") from error
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.liveness_port}/healthz", timeout=2
+            ) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def _exited(self) -> str | None:
+        if self.process is not None and self.process.poll() is not None:
+            return f"the operator exited with {self.process.returncode}"
+        return None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
+        ) as response:
+            return str(response.read().decode())
+
+    def log_tail(self, characters: int = 6000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-characters:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process is not None:
+            terminate(self.process, grace=15)
+            self.process = None
+
+
+def scrapejob(name: str, **spec: Any) -> dict[str, Any]:
+    """A ScrapeJob manifest."""
+    return {
+        "apiVersion": "scrapeq.io/v1alpha1",
+        "kind": "ScrapeJob",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+WORKER_ID = "e2e-test-worker"
+
+
+def run_queue_call(database_url: str, call: Callable[[Any], Awaitable[T]]) -> T:
+    """Run one scrapeq_queue call on a fresh autocommit connection (from synchronous tests)."""
+
+    async def run() -> T:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            return await call(conn)
+
+    return asyncio.run(run())
+
+
+def owner_progress(database_url: str, uid: str) -> scrapeq_queue.OwnerProgress:
+    """The queue's row counts for one ScrapeJob."""
+    progress = run_queue_call(database_url, lambda conn: scrapeq_queue.owner_progress(conn, [uid]))
+    return progress[uid]
+
+
+def work_rows(
+    database_url: str,
+    *,
+    queue: str = "default",
+    limit: int = 100,
+    fail_with: str | None = None,
+    hold: bool = False,
+    worker_id: str = WORKER_ID,
+) -> list[scrapeq_queue.ClaimedJob]:
+    """Act as a worker: claim due rows and complete them (or fail them for good, or hold them
+    in flight), through the queue package's own claim/complete/fail functions."""
+
+    async def work(conn: Any) -> list[scrapeq_queue.ClaimedJob]:
+        jobs = await scrapeq_queue.claim_jobs(
+            conn, worker_id=worker_id, queues=[queue], limit=limit, lease_seconds=300
+        )
+        for job in jobs:
+            if hold:
+                continue
+            if fail_with is not None:
+                await scrapeq_queue.fail_job(
+                    conn,
+                    job.id,
+                    job.attempt,
+                    error=fail_with,
+                    reason="http_error",
+                    duration_seconds=0.1,
+                )
+            else:
+                await scrapeq_queue.complete_job(
+                    conn,
+                    job.id,
+                    job.attempt,
+                    result={"title": f"page {job.url}"},
+                    duration_seconds=0.1,
+                )
+        return jobs
+
+    return run_queue_call(database_url, work)

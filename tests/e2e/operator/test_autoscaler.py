@@ -1,0 +1,192 @@
+"""The autoscaler on the real kube-apiserver: a worker Deployment's replicas follow its queue's
+backlog up, down and to zero, and hold while PostgreSQL is down.
+
+There is no kubelet, so the Deployment never gets pods; the test reads spec.replicas (what the
+operator asked for through the scale subresource). The backlog is made with the queue package
+(enqueue_many) and drained by the test acting as the worker (claim_jobs + complete_job). The
+test starts its own PostgreSQL so that it can stop it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import scrapeq_queue
+
+from scrapeq.local.postgres import LocalPostgres
+from tests.e2e.operator.operator_parts import (
+    Kubectl,
+    OperatorProcess,
+    poll,
+    run_queue_call,
+    work_rows,
+)
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
+
+QUEUE = "autoscaled"
+JOBS_PER_REPLICA = 2
+# Short windows so the test sees every step in seconds; a scale to zero needs the cool-down
+# to pass after the last work, which is longer than the window, so "down to 1" is observable.
+POLICY_ANNOTATIONS = {
+    "scrapeq.io/queue": QUEUE,
+    "scrapeq.io/jobs-per-replica": str(JOBS_PER_REPLICA),
+    "scrapeq.io/max-replicas": "4",
+    "scrapeq.io/scale-down-stabilization-seconds": "1",
+    "scrapeq.io/scale-to-zero-cooldown-seconds": "6",
+}
+
+
+def _worker_deployment(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "scrapers",
+            "namespace": namespace,
+            "labels": {"scrapeq.io/worker-pool": "scrapers"},
+            "annotations": POLICY_ANNOTATIONS,
+        },
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "scrapers"}},
+            "template": {
+                "metadata": {"labels": {"app": "scrapers"}},
+                "spec": {"containers": [{"name": "worker", "image": "scrapeq-worker:test"}]},
+            },
+        },
+    }
+
+
+def _replicas(kubectl: Kubectl, namespace: str) -> int:
+    return int(kubectl.get("deployment", "scrapers", namespace)["spec"]["replicas"])
+
+
+def _decision(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
+    annotations = kubectl.get("deployment", "scrapers", namespace)["metadata"]["annotations"]
+    raw = annotations.get("scrapeq.io/autoscaler-decision")
+    return json.loads(raw) if raw else {}
+
+
+def _wait_for_replicas(kubectl: Kubectl, namespace: str, count: int) -> None:
+    poll(
+        lambda: _replicas(kubectl, namespace) == count,
+        timeout=30,
+        what=f"{count} replicas",
+        interval=0.1,
+    )
+
+
+def _enqueue(database_url: str, count: int, tag: str) -> None:
+    urls = [f"https://backlog.example.com/{tag}/{number}" for number in range(count)]
+    run_queue_call(database_url, lambda conn: scrapeq_queue.enqueue_many(conn, urls, queue=QUEUE))
+
+
+def test_replicas_follow_the_backlog_up_down_to_zero_and_hold_during_an_outage(
+    kubectl: Kubectl,
+    namespace: str,
+    own_postgres: LocalPostgres,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    database_url = own_postgres.dsn()
+    kubectl.create(_worker_deployment(namespace))
+    operator = operator_factory(database_url)
+
+    _enqueue(database_url, 5, "first")
+    _wait_for_replicas(kubectl, namespace, 3)
+    assert _decision(kubectl, namespace)["reason"] == "ScaleUp"
+
+    while work_rows(database_url, queue=QUEUE):
+        pass
+    _wait_for_replicas(kubectl, namespace, 1)
+    assert _decision(kubectl, namespace)["reason"] == "ScaleDown"
+    _wait_for_replicas(kubectl, namespace, 0)
+    assert _decision(kubectl, namespace)["reason"] == "ScaleToZero"
+
+    _enqueue(database_url, 4, "second")
+    _wait_for_replicas(kubectl, namespace, 2)
+    metrics = operator.metrics()
+    assert f'scrapeq_operator_pool_desired_replicas{{pool="{namespace}/scrapers"}} 2.0' in metrics
+    assert f'scrapeq_operator_queue_backlog_jobs{{queue="{QUEUE}",state="due"}} 4.0' in metrics
+
+    own_postgres.stop(mode="immediate")
+    poll(
+        lambda: _decision(kubectl, namespace).get("reason") == "HoldDatabaseUnavailable",
+        timeout=30,
+        what="the autoscaler to hold",
+    )
+    # Observe the hold across several autoscaler rounds (0.5 s each): replicas never move.
+    held_until = time.monotonic() + 4
+    while time.monotonic() < held_until:
+        assert _replicas(kubectl, namespace) == 2
+        time.sleep(0.25)
+    events = kubectl.run(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        "involvedObject.name=scrapers,reason=HoldDatabaseUnavailable",
+        "-o",
+        "name",
+    ).stdout
+    assert events.strip()
+
+    own_postgres.start()
+    poll(
+        lambda: _decision(kubectl, namespace).get("reason") != "HoldDatabaseUnavailable",
+        timeout=30,
+        what="the autoscaler to resume after the outage",
+    )
+    assert _replicas(kubectl, namespace) == 2
+    while work_rows(database_url, queue=QUEUE):
+        pass
+    _wait_for_replicas(kubectl, namespace, 0)
+
+
+def _pod(namespace: str, name: str) -> dict[str, Any]:
+    """A Pod of the pool, created directly: without a kubelet it stays Pending, but it exists
+    for the ReplicaSet's deletion order, which is what the annotation is for."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"app": "scrapers"}},
+        "spec": {"containers": [{"name": "worker", "image": "scrapeq-worker:test"}]},
+    }
+
+
+def test_before_scaling_down_idle_pods_are_marked_cheaper_to_delete_than_busy_ones(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    deployment = _worker_deployment(namespace)
+    deployment["metadata"]["annotations"] = {
+        **POLICY_ANNOTATIONS,
+        "scrapeq.io/jobs-per-replica": "1",
+        "scrapeq.io/scale-to-zero-cooldown-seconds": "600",
+    }
+    kubectl.create(deployment)
+    for name in ("scrapers-busy", "scrapers-idle"):
+        kubectl.create(_pod(namespace, name))
+    operator_factory(empty_database_url)
+
+    _enqueue(empty_database_url, 3, "pods")
+    _wait_for_replicas(kubectl, namespace, 3)
+    # The busy pod's worker process (id <pod name>-<pid>) holds one row; the rest finish.
+    work_rows(empty_database_url, queue=QUEUE, limit=1, hold=True, worker_id="scrapers-busy-7")
+    work_rows(empty_database_url, queue=QUEUE, worker_id="scrapers-idle-9")
+    _wait_for_replicas(kubectl, namespace, 1)
+
+    def cost(pod: str) -> str | None:
+        annotations = kubectl.get("pod", pod, namespace)["metadata"].get("annotations") or {}
+        value = annotations.get("controller.kubernetes.io/pod-deletion-cost")
+        return str(value) if value is not None else None
+
+    assert cost("scrapers-idle") == "-1"
+    assert cost("scrapers-busy") == "1"

@@ -1,0 +1,121 @@
+"""Deleting a ScrapeJob while PostgreSQL is down: the finalizer holds the object until its
+rows are cancelled, unless the user forces the deletion with scrapeq.io/force-delete.
+
+Real kube-apiserver, the operator as a local process, and a PostgreSQL of the test's own that
+it stops and starts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from scrapeq.local.postgres import LocalPostgres
+from tests.e2e.operator.operator_parts import (
+    Kubectl,
+    OperatorProcess,
+    owner_progress,
+    poll,
+    scrapejob,
+)
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
+
+URLS = ["https://a.example.com/1", "https://a.example.com/2"]
+
+
+def _create_queued_job(kubectl: Kubectl, namespace: str, database_url: str, name: str) -> str:
+    manifest = scrapejob(name, urls=URLS)
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.create(manifest)
+    uid: str = kubectl.get("scrapejob", name, namespace)["metadata"]["uid"]
+    poll(
+        lambda: owner_progress(database_url, uid).total == len(URLS),
+        timeout=30,
+        what="rows",
+    )
+    return uid
+
+
+def _has_event(kubectl: Kubectl, namespace: str, name: str, reason: str) -> bool:
+    found = kubectl.run(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector",
+        f"involvedObject.name={name},reason={reason}",
+        "-o",
+        "name",
+    ).stdout
+    return bool(found.strip())
+
+
+def test_the_finalizer_waits_for_the_database_then_cancels_the_rows(
+    kubectl: Kubectl,
+    namespace: str,
+    own_postgres: LocalPostgres,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    database_url = own_postgres.dsn()
+    operator_factory(database_url)
+    uid = _create_queued_job(kubectl, namespace, database_url, "patient")
+
+    own_postgres.stop(mode="immediate")
+    kubectl.run("delete", "scrapejob", "patient", "-n", namespace, "--wait=false")
+    poll(
+        lambda: _has_event(kubectl, namespace, "patient", "CancelPending"),
+        timeout=30,
+        what="a CancelPending event",
+    )
+    # Several retries (1 s apart in tests) happen while the database stays down; the object
+    # must survive all of them.
+    observe_until = time.monotonic() + 4
+    while time.monotonic() < observe_until:
+        body = kubectl.get("scrapejob", "patient", namespace)
+        assert body["metadata"]["deletionTimestamp"]
+        assert "scrapeq.io/cancel-rows" in body["metadata"]["finalizers"]
+        time.sleep(0.25)
+
+    own_postgres.start()
+    poll(
+        lambda: not kubectl.exists("scrapejob", "patient", namespace),
+        timeout=60,
+        what="the ScrapeJob to go once its rows are cancelled",
+    )
+    progress = owner_progress(database_url, uid)
+    assert progress.cancelled == len(URLS)
+
+
+def test_the_force_delete_annotation_lets_a_job_go_while_the_database_is_down(
+    kubectl: Kubectl,
+    namespace: str,
+    own_postgres: LocalPostgres,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    database_url = own_postgres.dsn()
+    operator_factory(database_url)
+    uid = _create_queued_job(kubectl, namespace, database_url, "abandoned")
+
+    own_postgres.stop(mode="immediate")
+    kubectl.run("delete", "scrapejob", "abandoned", "-n", namespace, "--wait=false")
+    poll(
+        lambda: _has_event(kubectl, namespace, "abandoned", "CancelPending"),
+        timeout=30,
+        what="a CancelPending event",
+    )
+    assert kubectl.exists("scrapejob", "abandoned", namespace)
+    kubectl.run(
+        "annotate", "scrapejob", "abandoned", "-n", namespace, "scrapeq.io/force-delete=true"
+    )
+    poll(
+        lambda: not kubectl.exists("scrapejob", "abandoned", namespace),
+        timeout=30,
+        what="the forced deletion",
+    )
+
+    own_postgres.start()
+    # Forced: the rows were never cancelled (the documented price of forcing).
+    assert owner_progress(database_url, uid).pending == len(URLS)

@@ -1,0 +1,181 @@
+"""The RBAC in deploy/rbac is enough for everything the operator does, and no more is needed.
+
+The operator runs cluster-wide, as deployed by default (it also sees ScrapeJobs and pools that
+other tests left in their namespaces; the assertions only look at this test's namespace).
+
+The operator runs with a real ServiceAccount token (TokenRequest on the real kube-apiserver)
+of the `scrapeq-operator` ServiceAccount bound to the ClusterRole from deploy/rbac, and goes
+through a whole ScrapeJob lifecycle and a scale-up; its log must show no forbidden request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scrapeq_queue
+
+from tests.e2e.operator.operator_parts import (
+    REPOSITORY_ROOT,
+    Kubectl,
+    OperatorProcess,
+    owner_progress,
+    poll,
+    run_queue_call,
+    scrapejob,
+    work_rows,
+)
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
+
+RBAC_DIR = REPOSITORY_ROOT / "deploy" / "rbac"
+SERVICE_ACCOUNT = "scrapeq-operator"
+SYSTEM_NAMESPACE = "scrapeq-system"
+# A queue of this test's own: the cluster-wide operator also queues ScrapeJobs that other tests
+# left in their namespaces (into this test's database), and they must not count here.
+QUEUE = "rbac-test"
+
+
+def _service_account_kubeconfig(kubectl: Kubectl, directory: Path) -> Path:
+    """A kubeconfig that authenticates as the operator's ServiceAccount with a bound token."""
+    if not kubectl.exists("namespace", SYSTEM_NAMESPACE, ""):
+        kubectl.run("create", "namespace", SYSTEM_NAMESPACE, check=False)
+    kubectl.run("apply", "-k", str(RBAC_DIR))
+    token = kubectl.run(
+        "create", "token", SERVICE_ACCOUNT, "-n", SYSTEM_NAMESPACE, "--duration=1h"
+    ).stdout.strip()
+    admin = json.loads(kubectl.kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [cluster],
+        "users": [{"name": SERVICE_ACCOUNT, "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": SERVICE_ACCOUNT,
+                "context": {"cluster": cluster["name"], "user": SERVICE_ACCOUNT},
+            }
+        ],
+        "current-context": SERVICE_ACCOUNT,
+    }
+    path = directory / "operator-kubeconfig"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+async def _finish(job: scrapeq_queue.ClaimedJob, connection: Any) -> bool:
+    """Play the worker: the b.example.com page fails for good, the others succeed."""
+    if job.url.startswith("https://b."):
+        return await scrapeq_queue.fail_job(
+            connection,
+            job.id,
+            job.attempt,
+            error="HTTP 404",
+            reason="http_error",
+            duration_seconds=0.1,
+        )
+    return await scrapeq_queue.complete_job(
+        connection, job.id, job.attempt, result={"ok": True}, duration_seconds=0.1
+    )
+
+
+def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+    tmp_path: Path,
+) -> None:
+    kubeconfig = _service_account_kubeconfig(kubectl, tmp_path)
+    as_operator = Kubectl(kubeconfig)
+    denied = as_operator.run("get", "secrets", "-n", namespace, check=False)
+    assert denied.returncode != 0
+    assert "forbidden" in denied.stderr.lower()
+
+    kubectl.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "scrapers",
+                "namespace": namespace,
+                "labels": {"scrapeq.io/worker-pool": "scrapers"},
+                "annotations": {
+                    "scrapeq.io/queue": QUEUE,
+                    "scrapeq.io/jobs-per-replica": "1",
+                    "scrapeq.io/scale-down-stabilization-seconds": "1",
+                },
+            },
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": "scrapers"}},
+                "template": {
+                    "metadata": {"labels": {"app": "scrapers"}},
+                    "spec": {"containers": [{"name": "w", "image": "scrapeq-worker:test"}]},
+                },
+            },
+        }
+    )
+    kubectl.run(
+        "create",
+        "configmap",
+        "url-list",
+        "-n",
+        namespace,
+        "--from-literal=urls.txt=https://a.example.com/1\nhttps://a.example.com/2\n",
+    )
+    operator = operator_factory(empty_database_url, kubeconfig=kubeconfig, clusterwide=True)
+
+    listed = scrapejob(
+        "listed",
+        urlsFrom={"configMapKeyRef": {"name": "url-list", "key": "urls.txt"}},
+        queue=QUEUE,
+    )
+    listed["metadata"]["namespace"] = namespace
+    kubectl.create(listed)
+    failing = scrapejob("failing", url="https://b.example.com/", retries={"limit": 0}, queue=QUEUE)
+    failing["metadata"]["namespace"] = namespace
+    kubectl.create(failing)
+    uid = kubectl.get("scrapejob", "listed", namespace)["metadata"]["uid"]
+    poll(lambda: owner_progress(empty_database_url, uid).total == 2, timeout=30, what="rows")
+
+    # Backlog of three rows, one job per replica: the operator scales the pool to 3.
+    poll(
+        lambda: kubectl.get("deployment", "scrapers", namespace)["spec"]["replicas"] == 3,
+        timeout=30,
+        what="the pool to scale up",
+    )
+    for job in work_rows(empty_database_url, queue=QUEUE, hold=True):
+        run_queue_call(empty_database_url, partial(_finish, job))
+
+    poll(
+        lambda: (
+            kubectl.get("scrapejob", "listed", namespace).get("status", {}).get("phase")
+            == "Succeeded"
+        ),
+        timeout=30,
+        what="listed to succeed",
+    )
+    poll(
+        lambda: (
+            kubectl.get("scrapejob", "failing", namespace).get("status", {}).get("phase")
+            == "Failed"
+        ),
+        timeout=30,
+        what="failing to fail",
+    )
+    poll(
+        lambda: kubectl.get("deployment", "scrapers", namespace)["spec"]["replicas"] < 3,
+        timeout=30,
+        what="the pool to scale down",
+    )
+    kubectl.run("delete", "scrapejob", "listed", "failing", "-n", namespace, "--timeout=30s")
+
+    log = operator.log_tail(200_000)
+    assert "forbidden" not in log.lower(), log[-4000:]

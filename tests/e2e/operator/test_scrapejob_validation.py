@@ -1,0 +1,124 @@
+"""The API server itself rejects ScrapeJobs that cannot run, with messages a user can act on.
+
+Real kube-apiserver with the CRD from crds/; no operator is needed for any of this.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.operator.operator_parts import REPOSITORY_ROOT, Kubectl, scrapejob
+
+pytestmark = pytest.mark.controlplane
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"url": "ftp://files.example.com/list"}, "must be an http:// or https:// URL"),
+        (
+            {"urls": ["https://ok.example.com/", "file:///etc/passwd"]},
+            "must be an http:// or https:// URL",
+        ),
+        ({"url": "https://"}, "must be a valid absolute URL with a host name"),
+        ({}, "exactly one of spec.url, spec.urls or spec.urlsFrom must be set"),
+        (
+            {"url": "https://a.example.com/", "urls": ["https://b.example.com/"]},
+            "exactly one of spec.url, spec.urls or spec.urlsFrom must be set",
+        ),
+        (
+            {"url": "https://a.example.com/", "retries": {"limit": 99}},
+            "spec.retries.limit in body should be less than or equal to 20",
+        ),
+        ({"url": "https://a.example.com/", "priority": 5000}, "spec.priority"),
+        ({"url": "https://a.example.com/", "timeoutSeconds": 0}, "spec.timeoutSeconds"),
+        ({"url": "https://a.example.com/", "waitUntil": "whenever"}, "spec.waitUntil"),
+        ({"url": "https://a.example.com/", "queue": "Not A Queue"}, "spec.queue"),
+        (
+            {"url": "https://a.example.com/", "extract": {"bad name": {"selector": "h1"}}},
+            "extract field names must be identifiers",
+        ),
+        (
+            {"urlsFrom": {"configMapKeyRef": {"name": "lists"}}},
+            "spec.urlsFrom.configMapKeyRef.key: Required value",
+        ),
+    ],
+)
+def test_an_invalid_scrapejob_is_rejected_with_a_readable_message(
+    kubectl: Kubectl, namespace: str, spec: dict[str, Any], message: str
+) -> None:
+    result = kubectl.create(
+        {**scrapejob("invalid", **spec), "metadata": {"name": "invalid", "namespace": namespace}},
+        check=False,
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert not kubectl.exists("scrapejob", "invalid", namespace)
+
+
+def test_a_valid_scrapejob_gets_its_defaults(kubectl: Kubectl, namespace: str) -> None:
+    kubectl.create(
+        {
+            **scrapejob("defaults", url="https://a.example.com/"),
+            "metadata": {"name": "defaults", "namespace": namespace},
+        }
+    )
+    spec = kubectl.get("scrapejob", "defaults", namespace)["spec"]
+    assert spec["render"] is True
+    assert spec["waitUntil"] == "load"
+    assert spec["timeoutSeconds"] == 30
+    assert spec["retries"] == {"limit": 3, "backoffSeconds": 10}
+    assert (spec["queue"], spec["priority"], spec["parser"]) == ("default", 0, "default")
+
+
+def test_the_spec_of_a_scrapejob_cannot_be_changed(kubectl: Kubectl, namespace: str) -> None:
+    kubectl.create(
+        {
+            **scrapejob("fixed", url="https://a.example.com/"),
+            "metadata": {"name": "fixed", "namespace": namespace},
+        }
+    )
+    result = kubectl.run(
+        "patch",
+        "scrapejob",
+        "fixed",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"url": "https://b.example.com/"}}',
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "spec is immutable" in result.stderr
+    assert kubectl.get("scrapejob", "fixed", namespace)["spec"]["url"] == "https://a.example.com/"
+
+
+def test_scrapejobs_answer_to_their_short_name_and_category(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    kubectl.create(
+        {
+            **scrapejob("named", url="https://a.example.com/"),
+            "metadata": {"name": "named", "namespace": namespace},
+        }
+    )
+    assert "named" in kubectl.run("get", "sj", "-n", namespace).stdout
+    assert "named" in kubectl.run("get", "scrapeq", "-n", namespace).stdout
+    explained = " ".join(kubectl.run("explain", "scrapejob.spec.urlsFrom").stdout.split())
+    assert "one URL per line" in explained
+
+
+@pytest.mark.parametrize(
+    "example",
+    sorted((REPOSITORY_ROOT / "examples").glob("scrapejob-*.yaml")),
+    ids=lambda path: path.name,
+)
+def test_every_example_is_accepted_by_the_api_server(
+    kubectl: Kubectl, namespace: str, example: Path
+) -> None:
+    result = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", str(example))
+    assert "scrapejob.scrapeq.io" in result.stdout
