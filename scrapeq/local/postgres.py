@@ -154,6 +154,17 @@ class LocalPostgres:
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (idempotent) and remove the directory if we created it."""
+        self._stop_server(mode)
+        if self._owned_dir and self.base_dir is not None:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+            self.base_dir = None
+
+    def restart(self) -> None:
+        """Stop the server abruptly (immediate mode) and start it again: same port, same data."""
+        self._stop_server("immediate")
+        self.start()
+
+    def _stop_server(self, mode: str) -> None:
         if self._started and self.base_dir is not None:
             bindir = find_postgres_bindir()
             try:
@@ -175,14 +186,6 @@ class LocalPostgres:
             except LocalPartError:
                 self._kill_postmaster()
             self._started = False
-        if self._owned_dir and self.base_dir is not None:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-            self.base_dir = None
-
-    def restart(self) -> None:
-        """Stop the server abruptly (immediate mode) and start it again on the same port."""
-        self.stop(mode="immediate")
-        self.start()
 
     def _kill_postmaster(self) -> None:
         pid_file = self.data_dir / "postmaster.pid"

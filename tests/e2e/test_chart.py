@@ -8,12 +8,15 @@ import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import KubeCluster
+from scrapeq.local.controlplane import LocalControlPlane
+from scrapeq.local.processes import LocalPartError
+from tests.conftest import KubeCluster, missing_part
 
 pytestmark = [pytest.mark.helm, pytest.mark.controlplane, pytest.mark.timeout(300)]
 
@@ -72,14 +75,30 @@ def succeed(command: list[str], *, stdin: str | None = None) -> str:
     return result.stdout
 
 
-@pytest.fixture
-def helm(helm_binary: Path, kube_cluster: KubeCluster) -> list[str]:
-    return [str(helm_binary), f"--kubeconfig={kube_cluster.kubeconfig}"]
+@pytest.fixture(scope="module")
+def chart_cluster() -> Iterator[KubeCluster]:
+    """A control plane of the chart tests' own: the chart installs the CRD, which other tests'
+    `kubectl apply` would already own on the shared session cluster."""
+    cluster = LocalControlPlane()
+    try:
+        cluster.start()
+    except LocalPartError as error:
+        cluster.stop()
+        missing_part("kube-apiserver", str(error))
+    try:
+        yield KubeCluster(kubeconfig=cluster.kubeconfig, server=cluster.server)
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture
-def kubectl(kube_cluster: KubeCluster) -> list[str]:
-    return ["kubectl", f"--kubeconfig={kube_cluster.kubeconfig}"]
+def helm(helm_binary: Path, chart_cluster: KubeCluster) -> list[str]:
+    return [str(helm_binary), f"--kubeconfig={chart_cluster.kubeconfig}"]
+
+
+@pytest.fixture
+def kubectl(chart_cluster: KubeCluster) -> list[str]:
+    return ["kubectl", f"--kubeconfig={chart_cluster.kubeconfig}"]
 
 
 @pytest.fixture
