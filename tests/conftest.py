@@ -9,8 +9,10 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import psycopg
 import pytest
@@ -39,6 +41,27 @@ def _server_of(kubeconfig: Path) -> str:
     return server
 
 
+class _Startable(Protocol):
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+@contextmanager
+def running(part: str, server: _Startable) -> Iterator[None]:
+    """Start a real part for a fixture and stop it afterwards; a part that cannot start is
+    `missing_part` (a skip on a developer machine, a failure in CI)."""
+    try:
+        server.start()
+    except LocalPartError as error:
+        server.stop()
+        missing_part(part, str(error))
+    try:
+        yield
+    finally:
+        server.stop()
+
+
 def missing_part(part: str, reason: str) -> None:
     """Skip (developer machine) or fail (CI) a test whose real part is unavailable."""
     message = f"{part} is not available: {reason}"
@@ -59,15 +82,17 @@ def postgres_server() -> Iterator[str]:
         yield given
         return
     server = LocalPostgres()
-    try:
-        server.start()
-    except LocalPartError as error:
-        server.stop()
-        missing_part("PostgreSQL", str(error))
-    try:
+    with running("PostgreSQL", server):
         yield server.dsn()
-    finally:
-        server.stop()
+
+
+@pytest.fixture
+def restartable_postgres() -> Iterator[LocalPostgres]:
+    """A durable PostgreSQL of the test's own, which it may stop (`stop_server`), restart and
+    start again: committed rows survive."""
+    server = LocalPostgres(durable=True)
+    with running("PostgreSQL", server):
+        yield server
 
 
 _database_numbers = itertools.count()
@@ -103,15 +128,8 @@ def kube_cluster() -> Iterator[KubeCluster]:
         yield KubeCluster(kubeconfig=kubeconfig, server=_server_of(kubeconfig))
         return
     cluster = LocalControlPlane()
-    try:
-        cluster.start()
-    except LocalPartError as error:
-        cluster.stop()
-        missing_part("kube-apiserver", str(error))
-    try:
+    with running("kube-apiserver", cluster):
         yield KubeCluster(kubeconfig=cluster.kubeconfig, server=cluster.server)
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")
@@ -128,15 +146,8 @@ def helm_binary() -> Path:
 def prometheus() -> Iterator[LocalPrometheus]:
     """A real Prometheus server for one test; point it at targets with `set_targets`."""
     server = LocalPrometheus()
-    try:
-        server.start()
-    except LocalPartError as error:
-        server.stop()
-        missing_part("Prometheus", str(error))
-    try:
+    with running("Prometheus", server):
         yield server
-    finally:
-        server.stop()
 
 
 # --- the queue schema (scrapeq_queue) -----------------------------------------------------------

@@ -154,17 +154,21 @@ class LocalPostgres:
 
     def stop(self, mode: str = "fast") -> None:
         """Stop the server (idempotent) and remove the directory if we created it."""
-        self._stop_server(mode)
+        self.stop_server(mode)
         if self._owned_dir and self.base_dir is not None:
             shutil.rmtree(self.base_dir, ignore_errors=True)
             self.base_dir = None
 
     def restart(self) -> None:
         """Stop the server abruptly (immediate mode) and start it again: same port, same data."""
-        self._stop_server("immediate")
+        self.stop_server("immediate")
         self.start()
 
-    def _stop_server(self, mode: str) -> None:
+    def stop_server(self, mode: str = "fast") -> None:
+        """Stop the server but keep its data: `start()` brings it back on the same port.
+
+        `immediate` is a crash as far as clients can tell (tests of database outages).
+        """
         if self._started and self.base_dir is not None:
             bindir = find_postgres_bindir()
             try:

@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from scrapeq.local.controlplane import LocalControlPlane
-from scrapeq.local.processes import LocalPartError
-from tests.conftest import KubeCluster, missing_part
+from tests.conftest import KubeCluster, running
 
 pytestmark = [pytest.mark.helm, pytest.mark.controlplane, pytest.mark.timeout(300)]
 
@@ -80,15 +79,8 @@ def chart_cluster() -> Iterator[KubeCluster]:
     """A control plane of the chart tests' own: the chart installs the CRD, which other tests'
     `kubectl apply` would already own on the shared session cluster."""
     cluster = LocalControlPlane()
-    try:
-        cluster.start()
-    except LocalPartError as error:
-        cluster.stop()
-        missing_part("kube-apiserver", str(error))
-    try:
+    with running("kube-apiserver", cluster):
         yield KubeCluster(kubeconfig=cluster.kubeconfig, server=cluster.server)
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

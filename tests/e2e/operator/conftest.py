@@ -3,8 +3,6 @@ kubectl, and the operator as a local process (see operator_parts.py)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -12,9 +10,6 @@ from typing import Any
 
 import pytest
 
-from scrapeq.local.postgres import LocalPostgres
-from scrapeq.local.processes import LocalPartError
-from tests.conftest import missing_part
 from tests.e2e.operator.operator_parts import CRD_PATH, Kubectl, OperatorProcess, poll
 
 
@@ -74,22 +69,3 @@ def operator_factory(
     yield start
     for operator in started:
         operator.stop()
-
-
-@pytest.fixture
-def own_postgres() -> Iterator[LocalPostgres]:
-    """A PostgreSQL server this test may stop and start again (same port, same data)."""
-    # Not under pytest's tmp_path: as root the server runs as `postgres`, which cannot enter
-    # pytest's private directories.
-    base_dir = Path(tempfile.mkdtemp(prefix="scrapeq-autoscaler-pg-"))
-    server = LocalPostgres(base_dir=base_dir)
-    try:
-        server.start()
-    except LocalPartError as error:
-        server.stop()
-        missing_part("PostgreSQL", str(error))
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(base_dir, ignore_errors=True)

@@ -89,10 +89,10 @@ def _enqueue(database_url: str, count: int, tag: str) -> None:
 def test_replicas_follow_the_backlog_up_down_to_zero_and_hold_during_an_outage(
     kubectl: Kubectl,
     namespace: str,
-    own_postgres: LocalPostgres,
+    restartable_postgres: LocalPostgres,
     operator_factory: Callable[..., OperatorProcess],
 ) -> None:
-    database_url = own_postgres.dsn()
+    database_url = restartable_postgres.dsn()
     kubectl.create(_worker_deployment(namespace))
     operator = operator_factory(database_url)
 
@@ -113,7 +113,7 @@ def test_replicas_follow_the_backlog_up_down_to_zero_and_hold_during_an_outage(
     assert f'scrapeq_operator_pool_desired_replicas{{pool="{namespace}/scrapers"}} 2.0' in metrics
     assert f'scrapeq_operator_queue_backlog_jobs{{queue="{QUEUE}",state="due"}} 4.0' in metrics
 
-    own_postgres.stop(mode="immediate")
+    restartable_postgres.stop_server("immediate")
     poll(
         lambda: _decision(kubectl, namespace).get("reason") == "HoldDatabaseUnavailable",
         timeout=30,
@@ -136,7 +136,7 @@ def test_replicas_follow_the_backlog_up_down_to_zero_and_hold_during_an_outage(
     ).stdout
     assert events.strip()
 
-    own_postgres.start()
+    restartable_postgres.start()
     poll(
         lambda: _decision(kubectl, namespace).get("reason") != "HoldDatabaseUnavailable",
         timeout=30,

@@ -56,14 +56,14 @@ def _has_event(kubectl: Kubectl, namespace: str, name: str, reason: str) -> bool
 def test_the_finalizer_waits_for_the_database_then_cancels_the_rows(
     kubectl: Kubectl,
     namespace: str,
-    own_postgres: LocalPostgres,
+    restartable_postgres: LocalPostgres,
     operator_factory: Callable[..., OperatorProcess],
 ) -> None:
-    database_url = own_postgres.dsn()
+    database_url = restartable_postgres.dsn()
     operator_factory(database_url)
     uid = _create_queued_job(kubectl, namespace, database_url, "patient")
 
-    own_postgres.stop(mode="immediate")
+    restartable_postgres.stop_server("immediate")
     kubectl.run("delete", "scrapejob", "patient", "-n", namespace, "--wait=false")
     poll(
         lambda: _has_event(kubectl, namespace, "patient", "CancelPending"),
@@ -79,7 +79,7 @@ def test_the_finalizer_waits_for_the_database_then_cancels_the_rows(
         assert "scrapeq.io/cancel-rows" in body["metadata"]["finalizers"]
         time.sleep(0.25)
 
-    own_postgres.start()
+    restartable_postgres.start()
     poll(
         lambda: not kubectl.exists("scrapejob", "patient", namespace),
         timeout=60,
@@ -92,14 +92,14 @@ def test_the_finalizer_waits_for_the_database_then_cancels_the_rows(
 def test_the_force_delete_annotation_lets_a_job_go_while_the_database_is_down(
     kubectl: Kubectl,
     namespace: str,
-    own_postgres: LocalPostgres,
+    restartable_postgres: LocalPostgres,
     operator_factory: Callable[..., OperatorProcess],
 ) -> None:
-    database_url = own_postgres.dsn()
+    database_url = restartable_postgres.dsn()
     operator_factory(database_url)
     uid = _create_queued_job(kubectl, namespace, database_url, "abandoned")
 
-    own_postgres.stop(mode="immediate")
+    restartable_postgres.stop_server("immediate")
     kubectl.run("delete", "scrapejob", "abandoned", "-n", namespace, "--wait=false")
     poll(
         lambda: _has_event(kubectl, namespace, "abandoned", "CancelPending"),
@@ -116,6 +116,6 @@ def test_the_force_delete_annotation_lets_a_job_go_while_the_database_is_down(
         what="the forced deletion",
     )
 
-    own_postgres.start()
+    restartable_postgres.start()
     # Forced: the rows were never cancelled (the documented price of forcing).
     assert owner_progress(database_url, uid).pending == len(URLS)

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -14,8 +10,6 @@ import pytest
 import scrapeq_queue as queue
 
 from scrapeq.local.postgres import LocalPostgres
-from scrapeq.local.processes import LocalPartError
-from tests.conftest import missing_part
 from tests.integration.queue.deadlines import eventually
 
 pytestmark = pytest.mark.postgres
@@ -24,28 +18,6 @@ pytestmark = pytest.mark.postgres
 LEASE_SECONDS = 2.0
 FIRST_WAVE = 200
 SECOND_WAVE = 100
-
-
-@pytest.fixture
-def restartable_server() -> Iterator[LocalPostgres]:
-    """A server of this test's own, durable so that a committed row survives an immediate stop.
-
-    The directory is ours (not LocalPostgres's own temporary one) because LocalPostgres.stop()
-    deletes a directory it created, and restart() goes through stop(): the data must outlive
-    the restart.
-    """
-    base_dir = Path(tempfile.mkdtemp(prefix="scrapeq-restart-"))
-    server = LocalPostgres(base_dir=base_dir, durable=True)
-    try:
-        server.start()
-    except LocalPartError as error:
-        server.stop()
-        missing_part("PostgreSQL", str(error))
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(base_dir, ignore_errors=True)
 
 
 class ReconnectingClient:
@@ -75,9 +47,9 @@ class ReconnectingClient:
 
 
 async def test_clients_reconnect_after_a_restart_and_every_job_completes(
-    restartable_server: LocalPostgres,
+    restartable_postgres: LocalPostgres,
 ) -> None:
-    dsn = restartable_server.dsn()
+    dsn = restartable_postgres.dsn()
     queue.migrate(dsn)
     producer = ReconnectingClient(dsn)
     await producer.run(
@@ -117,7 +89,7 @@ async def test_clients_reconnect_after_a_restart_and_every_job_completes(
     tasks = [asyncio.create_task(work(w, f"pod-{n}")) for n, w in enumerate(workers)]
     try:
         await eventually(completed, until=lambda n: n >= 40, timeout=30, what="some progress")
-        await asyncio.to_thread(restartable_server.restart)
+        await asyncio.to_thread(restartable_postgres.restart)
         await producer.run(
             lambda c: queue.enqueue_many(c, [f"https://e.test/b/{n}" for n in range(SECOND_WAVE)])
         )

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -16,30 +12,11 @@ from scrapeq_worker.network_guard import parse_networks
 from scrapeq_worker.settings import WorkerSettings
 
 from scrapeq.local.postgres import LocalPostgres
-from scrapeq.local.processes import LocalPartError
-from tests.conftest import missing_part
 
 from .conftest import eventually
 from .site import ALLOW_SITE, HostileSite
 
 pytestmark = [pytest.mark.postgres]
-
-
-@pytest.fixture
-def own_server() -> Iterator[LocalPostgres]:
-    """A PostgreSQL server this test may stop; its data directory outlives the stop."""
-    base_dir = Path(tempfile.mkdtemp(prefix="scrapeq-worker-outage-"))
-    server = LocalPostgres(base_dir=base_dir, durable=True)
-    try:
-        server.start()
-    except LocalPartError as error:
-        server.stop()
-        missing_part("PostgreSQL", str(error))
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(base_dir, ignore_errors=True)
 
 
 async def completed(dsn: str) -> int:
@@ -60,9 +37,9 @@ async def enqueue_static(dsn: str, site: HostileSite, numbers: range) -> None:
 
 
 async def test_a_database_restart_is_ridden_out_without_losing_jobs(
-    own_server: LocalPostgres, site: HostileSite
+    restartable_postgres: LocalPostgres, site: HostileSite
 ) -> None:
-    dsn = own_server.dsn()
+    dsn = restartable_postgres.dsn()
     await asyncio.to_thread(queue.migrate, dsn)
     await enqueue_static(dsn, site, range(5))
     worker = Worker(
@@ -93,14 +70,14 @@ async def test_a_database_restart_is_ridden_out_without_losing_jobs(
                     await asyncio.sleep(0.1)
 
         await wait_for_completed(5)
-        await asyncio.to_thread(own_server.stop, "immediate")
+        await asyncio.to_thread(restartable_postgres.stop_server, "immediate")
         await eventually(
             lambda: worker.metrics.database_errors._value.get() > 0,
             within=30,
             what="the worker to notice the outage",
         )
         assert not run.done()
-        await asyncio.to_thread(own_server.start)
+        await asyncio.to_thread(restartable_postgres.start)
         await enqueue_static(dsn, site, range(5, 10))
         await wait_for_completed(10)
     finally:
