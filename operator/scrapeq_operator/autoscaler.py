@@ -51,9 +51,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_QUEUE = "default"
 
 
-def queue_of(deployment: WorkerDeployment) -> str:
-    """The queue a pool serves: its scrapeq.io/queue annotation, else `default`."""
-    return deployment.annotations.get(QUEUE_ANNOTATION) or DEFAULT_QUEUE
+def queues_of(deployment: WorkerDeployment) -> tuple[str, ...]:
+    """The queues a pool serves: its scrapeq.io/queue annotation (comma-separated, as the
+    chart writes a pool's queue list), else `default`."""
+    raw = deployment.annotations.get(QUEUE_ANNOTATION) or ""
+    queues = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
+    return queues or (DEFAULT_QUEUE,)
 
 
 @dataclass
@@ -115,7 +118,9 @@ class Autoscaler:
         deployments = await self.runtime.cluster.list_worker_deployments(
             WORKER_POOL_LABEL, self.settings.namespaces
         )
-        backlog = await self.read_backlog(sorted({queue_of(item) for item in deployments}))
+        backlog = await self.read_backlog(
+            sorted({queue for item in deployments for queue in queues_of(item)})
+        )
         decisions = []
         seen: set[tuple[str, str]] = set()
         for deployment in deployments:
@@ -147,21 +152,26 @@ class Autoscaler:
                 )
             return None
         state.bad_policy = None
-        queue = queue_of(deployment)
+        queues = queues_of(deployment)
+        queue = ",".join(queues)
         work: int | None = None
         if backlog is not None:
-            numbers = backlog.get(queue)
-            work = 0 if numbers is None else numbers.due_pending + numbers.processing
+            work = sum(
+                numbers.due_pending + numbers.processing
+                for numbers in (backlog.get(name) for name in queues)
+                if numbers is not None
+            )
         decision = decide_replicas(
             current=deployment.replicas, work=work, now=now, policy=policy, memory=state.memory
         )
         pool = f"{deployment.namespace}/{deployment.name}"
         metrics.POOL_CURRENT_REPLICAS.labels(pool).set(decision.current)
         metrics.POOL_DESIRED_REPLICAS.labels(pool).set(decision.desired)
+        metrics.POOL_MAX_REPLICAS.labels(pool).set(policy.max_replicas)
 
         if decision.changes_replicas:
             if decision.desired < decision.current:
-                await self._mark_idle_pods(deployment, queue)
+                await self._mark_idle_pods(deployment, queues)
             await cluster.scale_deployment(deployment.namespace, deployment.name, decision.desired)
             logger.info(
                 "scaled %s from %d to %d (%s, work=%s)",
@@ -213,7 +223,7 @@ class Autoscaler:
             deployment.ref, type_=event_type, reason=decision.reason.value, message=message
         )
 
-    async def _mark_idle_pods(self, deployment: WorkerDeployment, queue: str) -> None:
+    async def _mark_idle_pods(self, deployment: WorkerDeployment, queues: tuple[str, ...]) -> None:
         """Give idle pods a lower deletion cost than busy ones before a scale-down."""
         cluster = self.runtime.cluster
         pods = await cluster.list_pod_names(deployment.namespace, deployment.selector)
@@ -221,7 +231,10 @@ class Autoscaler:
             return
         try:
             async with self.runtime.connection() as connection:
-                in_flight = await inspection.busy_workers(connection, queue)
+                in_flight: dict[str, int] = {}
+                for queue in queues:
+                    for worker, count in (await inspection.busy_workers(connection, queue)).items():
+                        in_flight[worker] = in_flight.get(worker, 0) + count
         except DATABASE_ERRORS as error:
             logger.warning("autoscaler: cannot read busy workers, not ranking pods: %s", error)
             return

@@ -35,6 +35,12 @@ POOL_CURRENT_REPLICAS = Gauge(
     ["pool"],
     registry=REGISTRY,
 )
+POOL_MAX_REPLICAS = Gauge(
+    "scrapeq_operator_pool_max_replicas",
+    "The most replicas a worker pool may have (its policy); alerts compare it with current.",
+    ["pool"],
+    registry=REGISTRY,
+)
 SCALING_DECISIONS_TOTAL = Counter(
     "scrapeq_operator_scaling_decisions_total",
     "Autoscaler decisions that changed or held a pool's replicas, by reason.",
