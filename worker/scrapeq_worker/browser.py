@@ -114,6 +114,8 @@ CHROMIUM_FLAGS: Final = (
 
 # How long a stuck renderer gets to answer a trivial evaluation before it is declared hung.
 _PROBE_SECONDS: Final = 1.0
+# How much later than the job's deadline pyppeteer's navigation timer may fire (see goto).
+_NAVIGATION_TIMER_MARGIN_MS: Final = 2000
 
 
 def find_chromium(preferred: str | None = None) -> str | None:
@@ -726,7 +728,11 @@ class BrowserPool:
             url,
             {
                 "waitUntil": options.wait_until,
-                "timeout": max(1, int((deadline - time.monotonic()) * 1000)),
+                # Later than the job's deadline on purpose: `_bounded` must be the one to time
+                # out, because it tells a hung renderer from a slow page and reports `timeout`.
+                # pyppeteer's own timer firing first would surface as an unexplained error.
+                "timeout": max(1, int((deadline - time.monotonic()) * 1000))
+                + _NAVIGATION_TIMER_MARGIN_MS,
             },
         )
         try:

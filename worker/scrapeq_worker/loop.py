@@ -608,9 +608,11 @@ class Worker:
                                 entry.task.cancel()
             if time.monotonic() - last_rescue >= self.settings.lease_seconds:
                 last_rescue = time.monotonic()
-                await self._database(
+                rescued = await self._database(
                     scrapeq_queue.rescue_expired_leases, what="rescue expired leases"
                 )
+                if rescued:
+                    self.metrics.leases_rescued.inc(rescued)
 
     # --- drain ---------------------------------------------------------------------------------
 

@@ -88,6 +88,12 @@ class WorkerMetrics:
             ["reason"],
             registry=r,
         )
+        self.leases_rescued = Counter(
+            "scrapeq_worker_leases_rescued_total",
+            "Expired leases (of any worker) this worker returned to the queue: workers that "
+            "stopped heartbeating, usually because they died.",
+            registry=r,
+        )
         self.database_errors = Counter(
             "scrapeq_worker_database_errors_total",
             "Queue operations that failed because the database was unavailable.",
