@@ -12,9 +12,12 @@ from typing import Any
 
 # Grafana substitutes these; PANEL_VARIABLES gives the values a test uses to run the queries
 # against Prometheus directly.
-QUEUE_FILTER = 'queue=~"$queue"'
+# The namespace label comes from Prometheus' Kubernetes discovery (ServiceMonitor); `=~".*"`
+# also matches series without it, as in a plain scrape.
+NAMESPACE_FILTER = 'namespace=~"$namespace"'
+QUEUE_FILTER = f'queue=~"$queue", {NAMESPACE_FILTER}'
 RATE_WINDOW = "$__rate_interval"
-PANEL_VARIABLES = {"$queue": ".*", "$__rate_interval": "1m"}
+PANEL_VARIABLES = {"$queue": ".*", "$namespace": ".*", "$__rate_interval": "1m"}
 
 
 @dataclass(frozen=True)
@@ -79,19 +82,19 @@ PANELS = (
         "Worker replicas: desired vs current",
         "What the autoscaler wants per pool against what the Deployment has.",
         (
-            ("desired {{pool}}", "sum by (pool) (scrapeq_operator_pool_desired_replicas)"),
-            ("current {{pool}}", "sum by (pool) (scrapeq_operator_pool_current_replicas)"),
+            ("desired {{pool}}", f"sum by (pool) (scrapeq_operator_pool_desired_replicas{{{NAMESPACE_FILTER}}})"),
+            ("current {{pool}}", f"sum by (pool) (scrapeq_operator_pool_current_replicas{{{NAMESPACE_FILTER}}})"),
         ),
     ),
     Panel(
         "Pages in flight",
         "Pages being rendered or fetched right now, by engine.",
-        (("{{engine}}", "sum by (engine) (scrapeq_worker_pages_in_flight)"),),
+        (("{{engine}}", f"sum by (engine) (scrapeq_worker_pages_in_flight{{{NAMESPACE_FILTER}}})"),),
     ),
     Panel(
         "Browser restarts",
         "Chromium recycled or restarted, by reason.",
-        (("{{reason}}", f"sum by (reason) (increase(scrapeq_worker_browser_restarts_total[{RATE_WINDOW}]))"),),
+        (("{{reason}}", f"sum by (reason) (increase(scrapeq_worker_browser_restarts_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),),
     ),
     Panel(
         "Errors by reason",
@@ -149,12 +152,27 @@ def build_dashboard() -> dict[str, Any]:
                     "label": "Data source",
                 },
                 {
+                    "name": "namespace",
+                    "type": "query",
+                    "label": "Namespace",
+                    "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                    "query": {
+                        "query": "label_values(scrapeq_operator_queue_backlog_jobs, namespace)",
+                        "refId": "namespaces",
+                    },
+                    "includeAll": True,
+                    "multi": True,
+                    "allValue": ".*",
+                    "current": {"text": "All", "value": "$__all"},
+                    "refresh": 2,
+                },
+                {
                     "name": "queue",
                     "type": "query",
                     "label": "Queue",
                     "datasource": {"type": "prometheus", "uid": "${datasource}"},
                     "query": {
-                        "query": "label_values(scrapeq_operator_queue_backlog_jobs, queue)",
+                        "query": 'label_values(scrapeq_operator_queue_backlog_jobs{namespace=~"$namespace"}, queue)',
                         "refId": "queues",
                     },
                     "includeAll": True,

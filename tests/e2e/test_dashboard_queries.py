@@ -1,9 +1,14 @@
-"""Every Grafana panel's query returns data from a real Prometheus that scraped a real operator
-and real workers after they processed real jobs (the demo's system, run in this process)."""
+"""Every Grafana panel's query (and every metric an alert reads) returns data from a real
+Prometheus that scraped a real operator and real workers after they processed real jobs (the
+demo's system, run in this process)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 
 from scrapeq.demo.run import DEMO_OPERATOR_ENVIRONMENT, Demo
 from scrapeq.local.processes import LocalPartError
@@ -21,6 +26,16 @@ MAY_BE_EMPTY = {
     # Counted per restart reason; a healthy run restarts no browser, so no series exists yet.
     "Browser restarts",
 }
+
+
+ALERT_RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "scrapeq-alerts.yaml"
+
+
+def alert_metric_names() -> set[str]:
+    """Every scrapeq metric an alert expression reads."""
+    rules = yaml.safe_load(ALERT_RULES.read_text())
+    expressions = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    return {name for expression in expressions for name in re.findall(r"scrapeq_\w+", expression)}
 
 
 def substitute(expression: str) -> str:
@@ -51,6 +66,13 @@ def test_every_dashboard_query_returns_data_after_a_real_run(
                 except LocalPartError:
                     empty.append(f"{panel.title} / {legend}: {query}")
                 checked.append(query)
+        # The alerts read metrics the panels may not: each must exist in a real scrape too.
+        for name in sorted(alert_metric_names()):
+            try:
+                demo.prometheus.wait_for_sample(f'{{__name__="{name}"}}', timeout=30)
+            except LocalPartError:
+                empty.append(f"alert metric {name}")
+            checked.append(name)
 
     # Keep the workers up while the panels are checked: no scale-down during the test.
     environment = {
