@@ -40,6 +40,7 @@ EXPECTED_PHASES = {
     "demo-product": "Succeeded",
     "demo-phones": "Succeeded",
     "demo-broken": "Failed",
+    "demo-crawl": "Succeeded",
 }
 TERMINAL_PHASES = {"Succeeded", "Failed", "Cancelled"}
 # A demo should show scaling within a minute, not the production defaults of minutes.
