@@ -23,7 +23,16 @@ from scrapeq_queue.claims import (
     retry_job,
 )
 from scrapeq_queue.connections import connect
+from scrapeq_queue.dead_jobs import failed_jobs, retry_failed
 from scrapeq_queue.errors import DatabaseUnavailable, InvalidJob, QueueError, SchemaOutOfDate
+from scrapeq_queue.exports import (
+    CSV_HEADER_SAMPLE_ROWS,
+    EXPORT_FORMATS,
+    export_results,
+    result_fields,
+    write_csv,
+    write_jsonl,
+)
 from scrapeq_queue.inspection import (
     busy_workers,
     database_now,
@@ -55,6 +64,7 @@ from scrapeq_queue.rows import (
     AttemptRecord,
     ClaimedJob,
     Completion,
+    ExportRow,
     FailedJob,
     FollowUrl,
     NewJob,
@@ -67,6 +77,8 @@ from scrapeq_queue.rows import (
 from scrapeq_queue.urls import normalise_url
 
 __all__ = [
+    "CSV_HEADER_SAMPLE_ROWS",
+    "EXPORT_FORMATS",
     "INVALID_PAYLOAD_REASON",
     "JITTER_RANGE",
     "MAX_RETRY_DELAY_SECONDS",
@@ -77,6 +89,7 @@ __all__ = [
     "ClaimedJob",
     "Completion",
     "DatabaseUnavailable",
+    "ExportRow",
     "FailedJob",
     "FollowUrl",
     "InvalidJob",
@@ -102,7 +115,9 @@ __all__ = [
     "enqueue",
     "enqueue_for_owner",
     "enqueue_many",
+    "export_results",
     "fail_job",
+    "failed_jobs",
     "job_attempts",
     "latest_failures",
     "listen",
@@ -117,8 +132,12 @@ __all__ = [
     "renew_leases",
     "require_current_schema",
     "rescue_expired_leases",
+    "result_fields",
+    "retry_failed",
     "retry_job",
     "schema_is_current",
     "validate_payload",
     "wait_for_notification",
+    "write_csv",
+    "write_jsonl",
 ]

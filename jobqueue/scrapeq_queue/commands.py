@@ -1,4 +1,5 @@
-"""`scrapeq migrate`, `enqueue`, `jobs` and `prune`: the queue for the people running it."""
+"""`scrapeq migrate`, `enqueue`, `jobs`, `retry`, `export` and `prune`: the queue for the people
+running it."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from scrapeq_queue.connections import connect, describe_conninfo
+from scrapeq_queue.dead_jobs import failed_jobs, retry_failed
 from scrapeq_queue.errors import DatabaseUnavailable, QueueError, SchemaOutOfDate
+from scrapeq_queue.exports import EXPORT_FORMATS, export_results, write_csv, write_jsonl
 from scrapeq_queue.inspection import database_now, latest_failures, queue_stats
 from scrapeq_queue.maintenance import prune_finished
 from scrapeq_queue.migrations import SCHEMA_VERSION, migrate, require_current_schema
@@ -56,6 +59,52 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--failures", type=int, default=10, metavar="N", help="show the N latest failures"
     )
     jobs_parser.set_defaults(handler=_run_jobs)
+    jobs_views = jobs_parser.add_subparsers(dest="jobs_view", metavar="{failed}")
+    failed_parser = jobs_views.add_parser(
+        "failed", help="list failed jobs with their reason, last error and retries"
+    )
+    # SUPPRESS: `scrapeq jobs --database-url X failed` keeps X instead of the sub-default.
+    failed_parser.add_argument(
+        "--database-url",
+        default=argparse.SUPPRESS,
+        help="PostgreSQL connection string (default: $DATABASE_URL)",
+    )
+    failed_parser.add_argument("--queue", default=None, help="only this queue")
+    _add_owner(failed_parser, required=False)
+    failed_parser.add_argument(
+        "--limit", type=int, default=50, metavar="N", help="show at most N (default: 50)"
+    )
+    failed_parser.set_defaults(handler=_run_jobs_failed)
+
+    retry_parser = subparsers.add_parser(
+        "retry",
+        help="re-queue failed jobs (at least one filter; filters combine with AND)",
+    )
+    _add_database_url(retry_parser)
+    retry_parser.add_argument(
+        "--id", dest="ids", type=int, nargs="+", default=None, metavar="ID", help="job ids"
+    )
+    retry_parser.add_argument("--queue", default=None, help="failed jobs of this queue")
+    _add_owner(retry_parser, required=False)
+    retry_parser.add_argument(
+        "--error-pattern",
+        default=None,
+        metavar="TEXT",
+        help="failed jobs whose last error contains TEXT (case-insensitive)",
+    )
+    retry_parser.set_defaults(handler=_run_retry)
+
+    export_parser = subparsers.add_parser(
+        "export", help="stream the results of a ScrapeJob's completed pages as JSON Lines or CSV"
+    )
+    _add_database_url(export_parser)
+    _add_owner(export_parser, required=True)
+    export_parser.add_argument("--queue", default=None, help="only rows of this queue")
+    export_parser.add_argument("--format", choices=EXPORT_FORMATS, required=True)
+    export_parser.add_argument(
+        "--output", default=None, metavar="FILE", help="write here instead of stdout"
+    )
+    export_parser.set_defaults(handler=_run_export)
 
     prune_parser = subparsers.add_parser(
         "prune", help="delete finished jobs (and their attempts) past their retention"
@@ -84,6 +133,24 @@ def _add_database_url(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("DATABASE_URL"),
         help="PostgreSQL connection string (default: $DATABASE_URL)",
     )
+
+
+def _add_owner(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument(
+        "--owner",
+        type=_owner,
+        required=required,
+        default=None,
+        metavar="NAMESPACE/NAME",
+        help="the ScrapeJob the rows belong to",
+    )
+
+
+def _owner(text: str) -> tuple[str, str]:
+    namespace, slash, name = text.partition("/")
+    if not slash or not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
+    return namespace, name
 
 
 def _database_url(args: argparse.Namespace) -> str:
@@ -217,6 +284,97 @@ def _run_jobs(args: argparse.Namespace) -> int:
                     for failure in failures
                 ],
             )
+        return 0
+
+    return _run_async(action)
+
+
+def _run_jobs_failed(args: argparse.Namespace) -> int:
+    namespace, name = args.owner or (None, None)
+
+    async def action() -> int:
+        connection = await connect(_database_url(args), application_name="scrapeq-jobs")
+        async with connection:
+            await require_current_schema(connection)
+            failures = await failed_jobs(
+                connection,
+                queue=args.queue,
+                owner_namespace=namespace,
+                owner_name=name,
+                limit=args.limit,
+            )
+        if not failures:
+            print("(no failed jobs)")
+            return 0
+        _print_table(
+            ("ID", "QUEUE", "FINISHED", "RETRIES", "REASON", "URL", "ERROR"),
+            [
+                (
+                    str(failure.id),
+                    failure.queue,
+                    failure.finished_at.strftime("%Y-%m-%d %H:%M:%S"),
+                    str(failure.retry_count),
+                    failure.reason or "-",
+                    _shorten(failure.url, 60),
+                    _shorten((failure.error or "-").replace("\n", " "), 80),
+                )
+                for failure in failures
+            ],
+        )
+        return 0
+
+    return _run_async(action)
+
+
+def _run_retry(args: argparse.Namespace) -> int:
+    namespace, name = args.owner or (None, None)
+
+    async def action() -> int:
+        connection = await connect(_database_url(args), application_name="scrapeq-retry")
+        async with connection:
+            await require_current_schema(connection)
+            retried = await retry_failed(
+                connection,
+                ids=args.ids,
+                queue=args.queue,
+                owner_namespace=namespace,
+                owner_name=name,
+                error_pattern=args.error_pattern,
+            )
+        print(f"re-queued {retried} failed job(s)")
+        return 0
+
+    return _run_async(action)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    if args.output is None:
+        return _export(args, sys.stdout)
+    try:
+        output = open(args.output, "w", encoding="utf-8", newline="")  # noqa: SIM115
+    except OSError as error:
+        print(f"error: cannot write {args.output}: {error}", file=sys.stderr)
+        return 1
+    with output:
+        return _export(args, output)
+
+
+def _export(args: argparse.Namespace, output: TextIO) -> int:
+    namespace, name = args.owner
+
+    async def action() -> int:
+        connection = await connect(_database_url(args), application_name="scrapeq-export")
+        async with connection:
+            await require_current_schema(connection)
+            rows = export_results(
+                connection, owner_namespace=namespace, owner_name=name, queue=args.queue
+            )
+            if args.format == "csv":
+                count = await write_csv(rows, output)
+            else:
+                count = await write_jsonl(rows, output)
+        output.flush()
+        print(f"exported {count} result(s) of {namespace}/{name}", file=sys.stderr)
         return 0
 
     return _run_async(action)

@@ -6,8 +6,9 @@ operator (`scrapeq migrate`); `InvalidJob` is bad input that no retry will fix.
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, ParamSpec, TypeVar
 
 import psycopg
@@ -54,3 +55,17 @@ def translate_database_errors(
             raise DatabaseUnavailable(f"database unavailable: {error}") from error
 
     return wrapper
+
+
+@contextlib.contextmanager
+def database_errors_translated() -> Iterator[None]:
+    """The same translation as `translate_database_errors`, for code that cannot be wrapped
+    (async generators such as the export stream)."""
+    try:
+        yield
+    except _SCHEMA_ERRORS as error:
+        raise SchemaOutOfDate(
+            f"the scrapeq schema is missing or out of date ({error}); run `scrapeq migrate`"
+        ) from error
+    except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+        raise DatabaseUnavailable(f"database unavailable: {error}") from error

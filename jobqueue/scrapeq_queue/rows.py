@@ -164,3 +164,15 @@ class AttemptRecord:
     reason: str | None
     error: str | None
     duration_seconds: float | None
+
+
+@dataclass(frozen=True)
+class ExportRow:
+    """One completed page for `scrapeq export`: its URL, job status, when it finished, and the
+    extracted fields (the result's `fields` object, or the whole result when it is a flat
+    object without one)."""
+
+    url: str
+    status: str
+    finished_at: datetime
+    fields: dict[str, Any]

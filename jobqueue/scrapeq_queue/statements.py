@@ -485,3 +485,52 @@ deleted AS (
 )
 SELECT count(*) FROM deleted
 """
+
+# --- dead jobs and export -----------------------------------------------------------------------
+
+# Failed rows, newest first, optionally narrowed to a queue and/or an owner (namespace, name);
+# a NULL filter matches everything. Uses the (finished_at) WHERE status = 'failed' index.
+JOBS_FAILED: Final = """
+SELECT id, queue, url_to_scrape, retry_count, last_error_reason, last_error, finished_at
+FROM scraping_jobs
+WHERE status = 'failed'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(owner_namespace)s::text IS NULL OR owner_namespace = %(owner_namespace)s::text)
+  AND (%(owner_name)s::text IS NULL OR owner_name = %(owner_name)s::text)
+ORDER BY finished_at DESC, id DESC
+LIMIT %(limit)s
+"""
+
+# Puts failed rows matching every given filter (NULL = not filtered) back to pending, due now,
+# with a fresh retry budget; finished_at and the lease are cleared (the CHECKs require it),
+# last_error and the attempts history are kept. One NOTIFY wakes the workers when any row moved.
+# `error_pattern` is an ILIKE pattern the caller has already escaped and wrapped in %.
+JOBS_RETRY_FAILED: Final = """
+WITH retried AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = 'pending', run_at = now(), retry_count = 0, finished_at = NULL,
+        lease_expires_at = NULL, updated_at = now()
+    WHERE jobs.status = 'failed'
+      AND (%(ids)s::bigint[] IS NULL OR jobs.id = ANY (%(ids)s::bigint[]))
+      AND (%(queue)s::text IS NULL OR jobs.queue = %(queue)s::text)
+      AND (%(owner_namespace)s::text IS NULL OR jobs.owner_namespace = %(owner_namespace)s::text)
+      AND (%(owner_name)s::text IS NULL OR jobs.owner_name = %(owner_name)s::text)
+      AND (%(error_pattern)s::text IS NULL OR jobs.last_error ILIKE %(error_pattern)s::text)
+    RETURNING jobs.id
+),
+notified AS (
+    SELECT pg_notify('scrapeq_jobs', '') WHERE EXISTS (SELECT FROM retried)
+)
+SELECT (SELECT count(*) FROM retried) AS retried, (SELECT count(*) FROM notified) AS notified
+"""
+
+# Completed rows of one owner (namespace, name), optionally one queue, in id order, for
+# `scrapeq export`; read through a server-side cursor so the client holds one batch at a time.
+JOBS_EXPORT_COMPLETED: Final = """
+SELECT url_to_scrape, status::text, finished_at, result
+FROM scraping_jobs
+WHERE status = 'completed'
+  AND owner_namespace = %(owner_namespace)s::text AND owner_name = %(owner_name)s::text
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY id
+"""

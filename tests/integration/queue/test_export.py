@@ -1,0 +1,261 @@
+"""Export on a real PostgreSQL: a ScrapeJob's completed pages leave as JSON Lines or CSV."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import scrapeq_queue as queue
+
+from tests.integration.queue.test_commands import run
+
+pytestmark = pytest.mark.postgres
+
+Connection = psycopg.AsyncConnection[Any]
+
+LAPTOPS = queue.Owner(uid="uid-laptops", namespace="shop", name="laptops")
+PHONES = queue.Owner(uid="uid-phones", namespace="shop", name="phones")
+
+# Peak RSS allowed for exporting 10,000 results of ~10 KB each (~100 MB of JSON). The CLI
+# alone peaks near 50 MB (Python, psycopg, the scrapeq command tree); holding the whole export
+# in memory would add at least the 100 MB of text on top, so staying under 150 MB is only
+# possible when rows stream through in bounded batches.
+PEAK_RSS_LIMIT_MB = 150
+BIG_EXPORT_ROWS = 10_000
+BIG_FIELD_BYTES = 10_000
+
+
+async def cli(*argv: str) -> int:
+    """Run `scrapeq ARGV` the way a shell would: in a thread with no event loop of its own."""
+    return await asyncio.to_thread(run, *argv)
+
+
+async def completed_row(
+    connection: Connection,
+    url: str,
+    result: dict[str, Any],
+    *,
+    owner: queue.Owner | None = LAPTOPS,
+    queue_name: str = "default",
+) -> datetime:
+    """Enqueue, claim and complete one URL with `result`; return its finished_at."""
+    (job_id,) = await queue.enqueue_many(connection, [url], queue=queue_name, owner=owner)
+    (job,) = await queue.claim_jobs(
+        connection, worker_id="w", queues=[queue_name], limit=1, lease_seconds=30
+    )
+    assert job.id == job_id
+    assert await queue.complete_job(
+        connection, job.id, job.attempt, result=result, duration_seconds=0.1
+    )
+    cursor = await connection.execute(
+        "SELECT finished_at FROM scraping_jobs WHERE id = %s", (job_id,)
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    finished_at: datetime = row[0]
+    return finished_at
+
+
+async def laptop_pages(connection: Connection) -> list[str]:
+    """Three completed pages of shop/laptops in queue default and one in queue other, plus rows
+    that are never exported (another owner's, a failed one); returns their finished_at."""
+    first = await completed_row(
+        connection,
+        "https://e.test/p/1",
+        {"status": 200, "fields": {"title": "Laptop A", "price": "999.00"}},
+    )
+    second = await completed_row(
+        connection,
+        "https://e.test/p/2",
+        {"status": 200, "fields": {"title": 'Laptop "B", 14"', "tags": ["new", "sale"]}},
+    )
+    third = await completed_row(
+        connection, "https://e.test/p/3", {"title": "flat result", "price": None}
+    )
+    await completed_row(connection, "https://e.test/phone", {"fields": {"x": 1}}, owner=PHONES)
+    elsewhere = await completed_row(
+        connection, "https://e.test/p/other-queue", {"fields": {}}, queue_name="other"
+    )
+    (failing,) = await queue.enqueue_many(connection, ["https://e.test/p/broken"], owner=LAPTOPS)
+    (job,) = await queue.claim_jobs(
+        connection, worker_id="w", queues=["default"], limit=1, lease_seconds=30
+    )
+    assert job.id == failing
+    await queue.fail_job(
+        connection, job.id, job.attempt, error="gone", reason="http_404", duration_seconds=0.1
+    )
+    return [moment.isoformat() for moment in (first, second, third, elsewhere)]
+
+
+async def test_export_jsonl_writes_one_object_per_completed_page_of_the_owner(
+    database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second, third, elsewhere = await laptop_pages(async_connection)
+
+    assert (
+        await cli(
+            "export", "--database-url", database_url, "--owner", "shop/laptops", "--format", "jsonl"
+        )
+        == 0
+    )
+
+    captured = capsys.readouterr()
+    assert captured.out == (
+        f'{{"url": "https://e.test/p/1", "status": "completed", "finished_at": "{first}",'
+        ' "fields": {"price": "999.00", "title": "Laptop A"}}\n'
+        f'{{"url": "https://e.test/p/2", "status": "completed", "finished_at": "{second}",'
+        ' "fields": {"tags": ["new", "sale"], "title": "Laptop \\"B\\", 14\\""}}\n'
+        f'{{"url": "https://e.test/p/3", "status": "completed", "finished_at": "{third}",'
+        ' "fields": {"price": null, "title": "flat result"}}\n'
+        f'{{"url": "https://e.test/p/other-queue", "status": "completed",'
+        f' "finished_at": "{elsewhere}", "fields": {{}}}}\n'
+    )
+    assert "exported 4 result(s) of shop/laptops" in captured.err
+
+
+async def test_export_csv_has_the_fixed_columns_then_every_field_seen_in_stored_order(
+    database_url: str, async_connection: Connection, tmp_path: Path
+) -> None:
+    first, second, third, _ = await laptop_pages(async_connection)
+    output = tmp_path / "laptops.csv"
+
+    assert (
+        await cli(
+            "export",
+            "--database-url",
+            database_url,
+            "--owner",
+            "shop/laptops",
+            "--format",
+            "csv",
+            "--output",
+            str(output),
+            "--queue",
+            "default",
+        )
+        == 0
+    )
+
+    assert output.read_text(encoding="utf-8") == (
+        "url,status,finished_at,price,title,tags\n"
+        f"https://e.test/p/1,completed,{first},999.00,Laptop A,\n"
+        f'https://e.test/p/2,completed,{second},,"Laptop ""B"", 14""","[""new"", ""sale""]"\n'
+        f"https://e.test/p/3,completed,{third},,flat result,\n"
+    )
+
+
+async def test_export_of_another_queue_or_an_owner_without_results_is_empty(
+    database_url: str, async_connection: Connection, tmp_path: Path
+) -> None:
+    await laptop_pages(async_connection)
+    rows = [
+        row.url
+        async for row in queue.export_results(
+            async_connection, owner_namespace="shop", owner_name="laptops", queue="other"
+        )
+    ]
+    assert rows == ["https://e.test/p/other-queue"]
+    output = tmp_path / "none.csv"
+    assert (
+        await cli(
+            "export",
+            "--database-url",
+            database_url,
+            "--owner",
+            "shop/nobody",
+            "--format",
+            "csv",
+            "--output",
+            str(output),
+        )
+        == 0
+    )
+    assert output.read_text(encoding="utf-8") == "url,status,finished_at\n"
+
+
+def test_export_rejects_an_owner_that_is_not_namespace_slash_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        run(
+            "export",
+            "--database-url",
+            "postgresql://x@127.0.0.1:1/x",
+            "--owner",
+            "laptops",
+            "--format",
+            "jsonl",
+        )
+    assert "expected NAMESPACE/NAME" in capsys.readouterr().err
+
+
+def export_peak_rss_mb(database_url: str, owner: str, output: Path) -> tuple[float, int]:
+    """Run `python -m scrapeq export` as a child process; return its peak RSS (MB), exit code."""
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scrapeq",
+            "export",
+            "--database-url",
+            database_url,
+            "--owner",
+            owner,
+            "--format",
+            "jsonl",
+            "--output",
+            str(output),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stderr is not None
+    child.stderr.read()  # the child ends by closing it; bounded by the pytest timeout
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    child.stderr.close()
+    return usage.ru_maxrss / 1024, child.returncode  # ru_maxrss is in KiB on Linux
+
+
+def test_exporting_ten_thousand_large_results_stays_in_bounded_memory(
+    database_url: str, tmp_path: Path
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, status, finished_at, result,"
+            " owner_uid, owner_namespace, owner_name)"
+            " SELECT 'https://e.test/p/' || i, 'product', 'completed', now(),"
+            " jsonb_build_object('fields', jsonb_build_object('title', 'Product ' || i,"
+            " 'description', repeat(md5(i::text), %(repeats)s))),"
+            " 'uid-big', 'shop', 'big'"
+            " FROM generate_series(1, %(rows)s) AS i",
+            {"rows": BIG_EXPORT_ROWS, "repeats": BIG_FIELD_BYTES // 32},
+        )
+    empty_mb, empty_code = export_peak_rss_mb(database_url, "shop/nobody", tmp_path / "e.jsonl")
+    output = tmp_path / "big.jsonl"
+
+    peak_mb, code = export_peak_rss_mb(database_url, "shop/big", output)
+
+    assert (empty_code, code) == (0, 0)
+    size_mb = output.stat().st_size / 1024 / 1024
+    with output.open(encoding="utf-8") as lines:
+        count = 0
+        for count, line in enumerate(lines, start=1):
+            if count == BIG_EXPORT_ROWS:
+                assert json.loads(line)["fields"]["title"] == f"Product {BIG_EXPORT_ROWS}"
+    figures = (
+        f"export of {count} results ({size_mb:.0f} MB of JSON Lines): peak RSS {peak_mb:.1f} MB"
+        f" (an empty export peaks at {empty_mb:.1f} MB), limit {PEAK_RSS_LIMIT_MB} MB"
+    )
+    assert count == BIG_EXPORT_ROWS, figures
+    assert size_mb > 90, figures
+    assert peak_mb < PEAK_RSS_LIMIT_MB, figures
+    print(figures)
