@@ -58,7 +58,8 @@ def test_the_worker_runs_under_tini_to_reap_chromium_zombies() -> None:
 
 
 def test_the_chart_does_not_override_the_images_entry_points() -> None:
-    templates = (ROOT / "charts" / "scrapeq" / "templates").glob("*-deployment*.yaml")
+    templates = sorted((ROOT / "charts" / "scrapeq" / "templates").glob("*-deployment*.yaml"))
+    assert len(templates) == 2, templates  # the operator's and the worker pools'
     for template in templates:
         text = template.read_text()
         assert "args:" not in text, template
