@@ -21,6 +21,7 @@ from scrapeq_queue.maintenance import prune_finished
 from scrapeq_queue.migrations import SCHEMA_VERSION, migrate, require_current_schema
 from scrapeq_queue.payload import validate_payload
 from scrapeq_queue.producers import enqueue_many
+from scrapeq_queue.rows import FailedJob
 
 _T = TypeVar("_T")
 
@@ -269,24 +270,29 @@ def _run_jobs(args: argparse.Namespace) -> int:
             print("(no jobs yet)")
         if failures:
             print("\nLATEST FAILURES")
-            _print_table(
-                ("ID", "QUEUE", "FINISHED", "RETRIES", "REASON", "URL", "ERROR"),
-                [
-                    (
-                        str(failure.id),
-                        failure.queue,
-                        failure.finished_at.strftime("%Y-%m-%d %H:%M:%S"),
-                        str(failure.retry_count),
-                        failure.reason or "-",
-                        _shorten(failure.url, 60),
-                        _shorten((failure.error or "-").replace("\n", " "), 80),
-                    )
-                    for failure in failures
-                ],
-            )
+            _print_failures(failures)
         return 0
 
     return _run_async(action)
+
+
+def _print_failures(failures: Sequence[FailedJob]) -> None:
+    """One line per failed row: what `scrapeq jobs` and `scrapeq jobs failed` show."""
+    _print_table(
+        ("ID", "QUEUE", "FINISHED", "RETRIES", "REASON", "URL", "ERROR"),
+        [
+            (
+                str(failure.id),
+                failure.queue,
+                failure.finished_at.strftime("%Y-%m-%d %H:%M:%S"),
+                str(failure.retry_count),
+                failure.reason or "-",
+                _shorten(failure.url, 60),
+                _shorten((failure.error or "-").replace("\n", " "), 80),
+            )
+            for failure in failures
+        ],
+    )
 
 
 def _run_jobs_failed(args: argparse.Namespace) -> int:
@@ -306,21 +312,7 @@ def _run_jobs_failed(args: argparse.Namespace) -> int:
         if not failures:
             print("(no failed jobs)")
             return 0
-        _print_table(
-            ("ID", "QUEUE", "FINISHED", "RETRIES", "REASON", "URL", "ERROR"),
-            [
-                (
-                    str(failure.id),
-                    failure.queue,
-                    failure.finished_at.strftime("%Y-%m-%d %H:%M:%S"),
-                    str(failure.retry_count),
-                    failure.reason or "-",
-                    _shorten(failure.url, 60),
-                    _shorten((failure.error or "-").replace("\n", " "), 80),
-                )
-                for failure in failures
-            ],
-        )
+        _print_failures(failures)
         return 0
 
     return _run_async(action)
