@@ -79,6 +79,11 @@ class DemoError(RuntimeError):
     """A step of the demo failed; the message says what to do."""
 
 
+def _without_age(table: str) -> str:
+    """A `kubectl get scrapejobs` table without its AGE column, which changes every second."""
+    return "\n".join(line.rsplit(None, 1)[0] for line in table.splitlines())
+
+
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
@@ -229,8 +234,7 @@ class Demo:
         while time.monotonic() < deadline:
             self.follow_replicas()
             table = self._kubectl("-n", NAMESPACE, "get", "scrapejobs")
-            # Compare without the AGE column, which changes every second.
-            comparable = "\n".join(line.rsplit(None, 1)[0] for line in table.splitlines())
+            comparable = _without_age(table)
             if comparable != last_table:
                 say("kubectl get scrapejobs\n" + table.rstrip())
                 last_table = comparable
@@ -244,6 +248,11 @@ class Demo:
                 for item in listed["items"]
             }
             if phases and all(phase in TERMINAL_PHASES for phase in phases.values()):
+                # The table above may predate the last phase change; terminal phases do not
+                # change again, so a table read now shows every job as it ended.
+                final = self._kubectl("-n", NAMESPACE, "get", "scrapejobs")
+                if _without_age(final) != last_table:
+                    say("kubectl get scrapejobs\n" + final.rstrip())
                 return phases
             time.sleep(1)
         raise DemoError(
