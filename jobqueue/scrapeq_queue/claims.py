@@ -200,12 +200,15 @@ async def complete_job(
     result: dict[str, Any],
     duration_seconds: float,
     follow_urls: Sequence[FollowUrl] = (),
+    follow_limit: int | None = None,
 ) -> bool:
     """Store `result` and mark the job completed; False when the attempt was fenced out.
 
     `follow_urls` become child rows (parent_id = job_id, depth + 1, the parent's queue,
     priority, retries and owner) in the same transaction, deduplicated per owner by normalised
     URL, so a crash can never leave a completed parent without its children or vice versa.
+    `follow_limit` caps the followed rows (depth > 0) of the parent's owner as a whole: links
+    past it are dropped, in the order given (for rows without an owner it caps this call).
     """
     completion = Completion(job_id, attempt, result, duration_seconds)
     async with connection.transaction():
@@ -222,12 +225,15 @@ async def complete_job(
             logger.info("completion of job %s attempt %s fenced out", job_id, attempt)
             return False
         if follow_urls:
-            await _insert_children(connection, job_id, follow_urls)
+            await _insert_children(connection, job_id, follow_urls, follow_limit)
     return True
 
 
 async def _insert_children(
-    connection: psycopg.AsyncConnection[Any], parent_id: int, follow_urls: Sequence[FollowUrl]
+    connection: psycopg.AsyncConnection[Any],
+    parent_id: int,
+    follow_urls: Sequence[FollowUrl],
+    follow_limit: int | None,
 ) -> None:
     seen: set[str] = set()
     urls: list[str] = []
@@ -247,17 +253,36 @@ async def _insert_children(
         parser_types.append(follow.parser_type)
         payloads.append(None if follow.payload is None else Jsonb(follow.payload))
         dedup_keys.append(key)
-    if urls:
-        await connection.execute(
-            statements.JOB_INSERT_CHILDREN,
-            {
-                "parent_id": parent_id,
-                "urls": urls,
-                "parser_types": parser_types,
-                "payloads": payloads,
-                "dedup_keys": dedup_keys,
-            },
-        )
+    if not urls:
+        return
+    limit: int | None = None
+    if follow_limit is not None:
+        # The lock comes first, in a statement of its own: under READ COMMITTED the count
+        # below then takes a snapshot that includes every child committed before the lock.
+        await connection.execute(statements.JOB_FOLLOW_LOCK, {"parent_id": parent_id})
+        cursor = await connection.execute(statements.JOB_FOLLOWED_COUNT, {"parent_id": parent_id})
+        row = await cursor.fetchone()
+        limit = max(0, follow_limit - (int(row[0]) if row else 0))
+        if limit == 0:
+            logger.info(
+                "job %s: %d followed links dropped, the job's limit of %d followed pages "
+                "is reached",
+                parent_id,
+                len(urls),
+                follow_limit,
+            )
+            return
+    await connection.execute(
+        statements.JOB_INSERT_CHILDREN,
+        {
+            "parent_id": parent_id,
+            "urls": urls,
+            "parser_types": parser_types,
+            "payloads": payloads,
+            "dedup_keys": dedup_keys,
+            "limit": limit,
+        },
+    )
 
 
 @translate_database_errors

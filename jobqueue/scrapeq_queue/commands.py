@@ -10,20 +10,31 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any, TextIO, TypeVar
+from pathlib import Path
+from typing import Any, Final, TextIO, TypeVar
 
 from scrapeq_queue.connections import connect, describe_conninfo
 from scrapeq_queue.dead_jobs import failed_jobs, retry_failed
 from scrapeq_queue.errors import DatabaseUnavailable, QueueError, SchemaOutOfDate
-from scrapeq_queue.exports import EXPORT_FORMATS, export_results, write_csv, write_jsonl
+from scrapeq_queue.exports import (
+    EXPORT_FORMATS,
+    export_results,
+    owners_named,
+    write_csv,
+    write_jsonl,
+)
 from scrapeq_queue.inspection import database_now, latest_failures, queue_stats
 from scrapeq_queue.maintenance import prune_finished
 from scrapeq_queue.migrations import SCHEMA_VERSION, migrate, require_current_schema
+from scrapeq_queue.output_files import AtomicFile
 from scrapeq_queue.payload import validate_payload
 from scrapeq_queue.producers import enqueue_many
 from scrapeq_queue.rows import FailedJob
 
 _T = TypeVar("_T")
+
+# Where a ScrapeJob named without a namespace lives, as with kubectl.
+DEFAULT_NAMESPACE: Final = "default"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -96,14 +107,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     retry_parser.set_defaults(handler=_run_retry)
 
     export_parser = subparsers.add_parser(
-        "export", help="stream the results of a ScrapeJob's completed pages as JSON Lines or CSV"
+        "export",
+        help="stream the results of a ScrapeJob's completed pages as JSON Lines or CSV",
+        description=(
+            "Export the completed pages of a ScrapeJob, found by its rows' owner (no Kubernetes "
+            "access needed). SCRAPEJOB (NAME or NAMESPACE/NAME) means the most recently "
+            "created ScrapeJob of that name; --owner NAMESPACE/NAME exports the rows of every "
+            "ScrapeJob that ever had that name."
+        ),
     )
     _add_database_url(export_parser)
-    _add_owner(export_parser, required=True)
+    export_parser.add_argument(
+        "scrapejob",
+        nargs="?",
+        default=None,
+        metavar="SCRAPEJOB",
+        help="the ScrapeJob: NAME (in --namespace) or NAMESPACE/NAME",
+    )
+    export_parser.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help=f"namespace of SCRAPEJOB (default: {DEFAULT_NAMESPACE})",
+    )
+    _add_owner(export_parser, required=False)
     export_parser.add_argument("--queue", default=None, help="only rows of this queue")
     export_parser.add_argument("--format", choices=EXPORT_FORMATS, required=True)
     export_parser.add_argument(
-        "--output", default=None, metavar="FILE", help="write here instead of stdout"
+        "--output",
+        default=None,
+        metavar="FILE",
+        help="write FILE instead of stdout (atomically: complete or not at all)",
     )
     export_parser.set_defaults(handler=_run_export)
 
@@ -125,6 +159,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="DAYS",
         help="also delete failed jobs finished longer ago (default: keep failures)",
     )
+    prune_parser.add_argument(
+        "--keep-failed-last",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="keep only the newest N failed jobs per queue, like a dead-letter queue "
+        "(default: no limit; combines with --failed-older-than-days)",
+    )
     prune_parser.set_defaults(handler=_run_prune)
 
 
@@ -145,6 +187,16 @@ def _add_owner(parser: argparse.ArgumentParser, *, required: bool) -> None:
         metavar="NAMESPACE/NAME",
         help="the ScrapeJob the rows belong to",
     )
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
 
 
 def _owner(text: str) -> tuple[str, str]:
@@ -339,27 +391,80 @@ def _run_retry(args: argparse.Namespace) -> int:
     return _run_async(action)
 
 
+def _export_target(args: argparse.Namespace) -> tuple[str, str, bool] | str:
+    """(namespace, name, resolve to the latest uid) from the arguments, or an error message."""
+    if args.scrapejob is not None and args.owner is not None:
+        return "give either SCRAPEJOB or --owner, not both"
+    if args.owner is not None:
+        if args.namespace is not None:
+            return "--namespace goes with SCRAPEJOB; --owner already names the namespace"
+        namespace, name = args.owner
+        return namespace, name, False
+    if args.scrapejob is None:
+        return "name the ScrapeJob to export: SCRAPEJOB (NAME or NAMESPACE/NAME) or --owner"
+    given_namespace, slash, name = str(args.scrapejob).rpartition("/")
+    if slash and (not given_namespace or "/" in given_namespace):
+        return f"expected NAME or NAMESPACE/NAME, got {args.scrapejob!r}"
+    if not name:
+        return f"expected NAME or NAMESPACE/NAME, got {args.scrapejob!r}"
+    if slash and args.namespace is not None and args.namespace != given_namespace:
+        return f"{args.scrapejob!r} is in namespace {given_namespace}, not {args.namespace}"
+    namespace = given_namespace if slash else (args.namespace or DEFAULT_NAMESPACE)
+    return namespace, name, True
+
+
 def _run_export(args: argparse.Namespace) -> int:
+    target = _export_target(args)
+    if isinstance(target, str):
+        print(f"error: {target}", file=sys.stderr)
+        return 1
     if args.output is None:
-        return _export(args, sys.stdout)
+        return _export(args, target, sys.stdout)
     try:
-        output = open(args.output, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        atomic = AtomicFile(Path(args.output))
+        with atomic as output:
+            code = _export(args, target, output)
+            if code != 0:
+                atomic.abandon()
+            return code
     except OSError as error:
         print(f"error: cannot write {args.output}: {error}", file=sys.stderr)
         return 1
-    with output:
-        return _export(args, output)
 
 
-def _export(args: argparse.Namespace, output: TextIO) -> int:
-    namespace, name = args.owner
+def _export(args: argparse.Namespace, target: tuple[str, str, bool], output: TextIO) -> int:
+    namespace, name, resolve = target
 
     async def action() -> int:
         connection = await connect(_database_url(args), application_name="scrapeq-export")
         async with connection:
             await require_current_schema(connection)
+            owner_uid = None
+            if resolve:
+                owners = await owners_named(connection, namespace=namespace, name=name)
+                if not owners:
+                    print(
+                        f"error: no rows of a ScrapeJob {namespace}/{name} in this database "
+                        "(check the name and namespace: -n NAMESPACE or NAMESPACE/NAME)",
+                        file=sys.stderr,
+                    )
+                    return 1
+                owner_uid = owners[0].uid
+                if len(owners) > 1:
+                    older = ", ".join(owner.uid for owner in owners[1:])
+                    print(
+                        f"{namespace}/{name} names {len(owners)} ScrapeJobs (re-created after "
+                        f"a delete); exporting the most recent one, uid {owner_uid} (first row "
+                        f"{owners[0].first_row_at:%Y-%m-%d %H:%M:%S}); older uids: {older} "
+                        f"(--owner {namespace}/{name} exports all of them)",
+                        file=sys.stderr,
+                    )
             rows = export_results(
-                connection, owner_namespace=namespace, owner_name=name, queue=args.queue
+                connection,
+                owner_namespace=namespace,
+                owner_name=name,
+                owner_uid=owner_uid,
+                queue=args.queue,
             )
             if args.format == "csv":
                 count = await write_csv(rows, output)
@@ -385,6 +490,7 @@ def _run_prune(args: argparse.Namespace) -> int:
                     if args.failed_older_than_days is None
                     else timedelta(days=args.failed_older_than_days)
                 ),
+                keep_failed_last=args.keep_failed_last,
             )
         print(f"deleted {deleted} finished job(s)")
         return 0

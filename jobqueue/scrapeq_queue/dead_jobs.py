@@ -62,6 +62,7 @@ async def retry_failed(
     queue: str | None = None,
     owner_namespace: str | None = None,
     owner_name: str | None = None,
+    owner_uid: str | None = None,
     error_pattern: str | None = None,
 ) -> int:
     """Re-queue failed rows matching every given filter; return how many were re-queued.
@@ -70,10 +71,12 @@ async def retry_failed(
     failure ever recorded. Matching rows become pending and due now with retry_count 0 (a full
     retry budget again); last_error, last_error_reason and the attempts history are kept, and
     the next claim continues the attempt numbering (fencing is unaffected). `error_pattern` is
-    a case-insensitive substring of last_error. One NOTIFY wakes idle workers. The finished
-    totals in scrapeq_queue_counters are "ever" totals and are not decremented.
+    a case-insensitive substring of last_error. `owner_uid` narrows to one ScrapeJob object
+    (the operator's filter: a name reused after a delete is another uid). One NOTIFY wakes idle
+    workers. The finished totals in scrapeq_queue_counters are "ever" totals and are not
+    decremented.
     """
-    filters = (ids, queue, owner_namespace, owner_name, error_pattern)
+    filters = (ids, queue, owner_namespace, owner_name, owner_uid, error_pattern)
     if not any(given is not None and given != "" for given in filters):
         raise InvalidJob(
             "refusing to retry every failed job: give ids, a queue, an owner or an error pattern"
@@ -85,6 +88,7 @@ async def retry_failed(
             "queue": queue,
             "owner_namespace": owner_namespace,
             "owner_name": owner_name,
+            "owner_uid": owner_uid,
             "error_pattern": None if not error_pattern else _substring_pattern(error_pattern),
         },
     )

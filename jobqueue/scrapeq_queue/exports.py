@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final, TextIO
 
 import psycopg
 
 from scrapeq_queue import statements
-from scrapeq_queue.errors import database_errors_translated
+from scrapeq_queue.errors import database_errors_translated, translate_database_errors
 from scrapeq_queue.rows import ExportRow
 
 # Rows fetched from the server-side cursor per round trip: the client never holds more than
@@ -25,6 +27,34 @@ CSV_HEADER_SAMPLE_ROWS: Final = 100
 EXPORT_FORMATS: Final = ("jsonl", "csv")
 
 _FIXED_COLUMNS: Final = ("url", "status", "finished_at")
+
+
+@dataclass(frozen=True)
+class NamedOwner:
+    """One ScrapeJob object (uid) that had rows under a namespace/name."""
+
+    uid: str
+    # When its first row was created: the later, the more recent the ScrapeJob.
+    first_row_at: datetime
+    completed: int
+
+
+@translate_database_errors
+async def owners_named(
+    connection: psycopg.AsyncConnection[Any], *, namespace: str, name: str
+) -> list[NamedOwner]:
+    """Every ScrapeJob uid with rows under namespace/name, the most recently created first.
+
+    Needs no Kubernetes access: the rows carry their owner. A name reused after a delete gives
+    several uids; none means no ScrapeJob of that name ever had rows (or they were pruned).
+    """
+    cursor = await connection.execute(
+        statements.OWNERS_BY_NAME, {"owner_namespace": namespace, "owner_name": name}
+    )
+    return [
+        NamedOwner(uid=uid, first_row_at=first_row_at, completed=int(completed))
+        for uid, first_row_at, completed in await cursor.fetchall()
+    ]
 
 
 def result_fields(result: Any) -> dict[str, Any]:
@@ -48,10 +78,14 @@ async def export_results(
     *,
     owner_namespace: str,
     owner_name: str,
+    owner_uid: str | None = None,
     queue: str | None = None,
     batch_rows: int = EXPORT_BATCH_ROWS,
 ) -> AsyncIterator[ExportRow]:
     """Yield the completed rows of one owner (ScrapeJob namespace/name), in id order.
+
+    With `owner_uid`, only that ScrapeJob object's rows (see `owners_named`); without it, the
+    rows of every ScrapeJob that ever had this namespace/name.
 
     Reads through a named (server-side) cursor inside one transaction, `batch_rows` at a time,
     so memory stays bounded by one batch; the rows are a consistent snapshot of the moment the
@@ -65,7 +99,12 @@ async def export_results(
             cursor.itersize = batch_rows
             await cursor.execute(
                 statements.JOBS_EXPORT_COMPLETED,
-                {"owner_namespace": owner_namespace, "owner_name": owner_name, "queue": queue},
+                {
+                    "owner_namespace": owner_namespace,
+                    "owner_name": owner_name,
+                    "owner_uid": owner_uid,
+                    "queue": queue,
+                },
             )
             async for url, status, finished_at, result in cursor:
                 yield ExportRow(

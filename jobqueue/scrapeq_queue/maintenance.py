@@ -8,7 +8,7 @@ from typing import Any, Final
 import psycopg
 
 from scrapeq_queue import statements
-from scrapeq_queue.errors import translate_database_errors
+from scrapeq_queue.errors import InvalidJob, translate_database_errors
 
 # Rows deleted per transaction: keeps each delete short so it never holds back vacuum or
 # blocks claims for long.
@@ -21,25 +21,66 @@ async def prune_finished(
     *,
     completed_older_than: timedelta,
     keep_failed: timedelta | None = None,
+    keep_failed_last: int | None = None,
     batch_rows: int = PRUNE_BATCH_ROWS,
 ) -> int:
     """Delete finished rows past their retention (with their attempts); return how many.
 
-    Completed and cancelled rows go when finished more than `completed_older_than` ago;
-    failed rows are kept for inspection, forever when `keep_failed` is None, else for
-    `keep_failed`. Followed children of a deleted row keep their depth and lose parent_id.
+    Completed and cancelled rows go when finished more than `completed_older_than` ago.
+    Failed rows are kept for inspection: forever when both limits are None; otherwise a failed
+    row goes when it finished more than `keep_failed` ago, or when it is not among the newest
+    `keep_failed_last` failed rows of its queue (a dead-letter queue of bounded length; 0 keeps
+    none). Rows that fail while the prune runs are newer than every row it deletes, so at least
+    the newest `keep_failed_last` per queue always remain. Followed children of a deleted row
+    keep their depth and lose parent_id. Every delete is a batch of at most `batch_rows` rows in
+    its own short transaction.
     """
+    if keep_failed_last is not None and keep_failed_last < 0:
+        raise InvalidJob(f"keep_failed_last must be 0 or more, not {keep_failed_last}")
+    if batch_rows < 1:
+        raise InvalidJob(f"batch_rows must be at least 1, not {batch_rows}")
     now_row = await (await connection.execute(statements.DATABASE_NOW)).fetchone()
     assert now_row is not None
     now = now_row[0]
-    params = {
-        "completed_before": now - completed_older_than,
-        "failed_before": None if keep_failed is None else now - keep_failed,
-        "batch": batch_rows,
-    }
+    deleted = await _delete_in_batches(
+        connection,
+        statements.JOBS_PRUNE_BATCH,
+        {
+            "completed_before": now - completed_older_than,
+            "failed_before": None if keep_failed is None else now - keep_failed,
+        },
+        batch_rows,
+    )
+    if keep_failed_last is None:
+        return deleted
+    cursor = await connection.execute(
+        statements.JOBS_FAILED_RETENTION_CUTOFFS, {"keep": keep_failed_last}
+    )
+    cutoffs = await cursor.fetchall()
+    if not cutoffs:
+        return deleted
+    return deleted + await _delete_in_batches(
+        connection,
+        statements.JOBS_PRUNE_FAILED_BEYOND_BATCH,
+        {
+            "queues": [queue for queue, _, _ in cutoffs],
+            "finished_ats": [finished_at for _, finished_at, _ in cutoffs],
+            "ids": [job_id for _, _, job_id in cutoffs],
+        },
+        batch_rows,
+    )
+
+
+async def _delete_in_batches(
+    connection: psycopg.AsyncConnection[Any],
+    statement: str,
+    params: dict[str, Any],
+    batch_rows: int,
+) -> int:
+    """Run a batched delete (autocommit: one transaction each) until a batch comes up short."""
     deleted = 0
     while True:
-        cursor = await connection.execute(statements.JOBS_PRUNE_BATCH, params)
+        cursor = await connection.execute(statement, {**params, "batch": batch_rows})
         row = await cursor.fetchone()
         batch = int(row[0]) if row else 0
         deleted += batch

@@ -7,6 +7,7 @@ with reason `invalid_payload` and an error that names every problem: retrying ca
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -14,7 +15,15 @@ WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "network
 # A page that needs more than ten minutes is a stuck page, not a slow one.
 MAX_TIMEOUT_SECONDS: Final = 600.0
 EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all"})
-FOLLOW_KEYS: Final = frozenset({"selector", "maxDepth", "maxPages"})
+FOLLOW_KEYS: Final = frozenset(
+    {"selector", "maxDepth", "maxPages", "sameDomain", "include", "exclude", "extract"}
+)
+# Followed pages per job when follow.maxPages is not given: a crawl stays bounded by default.
+DEFAULT_FOLLOW_MAX_PAGES: Final = 1000
+# Bounds on follow.include / follow.exclude: a handful of patterns is what a crawl needs, and
+# each is matched against every link of every page.
+MAX_FOLLOW_PATTERNS: Final = 50
+MAX_FOLLOW_PATTERN_CHARS: Final = 1024
 
 
 def _is_number(value: object) -> bool:
@@ -89,6 +98,37 @@ def _check_follow(value: object) -> list[str]:
             number = value[key]
             if not isinstance(number, int) or isinstance(number, bool) or number < minimum:
                 problems.append(f"follow.{key} must be an integer >= {minimum}")
+    if "sameDomain" in value and not isinstance(value["sameDomain"], bool):
+        problems.append("follow.sameDomain must be true or false")
+    for key in ("include", "exclude"):
+        if key in value:
+            problems.extend(_check_patterns(f"follow.{key}", value[key]))
+    if "extract" in value:
+        problems.extend(
+            problem.replace("extract", "follow.extract", 1)
+            for problem in _check_extract(value["extract"])
+        )
+    return problems
+
+
+def _check_patterns(name: str, value: object) -> list[str]:
+    """A list of regular expressions (Python syntax, searched anywhere in the URL)."""
+    if not isinstance(value, list) or len(value) > MAX_FOLLOW_PATTERNS:
+        return [f"{name} must be a list of at most {MAX_FOLLOW_PATTERNS} regular expressions"]
+    problems: list[str] = []
+    for position, pattern in enumerate(value):
+        if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_FOLLOW_PATTERN_CHARS:
+            problems.append(
+                f"{name}[{position}] must be a regular expression of 1-"
+                f"{MAX_FOLLOW_PATTERN_CHARS} characters"
+            )
+            continue
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            problems.append(
+                f"{name}[{position}] {pattern!r} is not a valid regular expression: {error}"
+            )
     return problems
 
 

@@ -250,6 +250,13 @@ CREATE INDEX scrapeq_jobs_finished_idx ON public.scraping_jobs USING btree (fini
 
 
 --
+-- Name: scrapeq_jobs_followed_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_jobs_followed_idx ON public.scraping_jobs USING btree (owner_uid) WHERE ((depth > 0) AND (owner_uid IS NOT NULL));
+
+
+--
 -- Name: scrapeq_jobs_owner_changes_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -306,4 +313,5 @@ ALTER TABLE ONLY public.scraping_jobs
 
 -- Migration bookkeeping: a database loaded from this file is current.
 INSERT INTO public.scrapeq_schema_migrations (version) VALUES
-    ('0001_initial');
+    ('0001_initial'),
+    ('0002_followed_pages');

@@ -126,9 +126,29 @@ counted AS (
 SELECT id FROM done
 """
 
+# Serialises the followed-link inserts of one owner for the rest of the transaction, so that
+# the count below and the insert after it see every other parent's children (maxPages per job
+# holds under concurrent completions). Nothing is locked for rows without an owner.
+JOB_FOLLOW_LOCK: Final = """
+SELECT pg_advisory_xact_lock(hashtextextended('scrapeq-follow:' || owner_uid, 0))
+FROM scraping_jobs
+WHERE id = %(parent_id)s AND owner_uid IS NOT NULL
+"""
+
+# How many followed rows (depth > 0) the parent's owner already has; 0 without an owner.
+JOB_FOLLOWED_COUNT: Final = """
+SELECT count(followed.id)
+FROM scraping_jobs AS parent
+JOIN scraping_jobs AS followed
+  ON followed.owner_uid = parent.owner_uid AND followed.depth > 0
+WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
+"""
+
 # Inserts followed links as children of a job that just completed in this transaction:
 # same queue/priority/retries/owner, depth + 1, deduplicated per owner by normalised URL
-# (rows without an owner are deduplicated only within one call). Returns the new ids.
+# (rows without an owner are deduplicated only within one call), at most %(limit)s new rows
+# in the order given (links already queued for the owner do not use up the limit). Returns
+# the new ids.
 JOB_INSERT_CHILDREN: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
@@ -141,8 +161,15 @@ SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        parent.id, parent.depth + 1
 FROM scraping_jobs AS parent,
      unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
-            %(dedup_keys)s::text[]) AS child(url, parser_type, payload, dedup_key)
+            %(dedup_keys)s::text[]) WITH ORDINALITY AS child(url, parser_type, payload,
+                                                            dedup_key, position)
 WHERE parent.id = %(parent_id)s
+  AND NOT EXISTS (
+      SELECT 1 FROM scraping_jobs AS queued
+      WHERE parent.owner_uid IS NOT NULL
+        AND queued.owner_uid = parent.owner_uid AND queued.dedup_key = child.dedup_key)
+ORDER BY child.position
+LIMIT %(limit)s
 ON CONFLICT (owner_uid, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id
 """
@@ -348,6 +375,27 @@ JOBS_CANCEL: Final = OWNER_CANCEL.replace(
     "jobs.owner_uid = %(owner_uid)s", "jobs.id = ANY(%(ids)s::bigint[])"
 )
 
+# Deletes every row of an owner (its attempts go by cascade), but only when none of them is
+# pending or processing: a finished run of a scheduled ScrapeJob leaves the history. All of the
+# owner's rows are locked first, in id order, so a concurrent retry cannot revive one half-way.
+# Returns how many rows were deleted (0 when a row is live and nothing was deleted).
+OWNER_DELETE_FINISHED: Final = """
+WITH owned AS (
+    SELECT id, status FROM scraping_jobs
+    WHERE owner_uid = %(owner_uid)s
+    ORDER BY id
+    FOR UPDATE
+),
+deleted AS (
+    DELETE FROM scraping_jobs AS jobs
+    USING owned
+    WHERE jobs.id = owned.id
+      AND NOT EXISTS (SELECT FROM owned WHERE owned.status IN ('pending', 'processing'))
+    RETURNING jobs.id
+)
+SELECT count(*) FROM deleted
+"""
+
 # --- inspection ---------------------------------------------------------------------------------
 
 # Row counts per state for the given owners (index scan on owner_uid).
@@ -486,6 +534,40 @@ deleted AS (
 SELECT count(*) FROM deleted
 """
 
+# Dead-letter retention, step 1: per queue with failed rows, the (finished_at, id) of the newest
+# failed row beyond the `keep` newest ones. Every failed row of that queue at or before it is
+# past the limit; a queue with at most `keep` failed rows is not listed. Computed once per prune
+# so each delete batch below is an index range, not a ranking of every failed row.
+JOBS_FAILED_RETENTION_CUTOFFS: Final = """
+SELECT queues.queue, cutoff.finished_at, cutoff.id
+FROM (SELECT DISTINCT queue FROM scraping_jobs WHERE status = 'failed') AS queues
+CROSS JOIN LATERAL (
+    SELECT jobs.finished_at, jobs.id FROM scraping_jobs AS jobs
+    WHERE jobs.status = 'failed' AND jobs.queue = queues.queue
+    ORDER BY jobs.finished_at DESC, jobs.id DESC
+    OFFSET %(keep)s LIMIT 1
+) AS cutoff
+"""
+
+# Dead-letter retention, step 2: deletes up to `batch` failed rows at or before their queue's
+# cutoff (parallel arrays from step 1), attempts by cascade. A row that failed after the cutoffs
+# were computed is newer than its cutoff and stays, so at least `keep` rows per queue remain.
+JOBS_PRUNE_FAILED_BEYOND_BATCH: Final = """
+WITH doomed AS (
+    SELECT jobs.id
+    FROM scraping_jobs AS jobs
+    JOIN unnest(%(queues)s::text[], %(finished_ats)s::timestamptz[], %(ids)s::bigint[])
+         AS cutoff(queue, finished_at, id) ON jobs.queue = cutoff.queue
+    WHERE jobs.status = 'failed' AND (jobs.finished_at, jobs.id) <= (cutoff.finished_at, cutoff.id)
+    LIMIT %(batch)s
+    FOR UPDATE OF jobs SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM scraping_jobs AS jobs USING doomed WHERE jobs.id = doomed.id RETURNING jobs.id
+)
+SELECT count(*) FROM deleted
+"""
+
 # --- dead jobs and export -----------------------------------------------------------------------
 
 # Failed rows, newest first, optionally narrowed to a queue and/or an owner (namespace, name);
@@ -515,6 +597,7 @@ WITH retried AS (
       AND (%(queue)s::text IS NULL OR jobs.queue = %(queue)s::text)
       AND (%(owner_namespace)s::text IS NULL OR jobs.owner_namespace = %(owner_namespace)s::text)
       AND (%(owner_name)s::text IS NULL OR jobs.owner_name = %(owner_name)s::text)
+      AND (%(owner_uid)s::text IS NULL OR jobs.owner_uid = %(owner_uid)s::text)
       AND (%(error_pattern)s::text IS NULL OR jobs.last_error ILIKE %(error_pattern)s::text)
     RETURNING jobs.id
 ),
@@ -531,6 +614,35 @@ SELECT url_to_scrape, status::text, finished_at, result
 FROM scraping_jobs
 WHERE status = 'completed'
   AND owner_namespace = %(owner_namespace)s::text AND owner_name = %(owner_name)s::text
+  AND (%(owner_uid)s::text IS NULL OR owner_uid = %(owner_uid)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 ORDER BY id
+"""
+
+# Every ScrapeJob (uid) that ever had rows under one namespace/name, the most recently created
+# first (by its oldest row): a name can be reused after a delete, and `scrapeq export NAME`
+# means the latest one.
+OWNERS_BY_NAME: Final = """
+SELECT owner_uid, min(created_at) AS first_row_at, count(*) FILTER (WHERE status = 'completed')
+FROM scraping_jobs
+WHERE owner_namespace = %(owner_namespace)s::text AND owner_name = %(owner_name)s::text
+GROUP BY owner_uid
+ORDER BY first_row_at DESC, owner_uid
+"""
+
+# The values of one result field across an owner's completed rows, in row order: an extracted
+# field (result.fields.<name>) or, failing that, a top-level key such as "links"; a list is
+# unnested, anything else taken as one value. With the page's URL, to resolve relative links.
+OWNER_RESULT_FIELD_VALUES: Final = """
+SELECT coalesce(jobs.result->>'final_url', jobs.url_to_scrape) AS page_url, item.value
+FROM scraping_jobs AS jobs,
+     LATERAL (SELECT coalesce(jobs.result->'fields'->%(field)s, jobs.result->%(field)s)
+              AS found) AS source,
+     LATERAL jsonb_array_elements_text(
+         CASE jsonb_typeof(source.found) WHEN 'array' THEN source.found
+              ELSE jsonb_build_array(source.found) END) WITH ORDINALITY AS item(value, position)
+WHERE jobs.owner_uid = %(owner_uid)s AND jobs.status = 'completed'
+  AND source.found IS NOT NULL AND jsonb_typeof(source.found) <> 'null'
+ORDER BY jobs.id, item.position
+LIMIT %(limit)s
 """

@@ -146,6 +146,71 @@ class Cluster:
             body,
         )
 
+    async def read_scrapejob(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One ScrapeJob as the API server returns it, or None when it does not exist."""
+        try:
+            body = await self._call(
+                self._custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return dict(body)
+
+    async def create_scrapejob(self, namespace: str, body: dict[str, Any]) -> bool:
+        """Create a ScrapeJob; False when one of that name already exists (409 AlreadyExists)."""
+        try:
+            await self._call(
+                self._custom.create_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                body,
+            )
+        except ApiException as error:
+            if error.status == 409:
+                return False
+            raise
+        return True
+
+    async def list_scrapejobs(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """The ScrapeJobs of a namespace that match a label selector, as plain dicts."""
+        listed = await self._call(
+            self._custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            label_selector=label_selector,
+        )
+        return [dict(item) for item in listed.get("items", [])]
+
+    async def delete_scrapejob(self, namespace: str, name: str, *, uid: str) -> bool:
+        """Delete one ScrapeJob if it is still the one with this uid; False when it is gone.
+
+        The uid precondition keeps a stale caller from deleting a newer object of that name.
+        """
+        try:
+            await self._call(
+                self._custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                name,
+                body=kubernetes.client.V1DeleteOptions(
+                    preconditions=kubernetes.client.V1Preconditions(uid=uid),
+                    propagation_policy="Background",
+                ),
+            )
+        except ApiException as error:
+            if error.status in (404, 409):
+                return False
+            raise
+        return True
+
     async def read_configmap(self, namespace: str, name: str) -> ConfigMapContent | None:
         """The ConfigMap's data and binaryData (decoded to bytes), or None when it is absent."""
         try:

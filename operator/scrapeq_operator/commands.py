@@ -141,7 +141,7 @@ def run_operator(args: argparse.Namespace) -> int:
     # Imported here: importing registers the handlers with kopf, which only this command wants.
     import kopf
 
-    from scrapeq_operator import handlers, metrics
+    from scrapeq_operator import handlers, metrics, retry_requests, schedules
 
     kopf.configure(verbose=bool(args.verbose))
     if applied:
@@ -159,5 +159,5 @@ def run_operator(args: argparse.Namespace) -> int:
         liveness_endpoint=liveness,
         memo=kopf.Memo(settings=settings),
     )
-    del handlers
+    del handlers, retry_requests, schedules
     return 0

@@ -18,13 +18,23 @@ class SchemaNotCurrentError(OperatorError):
 class JobNotRunnableError(OperatorError):
     """A ScrapeJob cannot be turned into rows as it stands (bad input a user must fix).
 
-    `reason` is the CamelCase reason for the Ready=False condition and the Event.
+    `reason` is the CamelCase reason for the Ready=False condition and the Event. `permanent`
+    means nothing can change the outcome (the spec is immutable): the job ends Failed instead
+    of being checked again later.
     """
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, permanent: bool = False) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.permanent = permanent
+
+
+class JobBlockedError(JobNotRunnableError):
+    """A ScrapeJob waits for its dependencies (spec.dependsOn, urlsFrom.scrapeJob) to succeed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("WaitingForDependencies", message)
 
 
 class DatabaseUnavailableError(OperatorError):

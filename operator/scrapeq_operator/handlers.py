@@ -2,7 +2,9 @@
 
 Scraping never happens here. Per object the operator only enqueues (create/resume) and cancels
 (delete, behind a finalizer); progress is mirrored by the one operator-wide status sync task and
-workers are scaled by the one autoscaler task, both started in `start_operator`.
+workers are scaled by the one autoscaler task, both started in `start_operator`. A job with
+dependencies (spec.dependsOn, urlsFrom.scrapeJob) is enqueued only once they have Succeeded
+(dependencies.py); a scheduled job is never enqueued itself, its runs are (schedules.py).
 
 What a spec change does: nothing to run, because the CRD makes the spec immutable (the rows are
 already queued); a user deletes the ScrapeJob and creates a new one.
@@ -11,27 +13,40 @@ already queued); a user deletes the ScrapeJob and creates a new one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+import psycopg
 import scrapeq_queue
+from scrapeq_queue.payload import validate_payload
+from scrapeq_queue.result_urls import urls_from_results
 from scrapeq_queue.rows import Owner
 
 from scrapeq_operator import metrics
 from scrapeq_operator.autoscaler import Autoscaler
 from scrapeq_operator.cluster import Cluster, ObjectRef, load_api_client
-from scrapeq_operator.errors import JobNotRunnableError
+from scrapeq_operator.dependencies import DependencyCheck, check_dependencies
+from scrapeq_operator.errors import JobBlockedError, JobNotRunnableError
 from scrapeq_operator.job_spec import (
     ConfigMapKey,
+    ScrapeJobField,
     decode_url_list,
+    dependency_names,
     first_url,
     parse_url_list,
     row_options,
     url_source,
 )
-from scrapeq_operator.job_status import ENQUEUED_REASON, make_condition, merge_conditions
+from scrapeq_operator.job_status import (
+    ENQUEUED_REASON,
+    format_time,
+    make_condition,
+    merge_conditions,
+)
+from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import DATABASE_ERRORS, OperatorRuntime
 from scrapeq_operator.settings import (
     FINALIZER,
@@ -76,6 +91,7 @@ async def start_operator(
     memo["runtime"] = runtime
     directory = IndexDirectory(index)
     runtime.spawn("status-sync", StatusSync(config, directory, runtime).run())
+    runtime.spawn("retention", Retention(config, runtime).run())
     if config.autoscaler_enabled:
         runtime.spawn("autoscaler", Autoscaler(config, runtime).run())
     logger.info(
@@ -102,6 +118,13 @@ async def scrapejobs_by_uid(body: kopf.Body, **_: Any) -> dict[str, JobRef]:
     return {ref.uid: ref}
 
 
+# Ready=False reasons of a job failed before it queued anything; the spec is immutable, so
+# these never change and the job is not looked at again.
+PERMANENT_REASONS = frozenset(
+    {"DependencyCycle", "DependencyFailed", "InvalidSpec", "NoURLs", "TooManyURLs"}
+)
+
+
 def _runtime(memo: Any) -> OperatorRuntime:
     runtime: OperatorRuntime = memo["runtime"]
     return runtime
@@ -123,11 +146,70 @@ def _already_enqueued(status: Mapping[str, Any], generation: int) -> bool:
     return False
 
 
+def _ended_unqueued(status: Mapping[str, Any], generation: int) -> bool:
+    """The job was failed before queueing anything (a cycle, a failed dependency, an invalid
+    spec): nothing can change that, since the spec is immutable."""
+    if status.get("phase") != "Failed":
+        return False
+    return any(
+        condition.get("type") == "Ready"
+        and condition.get("reason") in PERMANENT_REASONS
+        and condition.get("observedGeneration") == generation
+        for condition in status.get("conditions") or []
+    )
+
+
+async def await_dependencies(
+    name: str, namespace: str, spec: Mapping[str, Any], cluster: Cluster
+) -> DependencyCheck:
+    """Check spec.dependsOn (and a urlsFrom.scrapeJob source) before anything is queued.
+
+    Returns the check when every dependency has Succeeded; raises JobBlockedError while some
+    have not, and a permanent JobNotRunnableError for a cycle or (with onDependencyFailure
+    Fail) a failed dependency.
+    """
+
+    async def read(job: str) -> Mapping[str, Any] | None:
+        return await cluster.read_scrapejob(namespace, job)
+
+    check = await check_dependencies(name, spec, read)
+    if check.cycle is not None:
+        raise JobNotRunnableError(
+            "DependencyCycle",
+            "dependency cycle: " + " -> ".join(check.cycle) + "; it can never start",
+            permanent=True,
+        )
+    failed = check.failed
+    if failed and spec.get("onDependencyFailure", "Fail") == "Fail":
+        names = ", ".join(dependency.describe for dependency in failed)
+        raise JobNotRunnableError(
+            "DependencyFailed",
+            f"dependencies did not succeed: {names} (onDependencyFailure: Fail)",
+            permanent=True,
+        )
+    if not check.satisfied:
+        waiting = ", ".join(dependency.describe for dependency in [*failed, *check.waiting])
+        raise JobBlockedError(f"waiting for {waiting} to succeed")
+    return check
+
+
 async def resolve_urls(
-    spec: Mapping[str, Any], namespace: str, cluster: Cluster, settings: OperatorSettings
+    spec: Mapping[str, Any],
+    namespace: str,
+    cluster: Cluster,
+    settings: OperatorSettings,
+    *,
+    database: Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]] | None = None,
+    dependencies: DependencyCheck | None = None,
 ) -> list[str]:
-    """The job's URLs, reading a urlsFrom ConfigMap; JobNotRunnableError when it cannot run."""
+    """The job's URLs, reading a urlsFrom ConfigMap or an upstream job's results;
+    JobNotRunnableError when it cannot run."""
     source = url_source(spec)
+    if isinstance(source, ScrapeJobField):
+        uid = dependencies.uid_of(source.name) if dependencies else None
+        if uid is None or database is None:
+            raise JobBlockedError(f"waiting for {source.name} to succeed")
+        return await _urls_from_scrapejob(source, uid, database, settings)
     if not isinstance(source, ConfigMapKey):
         return source
     configmap = await cluster.read_configmap(namespace, source.name)
@@ -150,6 +232,30 @@ async def resolve_urls(
             f"(keys: {keys})",
         )
     return parse_url_list(text, max_urls=settings.max_urls_per_job, where=where)
+
+
+async def _urls_from_scrapejob(
+    source: ScrapeJobField,
+    uid: str,
+    database: Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]],
+    settings: OperatorSettings,
+) -> list[str]:
+    where = f"urlsFrom: field {source.field!r} of ScrapeJob {source.name}"
+    async with database() as connection:
+        found = await urls_from_results(
+            connection, uid, source.field, limit=settings.max_urls_per_job
+        )
+    if found.truncated:
+        raise JobNotRunnableError(
+            "TooManyURLs",
+            f"{where} holds more than {settings.max_urls_per_job} values; "
+            "the operator accepts that many",
+            permanent=True,
+        )
+    if not found.urls:
+        skipped = f" ({found.skipped} values were not http(s) URLs)" if found.skipped else ""
+        raise JobNotRunnableError("NoURLs", f"{where} holds no URLs{skipped}", permanent=True)
+    return found.urls
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -178,24 +284,45 @@ async def enqueue_scrapejob(
     settings = runtime.settings
     namespace = namespace or ""
     generation = int(meta.get("generation") or 1)
-    if _already_enqueued(status, generation):
+    if spec.get("schedule"):
+        # A schedule queues nothing itself: each run is a ScrapeJob of its own (schedules.py).
+        return
+    if _already_enqueued(status, generation) or _ended_unqueued(status, generation):
         return
     conditions = list(status.get("conditions") or [])
-    try:
-        urls = await resolve_urls(spec, namespace, runtime.cluster, settings)
-    except JobNotRunnableError as error:
-        not_ready = make_condition(
-            "Ready", False, error.reason, error.message, generation=generation, now=_now()
-        )
-        patch.status["conditions"] = merge_conditions(conditions, [not_ready])
-        patch.status["phase"] = "Pending"
-        patch.status["observedGeneration"] = generation
-        if retry == 0 or _reason_changed(conditions, error.reason):
-            await _warn(runtime, body, error.reason, error.message, logger)
-        metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
-        raise kopf.TemporaryError(error.message, delay=settings.not_ready_retry_seconds) from error
-
     options = row_options(spec)
+    dependencies: DependencyCheck | None = None
+    try:
+        problems = validate_payload(options.payload)
+        if problems:
+            raise JobNotRunnableError("InvalidSpec", "; ".join(problems), permanent=True)
+        if dependency_names(spec):
+            dependencies = await await_dependencies(name, namespace, spec, runtime.cluster)
+        urls = await resolve_urls(
+            spec,
+            namespace,
+            runtime.cluster,
+            settings,
+            database=runtime.connection,
+            dependencies=dependencies,
+        )
+    except DATABASE_ERRORS as error:
+        metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
+        raise kopf.TemporaryError(
+            f"cannot read upstream results, database unavailable: {error}",
+            delay=settings.database_retry_seconds,
+        ) from error
+    except JobNotRunnableError as error:
+        await _not_runnable(runtime, body, patch, conditions, generation, error, retry, logger)
+        if error.permanent:
+            return
+        delay = (
+            settings.dependency_poll_seconds
+            if isinstance(error, JobBlockedError)
+            else settings.not_ready_retry_seconds
+        )
+        raise kopf.TemporaryError(error.message, delay=delay) from error
+
     try:
         async with runtime.connection() as connection:
             inserted = await scrapeq_queue.enqueue_for_owner(
@@ -219,11 +346,63 @@ async def enqueue_scrapejob(
         ) from error
     metrics.JOBS_ENQUEUED_TOTAL.inc(inserted)
     logger.info("queued %d new rows (%d URLs) on queue %s", inserted, len(urls), options.queue)
+    if dependencies is not None:
+        names = ", ".join(dependency.name for dependency in dependencies.dependencies)
+        unblocked = make_condition(
+            "Blocked",
+            False,
+            "DependenciesSucceeded",
+            f"{names} succeeded",
+            generation=generation,
+            now=_now(),
+        )
+        patch.status["conditions"] = merge_conditions(conditions, [unblocked])
     # Status (Ready=True, counts, phase) is written by the status sync in one PATCH with the
     # first counts, saving an API write per job. Only a urlsFrom job's first URL is known here
     # alone.
     if first_url(spec) is None and urls:
         patch.status["firstURL"] = urls[0]
+
+
+async def _not_runnable(
+    runtime: OperatorRuntime,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    conditions: list[Mapping[str, Any]],
+    generation: int,
+    error: JobNotRunnableError,
+    retry: int,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+) -> None:
+    """Record why a job queues nothing: Blocked while it waits for dependencies, Ready=False
+    otherwise, and Failed when that can never change; one Event per reason."""
+    now = _now()
+    blocked = isinstance(error, JobBlockedError)
+    updates = [
+        make_condition("Ready", False, error.reason, error.message, generation=generation, now=now)
+    ]
+    if blocked:
+        updates.append(
+            make_condition(
+                "Blocked", True, error.reason, error.message, generation=generation, now=now
+            )
+        )
+    elif error.permanent:
+        updates.append(
+            make_condition(
+                "Failed", True, error.reason, error.message, generation=generation, now=now
+            )
+        )
+    remove = () if blocked else ("Blocked",)
+    patch.status["conditions"] = merge_conditions(conditions, updates, remove=remove)
+    patch.status["phase"] = "Failed" if error.permanent else "Pending"
+    patch.status["observedGeneration"] = generation
+    if error.permanent:
+        patch.status["completionTime"] = format_time(now)
+    if retry == 0 or _reason_changed(conditions, error.reason):
+        await _warn(runtime, body, error.reason, error.message, logger, normal=blocked)
+    if not blocked:
+        metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
 
 
 async def _warn(
@@ -232,14 +411,18 @@ async def _warn(
     reason: str,
     message: str,
     logger: logging.Logger | logging.LoggerAdapter[Any],
+    *,
+    normal: bool = False,
 ) -> None:
-    """Post a Warning Event about a ScrapeJob; a failure to post never fails the handler."""
+    """Post a Warning (or, with `normal`, a Normal) Event about a ScrapeJob; a failure to post
+    never fails the handler."""
     meta = body.get("metadata", {})
     target = ObjectRef(
         f"{GROUP}/{VERSION}", "ScrapeJob", meta.get("namespace", ""), meta["name"], meta["uid"]
     )
+    kind = "Normal" if normal else "Warning"
     try:
-        await runtime.cluster.post_event(target, type_="Warning", reason=reason, message=message)
+        await runtime.cluster.post_event(target, type_=kind, reason=reason, message=message)
     except Exception as error:
         logger.warning("could not post the %s event: %s", reason, error)
 

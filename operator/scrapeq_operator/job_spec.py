@@ -34,6 +34,14 @@ class ConfigMapKey:
 
 
 @dataclass(frozen=True)
+class ScrapeJobField:
+    """Where a urlsFrom job takes its URLs from another ScrapeJob: a field of its results."""
+
+    name: str
+    field: str
+
+
+@dataclass(frozen=True)
 class RowOptions:
     """Everything about the rows except their URLs."""
 
@@ -45,16 +53,31 @@ class RowOptions:
     payload: dict[str, Any]
 
 
-def url_source(spec: Mapping[str, Any]) -> list[str] | ConfigMapKey:
-    """The job's URLs as given inline, or the ConfigMap key that holds them."""
+def url_source(spec: Mapping[str, Any]) -> list[str] | ConfigMapKey | ScrapeJobField:
+    """The job's URLs as given inline, or where they are kept (a ConfigMap key, or a field of
+    another ScrapeJob's results)."""
     if spec.get("url"):
         return [str(spec["url"])]
     if spec.get("urls"):
         return _unique([str(url) for url in spec["urls"]])
-    source = (spec.get("urlsFrom") or {}).get("configMapKeyRef") or {}
+    urls_from = spec.get("urlsFrom") or {}
+    if urls_from.get("scrapeJob"):
+        return ScrapeJobField(
+            name=str(urls_from["scrapeJob"]), field=str(urls_from.get("field") or "links")
+        )
+    source = urls_from.get("configMapKeyRef") or {}
     if source.get("name") and source.get("key"):
         return ConfigMapKey(name=str(source["name"]), key=str(source["key"]))
-    raise JobNotRunnableError("NoURLs", "spec has none of url, urls or urlsFrom")
+    raise JobNotRunnableError("NoURLs", "spec has none of url, urls or urlsFrom", permanent=True)
+
+
+def dependency_names(spec: Mapping[str, Any]) -> list[str]:
+    """The ScrapeJobs this one waits for: spec.dependsOn, then a urlsFrom.scrapeJob source."""
+    names = [str(name) for name in spec.get("dependsOn") or []]
+    upstream = (spec.get("urlsFrom") or {}).get("scrapeJob")
+    if upstream:
+        names.append(str(upstream))
+    return _unique(names)
 
 
 def first_url(spec: Mapping[str, Any]) -> str | None:

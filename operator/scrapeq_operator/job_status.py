@@ -50,6 +50,10 @@ class Phase(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
+    # A ScrapeJob with spec.schedule: it never runs itself, its runs are ScrapeJobs of their
+    # own (see schedules.py), so it never reaches a terminal phase.
+    SCHEDULED = "Scheduled"
+    SUSPENDED = "Suspended"
 
     @property
     def terminal(self) -> bool:

@@ -49,7 +49,8 @@ SCALING_DECISIONS_TOTAL = Counter(
 )
 RECONCILE_ERRORS_TOTAL = Counter(
     "scrapeq_operator_reconcile_errors_total",
-    "Failed rounds or handler runs, by component (enqueue, cancel, status_sync, autoscaler).",
+    "Failed rounds or handler runs, by component (enqueue, cancel, status_sync, autoscaler, "
+    "retention, retry_failed, schedule).",
     ["component"],
     registry=REGISTRY,
 )
@@ -62,6 +63,11 @@ STATUS_PATCHES_TOTAL = Counter(
 JOBS_ENQUEUED_TOTAL = Counter(
     "scrapeq_operator_enqueued_rows_total",
     "Rows the operator inserted for ScrapeJobs (rows that already existed are not counted).",
+    registry=REGISTRY,
+)
+RETENTION_PRUNED_ROWS_TOTAL = Counter(
+    "scrapeq_operator_retention_pruned_rows_total",
+    "Finished rows (with their attempts) the periodic retention deleted from the queue table.",
     registry=REGISTRY,
 )
 

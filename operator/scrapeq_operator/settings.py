@@ -22,6 +22,9 @@ FINALIZER = f"{GROUP}/cancel-rows"
 # Set to "true" on a ScrapeJob to let it go even though its rows could not be cancelled
 # (for example, the database is gone for good). Rows may then be scraped after deletion.
 FORCE_DELETE_ANNOTATION = f"{GROUP}/force-delete"
+# Set (to any value) on a ScrapeJob to re-queue its failed rows once; the operator removes it
+# when done (see retry_requests.py).
+RETRY_FAILED_ANNOTATION = f"{GROUP}/retry-failed"
 
 # Worker Deployments that carry this label are scaled by the operator; its value names the pool.
 WORKER_POOL_LABEL = f"{GROUP}/worker-pool"
@@ -117,8 +120,23 @@ class OperatorSettings:
     database_retry_seconds: float = 5.0
     # Delay before re-checking a ScrapeJob that cannot run yet (missing ConfigMap).
     not_ready_retry_seconds: float = 30.0
+    # Delay before re-checking a ScrapeJob blocked by spec.dependsOn (how soon it starts after
+    # its last dependency succeeded).
+    dependency_poll_seconds: float = 5.0
+    # How often each scheduled ScrapeJob (spec.schedule) checks whether a run is due: the
+    # lateness of a run at worst, and the shortest useful @every (5 s, its minimum).
+    schedule_check_seconds: float = 5.0
     # Most URLs read from one urlsFrom ConfigMap key (a ConfigMap holds at most 1 MiB).
     max_urls_per_job: int = 200_000
+    # Retention (see retention.py): how often finished rows are pruned; 0 turns it off. Hourly
+    # keeps each prune small (a few batches) without letting the table grow for long.
+    prune_interval_seconds: float = 3600.0
+    # Completed and cancelled rows are deleted this many days after they finished: long enough
+    # to export results and investigate a job from the past week.
+    retain_completed_days: float = 7.0
+    # Failed rows are a dead-letter queue: the newest this many per queue are kept for
+    # `scrapeq jobs failed` and `scrapeq retry`, older ones deleted; 0 keeps every failed row.
+    retain_failed_last: int = 10_000
     # Port of the liveness endpoint (kopf's /healthz); 0 disables it.
     liveness_port: int = 8081
     # Port of the Prometheus /metrics endpoint; 0 disables it.
@@ -183,7 +201,18 @@ class OperatorSettings:
             not_ready_retry_seconds=_float(
                 env, "NOT_READY_RETRY_SECONDS", base.not_ready_retry_seconds
             ),
+            dependency_poll_seconds=_float(
+                env, "DEPENDENCY_POLL_SECONDS", base.dependency_poll_seconds
+            ),
+            schedule_check_seconds=_float(
+                env, "SCHEDULE_CHECK_SECONDS", base.schedule_check_seconds
+            ),
             max_urls_per_job=_int(env, "MAX_URLS_PER_JOB", base.max_urls_per_job),
+            prune_interval_seconds=_float(
+                env, "PRUNE_INTERVAL_SECONDS", base.prune_interval_seconds
+            ),
+            retain_completed_days=_float(env, "RETAIN_COMPLETED_DAYS", base.retain_completed_days),
+            retain_failed_last=_int(env, "RETAIN_FAILED_LAST", base.retain_failed_last),
             liveness_port=_int(env, "LIVENESS_PORT", base.liveness_port),
             metrics_port=_int(env, "METRICS_PORT", base.metrics_port),
             listen_host=_env(env, "LISTEN_HOST", base.listen_host),
@@ -206,10 +235,23 @@ class OperatorSettings:
             "status patch concurrency": self.status_patch_concurrency,
             "autoscaler interval": self.autoscaler_interval_seconds,
             "jobs per replica": self.autoscaler.jobs_per_replica,
+            "schedule check interval": self.schedule_check_seconds,
+            "dependency poll interval": self.dependency_poll_seconds,
         }
         for what, value in positive.items():
             if value <= 0:
                 raise ConfigurationError(f"the {what} must be positive, got {value}")
+        # Zero means "off" (interval) or "keep all" (failed rows), so zero is allowed here.
+        not_negative = {
+            "prune interval (SCRAPEQ_OPERATOR_PRUNE_INTERVAL_SECONDS)": self.prune_interval_seconds,
+            "completed-row retention (SCRAPEQ_OPERATOR_RETAIN_COMPLETED_DAYS)": (
+                self.retain_completed_days
+            ),
+            "failed-row retention (SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST)": self.retain_failed_last,
+        }
+        for what, value in not_negative.items():
+            if value < 0:
+                raise ConfigurationError(f"the {what} must be 0 or more, got {value}")
         if not 0 <= self.autoscaler.min_replicas <= self.autoscaler.max_replicas:
             raise ConfigurationError(
                 "replica bounds need 0 <= min <= max, got "

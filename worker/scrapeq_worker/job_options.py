@@ -7,11 +7,12 @@ values the engines need, so the two can never disagree about what is allowed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from scrapeq_queue.payload import validate_payload
+from scrapeq_queue.payload import DEFAULT_FOLLOW_MAX_PAGES, validate_payload
 
 from .errors import BadInput
 from .extraction import FieldSpec, parse_fields
@@ -21,11 +22,20 @@ WaitUntil = Literal["load", "domcontentloaded", "networkidle0", "networkidle2"]
 
 @dataclass(frozen=True)
 class FollowOptions:
-    """Links to enqueue as child jobs: those matching `selector`, down to `max_depth`."""
+    """Links to enqueue as child jobs: those matching `selector`, down to `max_depth`.
+
+    `max_pages` caps the followed pages of the whole job (the queue enforces it);
+    `same_domain`, `include` and `exclude` choose which links qualify (see following.py);
+    `extract`, when given, replaces the payload's `extract` for the followed pages.
+    """
 
     selector: str
     max_depth: int
-    max_pages: int | None
+    max_pages: int
+    same_domain: bool = True
+    include: tuple[re.Pattern[str], ...] = ()
+    exclude: tuple[re.Pattern[str], ...] = ()
+    extract: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,7 +65,11 @@ def options_from_payload(payload: object, *, default_timeout_seconds: float) -> 
             selector=str(raw["selector"]).strip(),
             # Following one level is what "list page -> detail pages" needs; deeper is opt-in.
             max_depth=int(raw.get("maxDepth", 1)),
-            max_pages=int(raw["maxPages"]) if "maxPages" in raw else None,
+            max_pages=int(raw.get("maxPages", DEFAULT_FOLLOW_MAX_PAGES)),
+            same_domain=bool(raw.get("sameDomain", True)),
+            include=tuple(re.compile(pattern) for pattern in raw.get("include", ())),
+            exclude=tuple(re.compile(pattern) for pattern in raw.get("exclude", ())),
+            extract=dict(raw["extract"]) if "extract" in raw else None,
         )
     headers = options.get("headers")
     return JobOptions(

@@ -42,6 +42,7 @@ from scrapeq_queue import ClaimedJob, Completion, DatabaseUnavailable, FollowUrl
 
 from .browser import BrowserPool, BrowserSettings
 from .errors import PermanentFailure, RetryLater, WorkerError
+from .following import followed_payload
 from .http_engine import HttpEngine
 from .job_options import options_from_payload
 from .metrics import MetricsServer, WorkerMetrics
@@ -403,7 +404,10 @@ class Worker:
     ) -> None:
         if not self._still_ours(job):
             return
-        follow = [FollowUrl(url) for url in scraped.follow_urls]
+        follow_payload = (
+            followed_payload(job.payload, scraped.follow) if scraped.follow is not None else None
+        )
+        follow = [FollowUrl(url, payload=follow_payload) for url in scraped.follow_urls]
         current: bool | None
         if follow:
             # Children and parent commit together, so this one cannot join a batch.
@@ -415,6 +419,7 @@ class Worker:
                     result=scraped.result,
                     duration_seconds=duration,
                     follow_urls=follow,
+                    follow_limit=scraped.follow.max_pages if scraped.follow else None,
                 ),
                 what=f"complete job {job.id}",
                 persistent=True,

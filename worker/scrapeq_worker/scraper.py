@@ -16,8 +16,9 @@ from urllib.parse import urlsplit
 
 from .browser import BrowserPool
 from .extraction import PageOutcome, cap_result
+from .following import select_links
 from .http_engine import HttpEngine
-from .job_options import JobOptions
+from .job_options import FollowOptions, JobOptions
 from .metrics import WorkerMetrics
 
 
@@ -27,6 +28,8 @@ class ScrapeResult:
 
     result: dict[str, Any]
     follow_urls: tuple[str, ...]
+    # The follow options the links were chosen by (None: nothing to follow from this page).
+    follow: FollowOptions | None = None
 
 
 class DomainLimiter:
@@ -98,12 +101,13 @@ class Scraper:
                     gauge.dec()
         follow_urls: list[str] = []
         if follow is not None and outcome.extracted is not None:
-            follow_urls = outcome.extracted.follow
-            if follow.max_pages is not None:
-                follow_urls = follow_urls[: follow.max_pages]
+            follow_urls = select_links(
+                outcome.extracted.follow, follow, page_urls=(url, outcome.final_url or url)
+            )
         return ScrapeResult(
             result=cap_result(result_document(outcome, engine), self.max_result_bytes),
             follow_urls=tuple(follow_urls),
+            follow=follow,
         )
 
 

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.operator.operator_parts import CRD_PATH, Kubectl, OperatorProcess, poll
+from tests.e2e.operator.operator_parts import (
+    CRD_PATH,
+    Kubectl,
+    OperatorProcess,
+    WorkerProcesses,
+    poll,
+)
 
 
 @pytest.fixture(scope="session")
@@ -69,3 +75,11 @@ def operator_factory(
     yield start
     for operator in started:
         operator.stop()
+
+
+@pytest.fixture
+def workers(tmp_path: Path) -> Iterator[WorkerProcesses]:
+    """Long-running `scrapeq worker` processes for this test; every one is stopped afterwards."""
+    processes = WorkerProcesses(tmp_path)
+    yield processes
+    processes.stop_all()

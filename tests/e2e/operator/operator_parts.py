@@ -8,14 +8,17 @@ test works in a namespace of its own and nothing waits for pods.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,6 +42,8 @@ FAST_OPERATOR_ENVIRONMENT = {
     "SCRAPEQ_OPERATOR_AUTOSCALER_INTERVAL_SECONDS": "0.5",
     "SCRAPEQ_OPERATOR_DATABASE_RETRY_SECONDS": "1",
     "SCRAPEQ_OPERATOR_NOT_READY_RETRY_SECONDS": "2",
+    "SCRAPEQ_OPERATOR_SCHEDULE_CHECK_SECONDS": "1",
+    "SCRAPEQ_OPERATOR_DEPENDENCY_POLL_SECONDS": "1",
 }
 
 
@@ -261,3 +266,105 @@ def work_rows(
         return jobs
 
     return run_queue_call(database_url, work)
+
+
+# What a loopback site answers for a path: an HTML page (200), an error status, or None (404).
+PageAnswer = bytes | int | None
+
+
+@contextlib.contextmanager
+def loopback_site(answer: Callable[[str], PageAnswer]) -> Iterator[str]:
+    """Serve `answer(path)` over HTTP on 127.0.0.1 (query strings stripped); yield the base URL.
+
+    The worker reaches it only when told to allow loopback (`--allow-networks 127.0.0.0/8`).
+    """
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            page = answer(self.path.split("?", 1)[0])
+            if page is None:
+                self.send_error(404, "Not Found")
+                return
+            if isinstance(page, int):
+                self.send_error(page)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Keep the test output quiet."""
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def worker_command(*arguments: str) -> list[str]:
+    """`scrapeq worker` allowed to reach loopback sites, without a metrics port."""
+    return [
+        sys.executable,
+        "-m",
+        "scrapeq",
+        "worker",
+        "--allow-networks",
+        "127.0.0.0/8",
+        "--metrics-port",
+        "0",
+        *arguments,
+    ]
+
+
+def run_worker_until_idle(database_url: str) -> subprocess.CompletedProcess[str]:
+    """`scrapeq worker --burst`: claim and scrape until nothing is due, then exit."""
+    return subprocess.run(
+        worker_command("--burst"),
+        cwd=REPOSITORY_ROOT,
+        env={**os.environ, "DATABASE_URL": database_url},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+@dataclass
+class WorkerProcesses:
+    """Long-running `scrapeq worker` processes (logs in `log_dir`), stopped by `stop_all`."""
+
+    log_dir: Path
+    started: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    def start(
+        self, database_url: str, *arguments: str, environment: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        log = (self.log_dir / f"worker-{len(self.started)}.log").open("ab")
+        process = subprocess.Popen(
+            worker_command("--poll-seconds", "0.5", "--drain-seconds", "2", *arguments),
+            cwd=REPOSITORY_ROOT,
+            env={
+                **os.environ,
+                **(environment or {}),
+                "DATABASE_URL": database_url,
+                "PYTHONUNBUFFERED": "1",
+            },
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self.started.append(process)
+        return process
+
+    def stop_all(self) -> None:
+        for process in self.started:
+            terminate(process, grace=15)
+        self.started.clear()

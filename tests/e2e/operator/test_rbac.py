@@ -38,6 +38,8 @@ SYSTEM_NAMESPACE = "scrapeq-system"
 # A queue of this test's own: the cluster-wide operator also queues ScrapeJobs that other tests
 # left in their namespaces (into this test's database), and they must not count here.
 QUEUE = "rbac-test"
+# The scheduled job's runs queue here, away from the backlog the scaling assertions count.
+SCHEDULE_QUEUE = "rbac-schedule"
 
 
 def _service_account_kubeconfig(kubectl: Kubectl, directory: Path) -> Path:
@@ -175,6 +177,21 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
         timeout=30,
         what="the pool to scale down",
     )
+    # A scheduled ScrapeJob creates its runs as ScrapeJobs, and deleting it deletes them.
+    scheduled = scrapejob(
+        "scheduled", url="https://c.example.com/", schedule="@every 5s", queue=SCHEDULE_QUEUE
+    )
+    scheduled["metadata"]["namespace"] = namespace
+    kubectl.create(scheduled)
+    selector = "scrapeq.io/schedule=scheduled"
+
+    def runs() -> str:
+        listed = kubectl.run("get", "scrapejobs", "-n", namespace, "-l", selector, "-o", "name")
+        return listed.stdout.strip()
+
+    poll(runs, timeout=30, what="the scheduled job's first run")
+    kubectl.run("delete", "scrapejob", "scheduled", "-n", namespace, "--timeout=30s")
+    poll(lambda: not runs(), timeout=30, what="the runs to be deleted with their schedule")
     kubectl.run("delete", "scrapejob", "listed", "failing", "-n", namespace, "--timeout=30s")
 
     log = operator.log_tail(200_000)

@@ -45,6 +45,67 @@ pytestmark = pytest.mark.controlplane
             {"urlsFrom": {"configMapKeyRef": {"name": "lists"}}},
             "spec.urlsFrom.configMapKeyRef.key: Required value",
         ),
+        (
+            {"url": "https://a.example.com/", "schedule": "every five minutes"},
+            "schedule must be five cron fields (minute hour day-of-month month day-of-week)",
+        ),
+        (
+            {"url": "https://a.example.com/", "schedule": "*/5 * * *"},
+            "schedule must be five cron fields",
+        ),
+        (
+            {"url": "https://a.example.com/", "schedule": "@fortnightly"},
+            "schedule must be five cron fields",
+        ),
+        (
+            {"url": "https://a.example.com/", "schedule": "@hourly", "concurrencyPolicy": "Maybe"},
+            "spec.concurrencyPolicy",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "schedule": "@daily",
+                "successfulRunsHistoryLimit": -1,
+            },
+            "spec.successfulRunsHistoryLimit",
+        ),
+        (
+            {"url": "https://a.example.com/", "concurrencyPolicy": "Allow"},
+            "only apply with spec.schedule",
+        ),
+        (
+            {
+                "urlsFrom": {
+                    "configMapKeyRef": {"name": "lists", "key": "urls"},
+                    "scrapeJob": "upstream",
+                }
+            },
+            "exactly one of urlsFrom.configMapKeyRef or urlsFrom.scrapeJob must be set",
+        ),
+        (
+            {"urlsFrom": {"configMapKeyRef": {"name": "l", "key": "u"}, "field": "links"}},
+            "urlsFrom.field goes with urlsFrom.scrapeJob",
+        ),
+        ({"urlsFrom": {"scrapeJob": "invalid"}}, "cannot take its URLs from itself"),
+        (
+            {"url": "https://a.example.com/", "dependsOn": ["upstream", "invalid"]},
+            "a ScrapeJob cannot depend on itself",
+        ),
+        (
+            {"url": "https://a.example.com/", "onDependencyFailure": "Ignore"},
+            "spec.onDependencyFailure",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "follow": {"selector": "a", "extract": {"bad name": {"selector": "h1"}}},
+            },
+            "follow.extract field names must be identifiers",
+        ),
+        (
+            {"url": "https://a.example.com/", "follow": {"selector": "a", "maxPages": 0}},
+            "spec.follow.maxPages",
+        ),
     ],
 )
 def test_an_invalid_scrapejob_is_rejected_with_a_readable_message(
@@ -57,6 +118,29 @@ def test_an_invalid_scrapejob_is_rejected_with_a_readable_message(
     assert result.returncode != 0
     assert message in result.stderr
     assert not kubectl.exists("scrapejob", "invalid", namespace)
+
+
+def test_a_scheduled_scrapejob_name_leaves_room_for_its_runs_suffix(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    """Runs are named <name>-<10 digits> and labelled with <name>: 52 characters at most."""
+    too_long, longest = "s" * 53, "s" * 52
+    for name in (too_long, longest):
+        manifest = scrapejob(name, url="https://a.example.com/", schedule="@hourly")
+        manifest["metadata"]["namespace"] = namespace
+        result = kubectl.create(manifest, check=False)
+        if name == too_long:
+            assert result.returncode != 0
+            assert "a scheduled ScrapeJob's name may have at most 52 characters" in result.stderr
+        else:
+            assert result.returncode == 0, result.stderr
+    # The limit is for scheduled ScrapeJobs only.
+    unscheduled = scrapejob(too_long, url="https://a.example.com/")
+    unscheduled["metadata"]["namespace"] = namespace
+    kubectl.create(unscheduled)
+    # No operator runs here (no finalizer): delete at once, so that no later cluster-wide
+    # operator starts runs for the scheduled one.
+    kubectl.run("delete", "scrapejobs", longest, too_long, "-n", namespace, "--wait=false")
 
 
 def test_a_valid_scrapejob_gets_its_defaults(kubectl: Kubectl, namespace: str) -> None:

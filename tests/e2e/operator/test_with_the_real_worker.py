@@ -9,22 +9,18 @@ which its SSRF guard blocks otherwise.
 
 from __future__ import annotations
 
-import http.server
-import os
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from functools import partial
 
 import pytest
 
 from tests.e2e.operator.operator_parts import (
-    REPOSITORY_ROOT,
     Kubectl,
     OperatorProcess,
+    loopback_site,
     owner_progress,
     poll,
+    run_worker_until_idle,
     scrapejob,
 )
 
@@ -33,61 +29,20 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 PAGES = {f"/product/{number}": f"Product {number}" for number in range(1, 4)}
 
 
-class _Site(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        title = PAGES.get(self.path)
-        if title is None:
-            self.send_error(404, "Not Found")
-            return
-        body = f"<html><body><h1>{title}</h1></body></html>".encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Keep the test output quiet."""
+def _page(path: str) -> bytes | None:
+    title = PAGES.get(path)
+    return None if title is None else f"<html><body><h1>{title}</h1></body></html>".encode()
 
 
 @pytest.fixture
 def site() -> Iterator[str]:
     """A static site on 127.0.0.1: three product pages; anything else is a 404."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with loopback_site(_page) as url:
+        yield url
 
 
 def _has_rows(database_url: str, uid: str, count: int) -> bool:
     return owner_progress(database_url, uid).total == count
-
-
-def _run_worker_until_idle(database_url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "scrapeq",
-            "worker",
-            "--burst",
-            "--allow-networks",
-            "127.0.0.0/8",
-            "--metrics-port",
-            "0",
-        ],
-        cwd=REPOSITORY_ROOT,
-        env={**os.environ, "DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
 
 
 def test_the_real_worker_completes_the_rows_and_kubectl_shows_the_outcome(
@@ -115,7 +70,7 @@ def test_the_real_worker_completes_the_rows_and_kubectl_shows_the_outcome(
     for uid, count in zip(uids, (len(PAGES), 1), strict=True):
         poll(partial(_has_rows, empty_database_url, uid, count), timeout=30, what="rows")
 
-    worker = _run_worker_until_idle(empty_database_url)
+    worker = run_worker_until_idle(empty_database_url)
     assert worker.returncode == 0, worker.stderr[-3000:]
 
     def phases() -> dict[str, str]:

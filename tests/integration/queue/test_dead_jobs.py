@@ -263,3 +263,16 @@ async def test_retry_command_reports_how_many_rows_it_requeued(
     assert capsys.readouterr().out.strip() == "re-queued 1 failed job(s)"
     assert set((await statuses(async_connection)).values()) == {"pending"}
     assert plain in await statuses(async_connection)
+
+
+async def test_retry_by_owner_uid_leaves_a_predecessor_with_the_same_name_alone(
+    async_connection: Connection,
+) -> None:
+    # shop/laptops was deleted and created again under a new uid; both have failed rows.
+    before = await failed_row(async_connection, "https://e.test/a", error="x", owner=LAPTOPS)
+    again = queue.Owner(uid="uid-laptops-again", namespace="shop", name="laptops")
+    now = await failed_row(async_connection, "https://e.test/b", error="x", owner=again)
+
+    assert await queue.retry_failed(async_connection, owner_uid=again.uid) == 1
+
+    assert await statuses(async_connection) == {before: "failed", now: "pending"}

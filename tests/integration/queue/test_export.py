@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 import scrapeq_queue as queue
+from scrapeq_queue.output_files import AtomicFile
 
 from tests.integration.queue.test_commands import run
 
@@ -259,3 +260,166 @@ def test_exporting_ten_thousand_large_results_stays_in_bounded_memory(
     assert size_mb > 90, figures
     assert peak_mb < PEAK_RSS_LIMIT_MB, figures
     print(figures)
+
+
+def file_names(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
+
+
+async def test_export_by_scrapejob_name_takes_the_most_recent_scrapejob_of_that_name(
+    database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # shop/laptops was deleted and created again: two uids, the old rows still in the table.
+    await completed_row(async_connection, "https://e.test/old", {"fields": {"v": 1}})
+    await async_connection.execute(
+        "UPDATE scraping_jobs SET created_at = now() - interval '1 day' WHERE owner_uid = %s",
+        (LAPTOPS.uid,),
+    )
+    again = queue.Owner(uid="uid-laptops-again", namespace="shop", name="laptops")
+    await completed_row(async_connection, "https://e.test/new", {"fields": {"v": 2}}, owner=again)
+    url = ("--database-url", database_url)
+
+    for target in (
+        ("laptops", "-n", "shop"),
+        ("shop/laptops",),
+        ("--namespace", "shop", "laptops"),
+    ):
+        assert await cli("export", *url, *target, "--format", "jsonl") == 0
+        captured = capsys.readouterr()
+        assert [json.loads(line)["url"] for line in captured.out.splitlines()] == [
+            "https://e.test/new"
+        ]
+        assert "shop/laptops names 2 ScrapeJobs" in captured.err
+        assert "the most recent one, uid uid-laptops-again" in captured.err
+        assert "older uids: uid-laptops" in captured.err
+
+    # --owner keeps its meaning: every ScrapeJob that ever had the name.
+    assert await cli("export", *url, "--owner", "shop/laptops", "--format", "jsonl") == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+async def test_a_scrapejob_name_without_a_namespace_is_looked_up_in_default(
+    database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    owner = queue.Owner(uid="uid-default-laptops", namespace="default", name="laptops")
+    await completed_row(async_connection, "https://e.test/d", {"fields": {"v": 1}}, owner=owner)
+    await completed_row(async_connection, "https://e.test/shop", {"fields": {"v": 2}})
+
+    assert await cli("export", "--database-url", database_url, "laptops", "--format", "csv") == 0
+
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[1].startswith("https://e.test/d,completed,")
+    assert len(captured.out.splitlines()) == 2
+    assert "names 2" not in captured.err
+    assert "exported 1 result(s) of default/laptops" in captured.err
+
+
+async def test_exporting_a_scrapejob_with_no_rows_is_an_error_and_writes_no_file(
+    database_url: str,
+    async_connection: Connection,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    await laptop_pages(async_connection)
+    output = tmp_path / "out.jsonl"
+
+    code = await cli(
+        "export",
+        "--database-url",
+        database_url,
+        "shop/desktops",
+        "--format",
+        "jsonl",
+        "--output",
+        str(output),
+    )
+
+    assert code == 1
+    assert "no rows of a ScrapeJob shop/desktops" in capsys.readouterr().err
+    assert file_names(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (("laptops", "--owner", "shop/laptops"), "either SCRAPEJOB or --owner"),
+        ((), "name the ScrapeJob to export"),
+        (("shop/laptops", "-n", "news"), "is in namespace shop, not news"),
+        (("a/b/c",), "expected NAME or NAMESPACE/NAME"),
+        (("--owner", "shop/laptops", "-n", "shop"), "--owner already names the namespace"),
+    ],
+)
+def test_export_refuses_an_unclear_target(
+    arguments: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = run(
+        "export", "--database-url", "postgresql://x@127.0.0.1:1/x", *arguments, "--format", "csv"
+    )
+
+    assert code == 1
+    assert message in capsys.readouterr().err
+
+
+async def test_an_export_that_fails_leaves_the_previous_file_untouched_and_no_partial_file(
+    database_url: str,
+    async_connection: Connection,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    await laptop_pages(async_connection)
+    output = tmp_path / "laptops.jsonl"
+    output.write_text("yesterday's export\n", encoding="utf-8")
+
+    # Nothing listens on port 1: the database is unreachable (exit code 2).
+    unreachable = "postgresql://scrapeq@127.0.0.1:1/scrapeq?connect_timeout=2"
+    code = await cli(
+        "export",
+        "--database-url",
+        unreachable,
+        "shop/laptops",
+        "--format",
+        "jsonl",
+        "--output",
+        str(output),
+    )
+
+    assert code == 2
+    assert output.read_text(encoding="utf-8") == "yesterday's export\n"
+    assert file_names(tmp_path) == ["laptops.jsonl"]
+    capsys.readouterr()
+
+    assert (
+        await cli(
+            "export",
+            "--database-url",
+            database_url,
+            "shop/laptops",
+            "--format",
+            "jsonl",
+            "--output",
+            str(output),
+        )
+        == 0
+    )
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 4
+    assert file_names(tmp_path) == ["laptops.jsonl"]
+
+
+def test_an_export_interrupted_while_writing_removes_its_partial_file(tmp_path: Path) -> None:
+    output = tmp_path / "laptops.csv"
+
+    class Interrupted(Exception):
+        pass
+
+    def write_then_stop() -> None:
+        # Stopped mid-write, after rows already reached the temporary file.
+        with AtomicFile(output) as file:
+            file.write("url,status\n")
+            file.flush()
+            assert len(file_names(tmp_path)) == 1
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        write_then_stop()
+
+    assert file_names(tmp_path) == []

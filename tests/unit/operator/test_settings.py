@@ -23,6 +23,15 @@ def test_settings_come_from_the_environment() -> None:
     assert settings.autoscaler.max_replicas == 20
 
 
+def test_schedules_are_checked_every_5_seconds_unless_told_otherwise() -> None:
+    default = OperatorSettings.from_environment({"DATABASE_URL": "postgresql://db/x"})
+    assert default.schedule_check_seconds == 5.0
+    faster = OperatorSettings.from_environment(
+        {"DATABASE_URL": "postgresql://db/x", "SCRAPEQ_OPERATOR_SCHEDULE_CHECK_SECONDS": "1"}
+    )
+    assert faster.schedule_check_seconds == 1.0
+
+
 def test_no_namespaces_means_cluster_wide() -> None:
     settings = OperatorSettings.from_environment({"DATABASE_URL": "postgresql://db/x"})
     assert settings.clusterwide
@@ -40,6 +49,8 @@ def test_a_missing_database_url_is_explained() -> None:
         ("SCRAPEQ_OPERATOR_STATUS_BATCH_SIZE", "0"),
         ("SCRAPEQ_OPERATOR_MIGRATE", "perhaps"),
         ("SCRAPEQ_OPERATOR_MIN_REPLICAS", "11"),
+        ("SCRAPEQ_OPERATOR_SCHEDULE_CHECK_SECONDS", "0"),
+        ("SCRAPEQ_OPERATOR_SCHEDULE_CHECK_SECONDS", "often"),
     ],
 )
 def test_a_bad_value_names_the_setting(name: str, value: str) -> None:

@@ -18,7 +18,15 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
         "waitUntil": "networkidle2",
         "timeoutSeconds": 45,
         "extract": {"title": "h1", "price": {"selector": ".price", "attribute": "data-v"}},
-        "follow": {"selector": "a.product", "maxDepth": 1, "maxPages": 500},
+        "follow": {
+            "selector": "a.product",
+            "maxDepth": 1,
+            "maxPages": 500,
+            "sameDomain": False,
+            "include": ["/product/"],
+            "exclude": [r"\?sort="],
+            "extract": {"name": "h1"},
+        },
         "headers": {"Accept-Language": "en"},
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
@@ -59,6 +67,13 @@ def test_an_unknown_option_is_reported_with_the_known_ones() -> None:
         ({"extract": {"title": 3}}, "extract.title must be a selector string"),
         ({"follow": {"maxDepth": 1}}, "follow.selector must be a non-empty string"),
         ({"follow": {"selector": "a", "maxPages": 0}}, "follow.maxPages must be an integer >= 1"),
+        ({"follow": {"selector": "a", "sameDomain": "yes"}}, "follow.sameDomain must be true"),
+        ({"follow": {"selector": "a", "include": "/p/"}}, "follow.include must be a list"),
+        (
+            {"follow": {"selector": "a", "exclude": ["(unclosed"]}},
+            "follow.exclude[0] '(unclosed' is not a valid regular expression",
+        ),
+        ({"follow": {"selector": "a", "extract": {"n": 3}}}, "follow.extract.n must be a selector"),
         ({"headers": {"X": 1}}, "headers must be an object"),
     ],
 )

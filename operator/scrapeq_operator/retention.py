@@ -1,0 +1,81 @@
+"""Retention: the one operator-wide loop that prunes finished rows from the queue table.
+
+Every finished row stays in `scraping_jobs` until something deletes it, and a busy cluster
+finishes hundreds of thousands a day; the claim index ignores them, but the table, its other
+indexes and vacuum do not. So the operator runs `scrapeq_queue.prune_finished` every
+`prune_interval_seconds`: completed and cancelled rows go `retain_completed_days` after they
+finished; failed rows are a dead-letter queue keeping the newest `retain_failed_last` per queue
+(0: every failed row is kept). Deleting rows of finished ScrapeJobs does not change their status:
+the status sync never looks at a finished job again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import scrapeq_queue
+
+from scrapeq_operator import metrics
+from scrapeq_operator.runtime import DATABASE_ERRORS
+from scrapeq_operator.settings import OperatorSettings
+
+if TYPE_CHECKING:
+    from scrapeq_operator.runtime import OperatorRuntime
+
+logger = logging.getLogger(__name__)
+
+
+class Retention:
+    """Prune finished rows periodically; `run` is the loop, `prune_once` one pass."""
+
+    def __init__(self, settings: OperatorSettings, runtime: OperatorRuntime) -> None:
+        self.settings = settings
+        self.runtime = runtime
+
+    async def run(self) -> None:
+        """Prune now and then every interval until cancelled; return at once when turned off.
+
+        A failed pass (database down) is logged and counted, and the next one comes after the
+        usual interval: retention is never urgent.
+        """
+        interval = self.settings.prune_interval_seconds
+        if interval <= 0:
+            logger.info("retention: off (prune interval 0); finished rows are kept")
+            return
+        while True:
+            try:
+                await self.prune_once()
+            except asyncio.CancelledError:
+                raise
+            except DATABASE_ERRORS as error:
+                metrics.RECONCILE_ERRORS_TOTAL.labels("retention").inc()
+                logger.warning("retention: database unavailable, pruning later: %s", error)
+            except Exception:
+                metrics.RECONCILE_ERRORS_TOTAL.labels("retention").inc()
+                logger.exception("retention: prune failed")
+            await asyncio.sleep(interval)
+
+    async def prune_once(self) -> int:
+        """Delete the finished rows past retention; return how many went.
+
+        Holds one pooled connection for the whole pass; each delete batch is its own short
+        transaction, so claims and completions are never blocked for long.
+        """
+        keep_last = self.settings.retain_failed_last
+        started = time.monotonic()
+        async with self.runtime.connection() as connection:
+            deleted = await scrapeq_queue.prune_finished(
+                connection,
+                completed_older_than=timedelta(days=self.settings.retain_completed_days),
+                keep_failed_last=keep_last if keep_last > 0 else None,
+            )
+        metrics.RETENTION_PRUNED_ROWS_TOTAL.inc(deleted)
+        if deleted:
+            logger.info(
+                "retention: deleted %d finished rows in %.2f s", deleted, time.monotonic() - started
+            )
+        return deleted

@@ -1,0 +1,94 @@
+"""The operator prunes finished rows periodically: completed rows past their retention go,
+failed rows are kept like a dead-letter queue (the newest N per queue), recent rows stay.
+
+Real operator process (its retention loop every half second), real PostgreSQL, real
+kube-apiserver (the operator needs one to start; retention itself never calls it).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+from tests.e2e.operator.operator_parts import OperatorProcess, poll
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
+
+RETENTION_ENVIRONMENT = {
+    "SCRAPEQ_OPERATOR_PRUNE_INTERVAL_SECONDS": "0.5",
+    "SCRAPEQ_OPERATOR_RETAIN_COMPLETED_DAYS": "1",
+    "SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST": "2",
+}
+
+# url -> (status, hours since it finished; None while pending), queue
+ROWS = {
+    "https://e.test/completed-2-days-ago": ("completed", 48.0, "default"),
+    "https://e.test/cancelled-3-days-ago": ("cancelled", 72.0, "default"),
+    "https://e.test/completed-an-hour-ago": ("completed", 1.0, "default"),
+    "https://e.test/pending": ("pending", None, "default"),
+    "https://e.test/failed-1h": ("failed", 1.0, "default"),
+    "https://e.test/failed-2h": ("failed", 2.0, "default"),
+    "https://e.test/failed-3h": ("failed", 3.0, "default"),
+    "https://e.test/failed-4h": ("failed", 4.0, "default"),
+    "https://e.test/news-failed-50h": ("failed", 50.0, "news"),
+}
+KEPT = {
+    "https://e.test/completed-an-hour-ago",
+    "https://e.test/pending",
+    "https://e.test/failed-1h",
+    "https://e.test/failed-2h",
+    # The only failure of its queue: within that queue's newest 2, however old.
+    "https://e.test/news-failed-50h",
+}
+
+
+def remaining_urls(database_url: str) -> set[str]:
+    with psycopg.connect(database_url) as connection:
+        rows = connection.execute("SELECT url_to_scrape FROM scraping_jobs").fetchall()
+    return {row[0] for row in rows}
+
+
+def pruned_rows_metric(operator: OperatorProcess) -> float:
+    match = re.search(
+        r"^scrapeq_operator_retention_pruned_rows_total ([0-9.e+]+)$",
+        operator.metrics(),
+        re.MULTILINE,
+    )
+    return float(match.group(1)) if match else -1.0
+
+
+def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
+    empty_database_url: str, operator_factory: Callable[..., OperatorProcess]
+) -> None:
+    # The operator migrates the empty database at start; the rows come after, in one
+    # transaction, so every prune sees all of them or none.
+    operator = operator_factory(empty_database_url, environment=RETENTION_ENVIRONMENT)
+    with psycopg.connect(empty_database_url) as connection:
+        for url, (status, hours, queue) in ROWS.items():
+            connection.execute(
+                "INSERT INTO scraping_jobs (url_to_scrape, parser_type, queue, status,"
+                " finished_at) VALUES (%(url)s, 'page', %(queue)s, %(status)s,"
+                " now() - make_interval(secs => %(seconds)s))",
+                {
+                    "url": url,
+                    "queue": queue,
+                    "status": status,
+                    "seconds": None if hours is None else hours * 3600,
+                },
+            )
+
+    poll(
+        lambda: remaining_urls(empty_database_url) == KEPT,
+        timeout=30,
+        what="the retention loop to delete the rows past retention",
+    )
+    expected_pruned = len(ROWS) - len(KEPT)
+    poll(
+        lambda: pruned_rows_metric(operator) == expected_pruned,
+        timeout=10,
+        what=f"scrapeq_operator_retention_pruned_rows_total to reach {expected_pruned}",
+    )
+    assert "retention: deleted" in operator.log_tail(200_000)

@@ -1,0 +1,54 @@
+"""Retention settings of the operator: defaults, environment variables, what is refused, and
+that an interval of 0 turns the loop off."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+from scrapeq_operator.errors import ConfigurationError
+from scrapeq_operator.retention import Retention
+from scrapeq_operator.settings import OperatorSettings
+
+DATABASE = {"DATABASE_URL": "postgresql://db/x"}
+
+
+def test_retention_defaults_prune_hourly_keeping_a_week_and_ten_thousand_failures() -> None:
+    settings = OperatorSettings.from_environment(DATABASE)
+    assert settings.prune_interval_seconds == 3600
+    assert settings.retain_completed_days == 7
+    assert settings.retain_failed_last == 10_000
+
+
+def test_retention_settings_come_from_the_environment() -> None:
+    settings = OperatorSettings.from_environment(
+        {
+            **DATABASE,
+            "SCRAPEQ_OPERATOR_PRUNE_INTERVAL_SECONDS": "0",
+            "SCRAPEQ_OPERATOR_RETAIN_COMPLETED_DAYS": "0.5",
+            "SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST": "0",
+        }
+    )
+    assert settings.prune_interval_seconds == 0
+    assert settings.retain_completed_days == 0.5
+    assert settings.retain_failed_last == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("SCRAPEQ_OPERATOR_PRUNE_INTERVAL_SECONDS", "-1", r"INTERVAL_SECONDS\) must be 0 or"),
+        ("SCRAPEQ_OPERATOR_RETAIN_COMPLETED_DAYS", "-0.5", r"COMPLETED_DAYS\) must be 0 or"),
+        ("SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST", "-3", r"FAILED_LAST\) must be 0 or more"),
+        ("SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST", "many", "is not an integer"),
+    ],
+)
+def test_a_bad_retention_value_names_the_variable(name: str, value: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        OperatorSettings.from_environment({**DATABASE, name: value})
+
+
+async def test_an_interval_of_zero_turns_the_retention_loop_off() -> None:
+    settings = OperatorSettings(database_url="postgresql://db/x", prune_interval_seconds=0)
+    # Turned off, the loop returns before it needs anything from the runtime.
+    await Retention(settings, cast(Any, None)).run()

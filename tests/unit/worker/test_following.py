@@ -1,0 +1,76 @@
+"""Which links a page's `follow` options keep, and the payload of the pages they lead to."""
+
+from __future__ import annotations
+
+import re
+
+from scrapeq_worker.following import followed_payload, select_links
+from scrapeq_worker.job_options import FollowOptions, options_from_payload
+
+LINKS = [
+    "https://shop.example/product/1",
+    "https://www.shop.example/product/2",
+    "https://shop.example/product/1",
+    "https://other.example/product/3",
+    "https://shop.example/product/4?sort=price",
+    "mailto:sales@shop.example",
+    "javascript:void(0)",
+    "ftp://shop.example/file",
+]
+
+
+def follow(**changes: object) -> FollowOptions:
+    options = {"selector": "a", "max_depth": 1, "max_pages": 100, **changes}
+    return FollowOptions(**options)  # type: ignore[arg-type]
+
+
+def test_by_default_only_http_links_on_the_same_site_are_kept_once_in_page_order() -> None:
+    chosen = select_links(LINKS, follow(), page_urls=["https://shop.example/list"])
+    assert chosen == [
+        "https://shop.example/product/1",
+        "https://www.shop.example/product/2",
+        "https://shop.example/product/4?sort=price",
+    ]
+
+
+def test_a_redirect_to_another_host_makes_links_on_either_host_the_same_site() -> None:
+    chosen = select_links(
+        ["https://other.example/product/3", "https://third.example/x"],
+        follow(),
+        page_urls=["https://shop.example/list", "https://other.example/list"],
+    )
+    assert chosen == ["https://other.example/product/3"]
+
+
+def test_same_domain_false_leaves_the_site() -> None:
+    chosen = select_links(LINKS, follow(same_domain=False), page_urls=["https://shop.example/"])
+    assert "https://other.example/product/3" in chosen
+    assert not any(link.startswith(("mailto:", "javascript:", "ftp:")) for link in chosen)
+
+
+def test_include_keeps_only_matching_links_and_exclude_drops_matching_ones() -> None:
+    options = follow(include=(re.compile(r"/product/\d+"),), exclude=(re.compile(r"\?sort="),))
+    chosen = select_links(
+        [*LINKS, "https://shop.example/about"], options, page_urls=["https://shop.example/"]
+    )
+    assert chosen == ["https://shop.example/product/1", "https://www.shop.example/product/2"]
+
+
+def test_followed_pages_get_the_follow_extract_and_keep_following() -> None:
+    payload = {
+        "render": False,
+        "extract": {"product_links": {"selector": "a", "attribute": "href", "all": True}},
+        "follow": {"selector": "a.product", "maxDepth": 2, "extract": {"name": "h1"}},
+    }
+    options = options_from_payload(payload, default_timeout_seconds=30)
+    assert options.follow is not None
+    child = followed_payload(payload, options.follow)
+    assert child == {**payload, "extract": {"name": "h1"}}
+    assert payload["extract"] != child["extract"], "the parent's payload is not changed"
+
+
+def test_without_a_follow_extract_followed_pages_share_the_parent_payload() -> None:
+    options = options_from_payload({"follow": {"selector": "a"}}, default_timeout_seconds=30)
+    assert options.follow is not None
+    assert options.follow.max_pages == 1000, "a crawl is bounded by default"
+    assert followed_payload({"follow": {"selector": "a"}}, options.follow) is None
