@@ -27,6 +27,7 @@ from tests.e2e.operator.operator_parts import (
     owner_progress,
     poll,
     scrapejob,
+    work_rows,
 )
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres, pytest.mark.chromium]
@@ -315,3 +316,43 @@ def test_a_dependency_cycle_is_rejected_and_a_job_cannot_depend_on_itself(
     refused = kubectl.apply(selfish, check=False)
     assert refused.returncode != 0
     assert "cannot depend on itself" in refused.stderr
+
+
+@pytest.mark.timeout(180)
+def test_a_failed_dependency_fails_the_job_or_keeps_it_blocked_as_its_policy_says(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+    shop: str,
+) -> None:
+    operator_factory(empty_database_url)
+    upstream = scrapejob("upstream", url=shop + "/", render=False, retries={"limit": 0})
+    strict = scrapejob("strict", url=shop + "/about", render=False, dependsOn=["upstream"])
+    patient = scrapejob(
+        "patient",
+        url=shop + "/about",
+        render=False,
+        dependsOn=["upstream"],
+        onDependencyFailure="Wait",
+    )
+    apply_all(kubectl, namespace, upstream, strict, patient)
+    uid = uid_of(kubectl, "upstream", namespace)
+    poll(lambda: owner_progress(empty_database_url, uid).total == 1, timeout=30, what="a row")
+    # Act as the worker: the upstream page fails for good.
+    work_rows(empty_database_url, fail_with="HTTP 500 from the shop")
+    wait_for_phase(kubectl, namespace, ["upstream", "strict"], "Failed", timeout=60)
+
+    ready = condition(kubectl, "strict", namespace, "Ready")
+    assert ready["reason"] == "DependencyFailed"
+    assert "upstream (Failed)" in ready["message"]
+    blocked = poll(
+        lambda: condition(kubectl, "patient", namespace, "Blocked"),
+        timeout=30,
+        what="patient Blocked",
+    )
+    assert blocked["status"] == "True"
+    assert "upstream (Failed)" in blocked["message"]
+    assert phase_of(kubectl, "patient", namespace) == "Pending"
+    for name in ("strict", "patient"):
+        assert rows_of(empty_database_url, uid_of(kubectl, name, namespace)) == []
