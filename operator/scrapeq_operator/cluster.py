@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -52,6 +52,14 @@ class ObjectRef:
     namespace: str
     name: str
     uid: str
+
+
+def scrapejob_ref(body: Mapping[str, Any]) -> ObjectRef:
+    """The ObjectRef of a ScrapeJob as kopf or the API server gives it."""
+    meta = body.get("metadata", {})
+    return ObjectRef(
+        f"{GROUP}/{VERSION}", "ScrapeJob", meta.get("namespace", ""), meta["name"], meta["uid"]
+    )
 
 
 @dataclass(frozen=True)
@@ -313,3 +321,17 @@ class Cluster:
             count=1,
         )
         await self._call(self._core.create_namespaced_event, target.namespace, event)
+
+    async def announce(self, target: ObjectRef, *, type_: str, reason: str, message: str) -> None:
+        """post_event for handlers whose real work is done: an Event that cannot be posted is
+        logged, never raised (it must not fail or repeat the work it reports)."""
+        try:
+            await self.post_event(target, type_=type_, reason=reason, message=message)
+        except Exception as error:
+            logger.warning(
+                "could not post the %s event about %s/%s: %s",
+                reason,
+                target.namespace,
+                target.name,
+                error,
+            )

@@ -27,7 +27,7 @@ from scrapeq_queue.rows import Owner
 
 from scrapeq_operator import metrics
 from scrapeq_operator.autoscaler import Autoscaler
-from scrapeq_operator.cluster import Cluster, ObjectRef, load_api_client
+from scrapeq_operator.cluster import Cluster, load_api_client, scrapejob_ref
 from scrapeq_operator.dependencies import DependencyCheck, check_dependencies
 from scrapeq_operator.errors import JobBlockedError, JobNotRunnableError
 from scrapeq_operator.job_spec import (
@@ -339,7 +339,7 @@ async def enqueue_scrapejob(
     except DATABASE_ERRORS as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
         if retry == 0:
-            await _warn(runtime, body, "DatabaseUnavailable", f"cannot queue rows: {error}", logger)
+            await _warn(runtime, body, "DatabaseUnavailable", f"cannot queue rows: {error}")
         raise kopf.TemporaryError(
             f"cannot queue rows, database unavailable: {error}",
             delay=settings.database_retry_seconds,
@@ -400,31 +400,21 @@ async def _not_runnable(
     if error.permanent:
         patch.status["completionTime"] = format_time(now)
     if retry == 0 or _reason_changed(conditions, error.reason):
-        await _warn(runtime, body, error.reason, error.message, logger, normal=blocked)
+        await runtime.cluster.announce(
+            scrapejob_ref(body),
+            type_="Normal" if blocked else "Warning",
+            reason=error.reason,
+            message=error.message,
+        )
     if not blocked:
         metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
 
 
-async def _warn(
-    runtime: OperatorRuntime,
-    body: kopf.Body,
-    reason: str,
-    message: str,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-    *,
-    normal: bool = False,
-) -> None:
-    """Post a Warning (or, with `normal`, a Normal) Event about a ScrapeJob; a failure to post
-    never fails the handler."""
-    meta = body.get("metadata", {})
-    target = ObjectRef(
-        f"{GROUP}/{VERSION}", "ScrapeJob", meta.get("namespace", ""), meta["name"], meta["uid"]
+async def _warn(runtime: OperatorRuntime, body: kopf.Body, reason: str, message: str) -> None:
+    """A Warning Event about the ScrapeJob (never fails the handler)."""
+    await runtime.cluster.announce(
+        scrapejob_ref(body), type_="Warning", reason=reason, message=message
     )
-    kind = "Normal" if normal else "Warning"
-    try:
-        await runtime.cluster.post_event(target, type_=kind, reason=reason, message=message)
-    except Exception as error:
-        logger.warning("could not post the %s event: %s", reason, error)
 
 
 def _reason_changed(conditions: list[Mapping[str, Any]], reason: str) -> bool:
@@ -463,7 +453,6 @@ async def cancel_scrapejob_rows(
                 body,
                 "ForceDeleted",
                 f"deleted without cancelling its rows ({FORCE_DELETE_ANNOTATION}): {error}",
-                logger,
             )
             return
         if retry == 0:
@@ -472,7 +461,6 @@ async def cancel_scrapejob_rows(
                 body,
                 "CancelPending",
                 f"cannot cancel rows yet, database unavailable; retrying: {error}",
-                logger,
             )
         raise kopf.TemporaryError(
             f"cannot cancel rows, database unavailable: {error}",

@@ -83,7 +83,6 @@ async def retry_failed_rows(
                 "Warning",
                 "RetryFailedPending",
                 f"cannot re-queue failed rows yet, database unavailable; retrying: {error}",
-                logger,
             )
         raise kopf.TemporaryError(
             f"cannot re-queue failed rows, database unavailable: {error}",
@@ -95,20 +94,12 @@ async def retry_failed_rows(
         if requeued
         else f"no failed rows to re-queue ({RETRY_FAILED_ANNOTATION})"
     )
-    await _post(runtime, target, "Normal", REQUEUED_REASON, message, logger)
+    await _post(runtime, target, "Normal", REQUEUED_REASON, message)
     patch.metadata.annotations[RETRY_FAILED_ANNOTATION] = None
 
 
 async def _post(
-    runtime: OperatorRuntime,
-    target: ObjectRef,
-    type_: str,
-    reason: str,
-    message: str,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
+    runtime: OperatorRuntime, target: ObjectRef, type_: str, reason: str, message: str
 ) -> None:
-    """Post an Event about the ScrapeJob; failing to post never fails the request."""
-    try:
-        await runtime.cluster.post_event(target, type_=type_, reason=reason, message=message)
-    except Exception as error:
-        logger.warning("could not post the %s event: %s", reason, error)
+    """An Event about the ScrapeJob (never fails the request)."""
+    await runtime.cluster.announce(target, type_=type_, reason=reason, message=message)

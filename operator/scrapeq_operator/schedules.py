@@ -28,7 +28,7 @@ import scrapeq_queue
 from kubernetes.client.rest import ApiException
 
 from scrapeq_operator import metrics
-from scrapeq_operator.cluster import ObjectRef
+from scrapeq_operator.cluster import scrapejob_ref
 from scrapeq_operator.cron import CronError, parse_schedule
 from scrapeq_operator.job_status import format_time, parse_time, status_changes
 from scrapeq_operator.runtime import DATABASE_ERRORS, OperatorRuntime
@@ -74,17 +74,9 @@ async def _event(
     type_: str,
     reason: str,
     message: str,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> None:
-    """Post an Event about the scheduled ScrapeJob; a failure to post never fails the check."""
-    meta = body.get("metadata", {})
-    target = ObjectRef(
-        f"{GROUP}/{VERSION}", "ScrapeJob", meta.get("namespace", ""), meta["name"], meta["uid"]
-    )
-    try:
-        await runtime.cluster.post_event(target, type_=type_, reason=reason, message=message)
-    except Exception as error:
-        logger.warning("could not post the %s event: %s", reason, error)
+    """An Event about the scheduled ScrapeJob (never fails the check)."""
+    await runtime.cluster.announce(scrapejob_ref(body), type_=type_, reason=reason, message=message)
 
 
 def _apply(patch: kopf.Patch, previous: Mapping[str, Any], wanted: Mapping[str, Any]) -> None:
@@ -129,7 +121,7 @@ async def check_schedule(
     except CronError as error:
         message = f"spec.schedule: {error}"
         if _condition(status, "Ready").get("reason") != INVALID_SCHEDULE_REASON:
-            await _event(runtime, body, "Warning", INVALID_SCHEDULE_REASON, message, logger)
+            await _event(runtime, body, "Warning", INVALID_SCHEDULE_REASON, message)
         _apply(
             patch,
             status,
@@ -183,7 +175,7 @@ async def check_schedule(
         status, RUN_SKIPPED_CONDITION
     ).get("message"):
         # One Event per skipped fire time (the message names it), not one per check.
-        await _event(runtime, body, "Normal", "RunSkipped", str(skipped["message"]), logger)
+        await _event(runtime, body, "Normal", "RunSkipped", str(skipped["message"]))
     _apply(patch, status, wanted)
 
 
@@ -208,7 +200,6 @@ async def _act(
             "Normal",
             "RunReplaced",
             f"deleted the active run {run.name} (concurrencyPolicy Replace)",
-            logger,
         )
     started: list[Run] = []
     if plan.start is not None:
@@ -232,7 +223,6 @@ async def _act(
                 "Normal",
                 "RunStarted",
                 f"started run {manifest['metadata']['name']} due at {format_time(plan.start)}",
-                logger,
             )
     gone.update(await _prune(runtime, namespace, plan.prune, logger))
     return [run for run in runs if run.uid not in gone] + started

@@ -355,12 +355,9 @@ class StatusSync:
         message = f"{counts.failed} of {counts.total} URLs failed"
         if counts.last_error:
             message += f"; last error: {counts.last_error}"
-        try:
-            await self.runtime.cluster.post_event(
-                ObjectRef(f"{GROUP}/{VERSION}", "ScrapeJob", ref.namespace, ref.name, ref.uid),
-                type_="Warning",
-                reason="URLsFailed",
-                message=message,
-            )
-        except Exception as error:
-            logger.warning("event for %s/%s not posted: %s", ref.namespace, ref.name, error)
+        await self.runtime.cluster.announce(
+            ObjectRef(f"{GROUP}/{VERSION}", "ScrapeJob", ref.namespace, ref.name, ref.uid),
+            type_="Warning",
+            reason="URLsFailed",
+            message=message,
+        )
