@@ -356,3 +356,28 @@ def test_a_failed_dependency_fails_the_job_or_keeps_it_blocked_as_its_policy_say
     assert phase_of(kubectl, "patient", namespace) == "Pending"
     for name in ("strict", "patient"):
         assert rows_of(empty_database_url, uid_of(kubectl, name, namespace)) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_payload_the_worker_would_refuse_fails_the_job_before_anything_is_queued(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+    shop: str,
+) -> None:
+    operator_factory(empty_database_url)
+    invalid = scrapejob(
+        "invalid",
+        url=shop + "/",
+        payload={"colour": "blue"},
+        follow={"selector": "a", "include": ["(unclosed"]},
+    )
+    apply_all(kubectl, namespace, invalid)
+
+    wait_for_phase(kubectl, namespace, ["invalid"], "Failed", timeout=60)
+    ready = condition(kubectl, "invalid", namespace, "Ready")
+    assert ready["reason"] == "InvalidSpec"
+    assert "unknown payload option 'colour'" in ready["message"]
+    assert "follow.include[0] '(unclosed' is not a valid regular expression" in ready["message"]
+    assert rows_of(empty_database_url, uid_of(kubectl, "invalid", namespace)) == []
