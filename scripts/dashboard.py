@@ -105,6 +105,11 @@ PANELS = (
         ),
         unit="ops",
     ),
+    Panel(
+        "Rows pruned by retention",
+        "Finished rows the operator's retention deleted (completed past their age, failed beyond the newest N per queue).",
+        (("pruned", f"sum(increase(scrapeq_operator_retention_pruned_rows_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),),
+    ),
 )  # fmt: skip
 
 
