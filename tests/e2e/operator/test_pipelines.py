@@ -94,6 +94,21 @@ def shop_page(path: str) -> bytes | None:
     return None
 
 
+@pytest.fixture(autouse=True)
+def delete_scrapejobs_at_the_end(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> Iterator[None]:
+    """Delete this test's ScrapeJobs while its operator and database still exist (the
+    finalizer needs both): a job left Blocked would be re-checked every second by any later
+    cluster-wide operator."""
+    del empty_database_url  # requested so that it is dropped only after this teardown
+    yield
+    kubectl.run("delete", "scrapejobs", "--all", "-n", namespace, "--timeout=60s", check=False)
+
+
 @pytest.fixture
 def shop() -> Iterator[str]:
     with loopback_site(shop_page) as url:
