@@ -33,18 +33,7 @@ async def failed_jobs(
             "limit": limit,
         },
     )
-    return [
-        FailedJob(
-            id=row[0],
-            queue=row[1],
-            url=row[2],
-            retry_count=row[3],
-            reason=row[4],
-            error=row[5],
-            finished_at=row[6],
-        )
-        for row in await cursor.fetchall()
-    ]
+    return [FailedJob.from_row(row) for row in await cursor.fetchall()]
 
 
 def _substring_pattern(text: str) -> str:

@@ -157,18 +157,7 @@ async def latest_failures(
 ) -> list[FailedJob]:
     """The most recent permanently failed rows, newest first."""
     cursor = await connection.execute(statements.JOBS_LATEST_FAILURES, {"limit": limit})
-    return [
-        FailedJob(
-            id=row[0],
-            queue=row[1],
-            url=row[2],
-            retry_count=row[3],
-            reason=row[4],
-            error=row[5],
-            finished_at=row[6],
-        )
-        for row in await cursor.fetchall()
-    ]
+    return [FailedJob.from_row(row) for row in await cursor.fetchall()]
 
 
 @translate_database_errors

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -149,6 +150,20 @@ class FailedJob:
     reason: str | None
     error: str | None
     finished_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> FailedJob:
+        """From a row of id, queue, url_to_scrape, retry_count, last_error_reason, last_error,
+        finished_at (the column order of every failed-rows query)."""
+        return cls(
+            id=row[0],
+            queue=row[1],
+            url=row[2],
+            retry_count=row[3],
+            reason=row[4],
+            error=row[5],
+            finished_at=row[6],
+        )
 
 
 @dataclass(frozen=True)
