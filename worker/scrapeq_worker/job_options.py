@@ -7,12 +7,16 @@ values the engines need, so the two can never disagree about what is allowed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from scrapeq_queue.payload import DEFAULT_FOLLOW_MAX_PAGES, validate_payload
+from scrapeq_queue.payload import (
+    DEFAULT_FOLLOW_MAX_PAGES,
+    URLPattern,
+    compile_url_pattern,
+    validate_payload,
+)
 
 from .errors import BadInput
 from .extraction import FieldSpec, parse_fields
@@ -33,8 +37,10 @@ class FollowOptions:
     max_depth: int
     max_pages: int
     same_domain: bool = True
-    include: tuple[re.Pattern[str], ...] = ()
-    exclude: tuple[re.Pattern[str], ...] = ()
+    # RE2 patterns: matching is linear in the link's length whatever the pattern, so a
+    # user's pattern cannot stall the event loop (see scrapeq_queue.payload).
+    include: tuple[URLPattern, ...] = ()
+    exclude: tuple[URLPattern, ...] = ()
     extract: Mapping[str, Any] | None = None
 
 
@@ -67,8 +73,8 @@ def options_from_payload(payload: object, *, default_timeout_seconds: float) -> 
             max_depth=int(raw.get("maxDepth", 1)),
             max_pages=int(raw.get("maxPages", DEFAULT_FOLLOW_MAX_PAGES)),
             same_domain=bool(raw.get("sameDomain", True)),
-            include=tuple(re.compile(pattern) for pattern in raw.get("include", ())),
-            exclude=tuple(re.compile(pattern) for pattern in raw.get("exclude", ())),
+            include=tuple(compile_url_pattern(pattern) for pattern in raw.get("include", ())),
+            exclude=tuple(compile_url_pattern(pattern) for pattern in raw.get("exclude", ())),
             extract=dict(raw["extract"]) if "extract" in raw else None,
         )
     headers = options.get("headers")
