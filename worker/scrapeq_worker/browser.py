@@ -832,7 +832,8 @@ class BrowserPool:
             watch.final_url = raw["finalUrl"]
         if raw.get("contentType"):
             watch.content_type = watch.content_type or raw["contentType"]
-        return page_from_browser(raw), raw.get("finalUrl")
+        page = page_from_browser(raw, page_url=watch.final_url, max_links=self.settings.max_links)
+        return page, raw.get("finalUrl")
 
     async def _bounded(
         self, watch: _PageWatch, awaitable: Any, deadline: float, page: Any, step: str
