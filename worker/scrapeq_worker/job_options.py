@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
 from scrapeq_queue.payload import (
     DEFAULT_FOLLOW_MAX_PAGES,
@@ -22,6 +22,14 @@ from .errors import BadInput
 from .extraction import FieldSpec, parse_fields
 
 WaitUntil = Literal["load", "domcontentloaded", "networkidle0", "networkidle2"]
+
+# The wait of a row whose payload says nothing about waiting (neither waitUntil nor waitFor):
+# what the classic worker did (puppeteer's networkidle0: no request for 500 ms), so a page whose
+# scripts fill the content after `load` is read once they are done; bounded, like every wait,
+# by the job's timeoutSeconds. ScrapeJobs always say: their CRD defaults waitUntil to `load`.
+CLASSIC_WAIT_UNTIL: Final[WaitUntil] = "networkidle0"
+# With a waitFor selector the row has said what to wait for: navigation ends at `load`.
+WAIT_UNTIL_WITH_WAIT_FOR: Final[WaitUntil] = "load"
 
 
 @dataclass(frozen=True)
@@ -80,10 +88,14 @@ def options_from_payload(payload: object, *, default_timeout_seconds: float) -> 
     headers = options.get("headers")
     return JobOptions(
         render=bool(options.get("render", True)),
-        wait_until=cast(WaitUntil, options.get("waitUntil", "load")),
+        wait_until=cast(WaitUntil, options.get("waitUntil", _default_wait_until(options))),
         wait_for=str(options["waitFor"]).strip() if "waitFor" in options else None,
         timeout_seconds=float(options.get("timeoutSeconds", default_timeout_seconds)),
         headers=dict(headers) if headers else None,
         fields=parse_fields(options.get("extract")),
         follow=follow,
     )
+
+
+def _default_wait_until(options: Mapping[str, Any]) -> WaitUntil:
+    return WAIT_UNTIL_WITH_WAIT_FOR if "waitFor" in options else CLASSIC_WAIT_UNTIL

@@ -92,3 +92,31 @@ async def test_a_pattern_re2_cannot_run_fails_its_row_with_the_reason_while_othe
     assert "no backreferences" in bad.last_error
     assert (await job_row(connection, good_id)).status == "completed"
     assert site.hits["/static/1"] == 0, "a row that cannot run costs the site nothing"
+
+
+# --- rows inserted the classic way -------------------------------------------------------------
+
+# The title the result must carry is set by a script 100 ms after `load`.
+LATE_TITLE_PAGE = """<!doctype html><html><head><title>Before the script</title></head><body>
+<p class="state">loading</p>
+<script>
+  addEventListener('load', () => setTimeout(() => {
+    document.title = 'Set by the script';
+    document.querySelector('.state').textContent = 'ready';
+  }, 100));
+</script></body></html>"""
+
+
+@pytest.mark.timeout(60)
+async def test_a_classic_row_waits_until_the_page_scripts_have_finished(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    site.pages["late-title"] = LATE_TITLE_PAGE
+    job_id = await insert_classic_row(connection, site.url("/page/late-title"))
+
+    await run_burst(worker_settings)
+
+    row = await job_row(connection, job_id)
+    assert row.status == "completed", row.last_error
+    assert row.result["engine"] == "browser"
+    assert row.result["title"] == "Set by the script"
