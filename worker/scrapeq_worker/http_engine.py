@@ -27,12 +27,12 @@ from .extraction import (
 from .http_status import charset_of, check_status, is_html
 from .job_options import JobOptions
 from .network_guard import GuardedResolver, NetworkGuard
+from .settings import DEFAULT_USER_AGENT
 
 # Browsers stop at 20 redirects; a scraper that needs more is being led in circles.
 MAX_REDIRECTS: Final = 10
 # Bodies above this are parsed in a thread so a big page does not stall the event loop.
 _PARSE_IN_THREAD_BYTES: Final = 256 * 1024
-DEFAULT_USER_AGENT: Final = "scrapeq-worker/0.1"
 _WAIT_FOR_FIELD: Final = "\x00waitFor"
 
 

@@ -3,6 +3,7 @@ follow patterns a user wrote, and the user agent a site sees (docs/queue.md, doc
 
 from __future__ import annotations
 
+import importlib.metadata
 import time
 
 import pytest
@@ -120,3 +121,34 @@ async def test_a_classic_row_waits_until_the_page_scripts_have_finished(
     assert row.status == "completed", row.last_error
     assert row.result["engine"] == "browser"
     assert row.result["title"] == "Set by the script"
+
+
+# --- the user agent ------------------------------------------------------------------------------
+
+CONTACT = "https://ops.scrapeq.test/bot"
+
+
+@pytest.mark.timeout(60)
+async def test_both_engines_send_the_pools_user_agent_and_a_job_can_override_it(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    own = "ExampleResearchBot/2.0 (+https://research.test/about)"
+    pool = f"Mozilla/5.0 (compatible; scrapeq/{importlib.metadata.version('scrapeq')}; +{CONTACT})"
+    # page name -> (payload, the User-Agent the site must see)
+    cases = {
+        "browser-default": ({"waitUntil": "load"}, pool),
+        "http-default": ({"render": False}, pool),
+        "browser-own": ({"waitUntil": "load", "headers": {"User-Agent": own}}, own),
+        "http-own": ({"render": False, "headers": {"user-agent": own}}, own),
+    }
+    ids = []
+    for name, (payload, _) in cases.items():
+        site.pages[name] = f"<html><head><title>{name}</title></head><body></body></html>"
+        ids.append(await insert_classic_row(connection, site.url(f"/page/{name}"), payload))
+
+    await run_burst(worker_settings, user_agent_contact=CONTACT)
+
+    for job_id in ids:
+        assert (await job_row(connection, job_id)).status == "completed"
+    seen = {name: site.user_agents[f"/page/{name}"] for name in cases}
+    assert seen == {name: [expected] for name, (_, expected) in cases.items()}
