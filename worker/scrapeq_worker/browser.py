@@ -413,9 +413,15 @@ class BrowserPool:
                 + "); install Debian's chromium or chromium-headless-shell",
                 reason="browser_missing",
             )
-        workdir = Path(tempfile.mkdtemp(prefix="scrapeq-chromium-"))
-        profile = workdir / "profile"
-        profile.mkdir()
+        try:
+            workdir = Path(tempfile.mkdtemp(prefix="scrapeq-chromium-"))
+            profile = workdir / "profile"
+            profile.mkdir()
+        except OSError as error:
+            raise BrowserUnavailable(
+                f"cannot create Chromium's profile directory: {error}",
+                reason="temp_dir_unwritable",
+            ) from error
         args = [
             self.executable,
             *CHROMIUM_FLAGS,
