@@ -164,7 +164,9 @@ class Worker:
         *,
         metrics: WorkerMetrics | None = None,
         install_signal_handlers: bool = True,
+        recheck_seconds: float = RECHECK_SECONDS,
     ) -> None:
+        """`recheck_seconds`: how often a worker that cannot work checks again."""
         if not settings.database_url:
             raise ValueError("the worker needs a database (--database-url or DATABASE_URL)")
         self.settings = settings
@@ -202,9 +204,14 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._stopping: asyncio.Event | None = None
         self._last_tick = time.monotonic()
-        self.readiness = Readiness(self.metrics.ready, self.metrics.not_ready)
-        self.readiness.report("database", "not connected yet")
+        self.readiness = Readiness(
+            self.metrics.ready,
+            self.metrics.not_ready,
+            initially="database",
+            why="not connected yet",
+        )
         # When the readiness checks run next (None: not until a job shows a problem).
+        self._recheck_seconds = recheck_seconds
         self._recheck_at: float | None = 0.0
         # The local checks (temporary directory, browser) are due at start and while one fails.
         self._local_checks_due = True
@@ -233,7 +240,7 @@ class Worker:
     @property
     def live(self) -> bool:
         """The main loop made progress recently (for /healthz)."""
-        limit = max(60.0, self.settings.poll_seconds * 10, RECHECK_SECONDS * 3)
+        limit = max(60.0, self.settings.poll_seconds * 10, self._recheck_seconds * 3)
         return time.monotonic() - self._last_tick < limit
 
     @property
@@ -405,7 +412,7 @@ class Worker:
             # Only the database did not answer; that attempt already waited its short backoff.
             self._recheck_at = time.monotonic()
         else:
-            self._recheck_at = time.monotonic() + RECHECK_SECONDS
+            self._recheck_at = time.monotonic() + self._recheck_seconds
 
     async def _browser_problem(self) -> str | None:
         problem = await browser_problem(self.settings.chromium, self.browser.executable)
@@ -427,7 +434,7 @@ class Worker:
         else:
             self._local_checks_due = True
         if self._recheck_at is None:
-            self._recheck_at = time.monotonic() + RECHECK_SECONDS
+            self._recheck_at = time.monotonic() + self._recheck_seconds
 
     def _start(self, job: ClaimedJob) -> None:
         self.metrics.jobs_claimed.labels(job.queue).inc()
@@ -728,7 +735,7 @@ class Worker:
                 self._cannot_work("schema", str(error))
                 if not persistent or self._stopping.is_set():
                     return None
-                await self._pause(RECHECK_SECONDS)
+                await self._pause(self._recheck_seconds)
                 continue
             except (
                 DatabaseUnavailable,

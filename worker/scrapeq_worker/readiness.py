@@ -46,29 +46,33 @@ _OUTPUT_TAIL_CHARS: Final = 500
 class Readiness:
     """The current problems of one worker, mirrored into its gauges and its log."""
 
-    def __init__(self, ready: Gauge, not_ready: Gauge) -> None:
+    def __init__(self, ready: Gauge, not_ready: Gauge, *, initially: Problem, why: str) -> None:
+        """Start not ready for one reason (say, not connected yet), without logging it."""
         self._ready = ready
         self._not_ready = not_ready
-        self._problems: dict[Problem, str] = {}
+        self._problems: dict[Problem, str] = {initially: why}
         for problem in PROBLEMS:
-            self._not_ready.labels(problem).set(0)
-        self._ready.set(1)
+            self._not_ready.labels(problem).set(1 if problem == initially else 0)
+        self._ready.set(0)
 
     def report(self, problem: Problem, message: str | None) -> None:
         """Record one check's verdict: `message` says what is wrong, None that all is well.
 
-        A new or changed problem is logged as an error, a recovery as info."""
+        A new or changed problem that stops claims is logged as an error (the others, a lost
+        database and the drain, are logged where they happen), a recovery as info."""
         previous = self._problems.get(problem)
         if message is None:
             if previous is None:
                 return
             del self._problems[problem]
-            logger.info("%s: recovered (was: %s)", problem, previous)
+            if problem in BLOCKING:
+                logger.info("%s: recovered (was: %s)", problem, previous)
         else:
             if previous == message:
                 return
             self._problems[problem] = message
-            logger.error("not ready (%s): %s", problem, message)
+            if problem in BLOCKING:
+                logger.error("not ready, claiming nothing (%s): %s", problem, message)
         self._not_ready.labels(problem).set(0 if message is None else 1)
         self._ready.set(0 if self._problems else 1)
 
@@ -104,10 +108,13 @@ def temp_dir_problem() -> str | None:
         finally:
             shutil.rmtree(probe, ignore_errors=True)
     except OSError as error:
+        # The directory and the error's words, not the probe's random name: the message must
+        # stay the same from one check to the next (it is logged when it changes).
+        where = directory or "any of the usual places"
         return (
-            f"no writable temporary directory ({error}); Chromium's profile and the worker's "
-            "files need one: mount a writable volume (an emptyDir) on /tmp or point TMPDIR "
-            "at one"
+            f"no writable temporary directory ({where}: {error.strerror or error}); "
+            "Chromium's profile and the worker's files need one: mount a writable volume "
+            "(an emptyDir) on /tmp or point TMPDIR at one"
         )
     return None
 
