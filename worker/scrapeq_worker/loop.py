@@ -301,9 +301,8 @@ class Worker:
         finally:
             for task in background:
                 task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            # A task that failed was reported when it ended (_background_ended).
+            await asyncio.gather(*background, return_exceptions=True)
             await self._abandon_all()
             await self.browser.close()
             await self.http.close()
