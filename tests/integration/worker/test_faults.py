@@ -16,28 +16,28 @@ from .site import HostileSite
 
 pytestmark = [pytest.mark.postgres]
 
-# A real fault from the database itself: a trigger that refuses to let one row be completed
-# (the way a result the server cannot store would be refused), raising a plain SQL error.
-REFUSE_COMPLETION = """
+
+def refusing_trigger(what: str, when: str) -> str:
+    """A real fault from the database itself: a trigger that refuses the updates `when`
+    matches (the way a value the server cannot store is refused) with a plain SQL error."""
+    return f"""
 CREATE FUNCTION scrapeq_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    RAISE EXCEPTION 'injected fault: refusing to complete %', NEW.url_to_scrape;
+    RAISE EXCEPTION 'injected fault: refusing to {what} %', NEW.url_to_scrape;
 END $$;
 CREATE TRIGGER scrapeq_test_refuse BEFORE UPDATE ON scraping_jobs FOR EACH ROW
-    WHEN (NEW.status = 'completed' AND NEW.url_to_scrape LIKE '%poison%')
-    EXECUTE FUNCTION scrapeq_test_refuse();
+    WHEN ({when}) EXECUTE FUNCTION scrapeq_test_refuse();
 """
 
-# The same kind of fault in lease renewal: an update that keeps a row processing.
-REFUSE_RENEWAL = """
-CREATE FUNCTION scrapeq_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'injected fault: refusing to renew the lease of %', NEW.id;
-END $$;
-CREATE TRIGGER scrapeq_test_refuse BEFORE UPDATE ON scraping_jobs FOR EACH ROW
-    WHEN (OLD.status = 'processing' AND NEW.status = 'processing')
-    EXECUTE FUNCTION scrapeq_test_refuse();
-"""
+
+# Completing one row.
+REFUSE_COMPLETION = refusing_trigger(
+    "complete", "NEW.status = 'completed' AND NEW.url_to_scrape LIKE '%poison%'"
+)
+# Renewing a lease: an update that keeps a row processing.
+REFUSE_RENEWAL = refusing_trigger(
+    "renew the lease of", "OLD.status = 'processing' AND NEW.status = 'processing'"
+)
 
 
 async def test_a_completion_the_database_refuses_is_retried_and_the_others_complete(

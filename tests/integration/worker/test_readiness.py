@@ -148,8 +148,17 @@ async def completed_all(connection: Connection, ids: list[int]) -> bool:
     return all(row.status == "completed" for row in rows)
 
 
-async def wait_until_completed(connection: Connection, ids: list[int]) -> None:
+async def ready_again_and_completes(
+    running: RunningWorker, connection: Connection, ids: list[int]
+) -> None:
+    """The cause is gone: the worker becomes ready by itself and does the jobs."""
+    await wait_for_readyz(running, lambda status, _: status == 200, what="ready again")
     await poll(lambda: completed_all(connection, ids), within=60, what="every job completed")
+
+
+def repair_browser(chromium: Path, real: str) -> None:
+    chromium.unlink(missing_ok=True)
+    chromium.symlink_to(real)
 
 
 async def not_ready_for(
@@ -189,8 +198,7 @@ async def test_a_worker_without_a_writable_temp_dir_claims_nothing_until_it_has_
                 for record in caplog.records
             )
             make_writable(directory)
-            await wait_for_readyz(running, lambda status, _: status == 200, what="ready again")
-            await wait_until_completed(connection, ids)
+            await ready_again_and_completes(running, connection, ids)
             assert running.gauges()[("scrapeq_worker_not_ready", "temp_dir")] == 0
 
 
@@ -211,10 +219,8 @@ async def test_a_worker_whose_browser_cannot_start_claims_nothing_until_it_can(
     async with running_worker(settings) as running:
         words = "not an executable file" if broken == "missing" else "No usable sandbox"
         await not_ready_for(running, connection, ids, "browser", words)
-        chromium.unlink(missing_ok=True)
-        chromium.symlink_to(chromium_executable)
-        await wait_for_readyz(running, lambda status, _: status == 200, what="ready again")
-        await wait_until_completed(connection, ids)
+        repair_browser(chromium, chromium_executable)
+        await ready_again_and_completes(running, connection, ids)
 
 
 async def test_a_browser_that_fails_to_launch_at_work_hands_its_jobs_back_unspent(
@@ -250,10 +256,8 @@ async def test_a_browser_that_fails_to_launch_at_work_hands_its_jobs_back_unspen
         await asyncio.sleep(RECHECK_SECONDS * 4)
         assert running.worker.metrics.jobs_claimed.labels("default")._value.get() == claimed
 
-        chromium.unlink()
-        chromium.symlink_to(chromium_executable)
-        await wait_for_readyz(running, lambda status, _: status == 200, what="ready again")
-        await wait_until_completed(connection, ids)
+        repair_browser(chromium, chromium_executable)
+        await ready_again_and_completes(running, connection, ids)
 
 
 async def test_a_worker_against_a_schema_behind_claims_nothing_until_it_is_migrated(
@@ -267,8 +271,7 @@ async def test_a_worker_against_a_schema_behind_claims_nothing_until_it_is_migra
         await connection.execute(
             "INSERT INTO scrapeq_schema_migrations (version) VALUES (%s)", (latest,)
         )
-        await wait_for_readyz(running, lambda status, _: status == 200, what="ready again")
-        await wait_until_completed(connection, ids)
+        await ready_again_and_completes(running, connection, ids)
 
 
 async def test_a_burst_worker_that_cannot_work_exits_1_without_touching_a_row(
