@@ -360,8 +360,9 @@ class Worker:
                     return
                 # Jobs it holds but has not started go back for healthy workers at once.
                 await self._abandon_all(only_waiting=True)
-                if self._recheck_at is not None:
-                    await self._pause(max(0.0, self._recheck_at - time.monotonic()))
+                if self._recheck_at is None:
+                    self._recheck_at = time.monotonic() + self._recheck_seconds
+                await self._pause(max(0.0, self._recheck_at - time.monotonic()))
                 continue
             free = self._free_slots()
             claimed: list[ClaimedJob] | None = []
