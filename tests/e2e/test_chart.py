@@ -130,7 +130,7 @@ def test_every_name_fits_in_63_characters_with_a_long_release_name(helm_binary: 
             KUBE_VERSION,
             "--set",
             "database.bundled.password=x",
-        ]  # fmt: skip
+        ]
     )
     for kind, name in rendered_kinds(manifest):
         assert len(name) <= 63, (kind, name)
@@ -236,7 +236,7 @@ def test_install_upgrade_and_uninstall_on_the_real_api_server(
             "deployment",
             f"{release}-scrapeq-worker-default",
             "--replicas=7",
-        ]  # fmt: skip
+        ]
     )
     password_before = succeed(
         [
@@ -321,11 +321,19 @@ def test_every_platform_value_renders_objects_the_api_server_accepts_strictly(
     of a pod spec (an unknown field) fails here, not on the user's cluster."""
     manifest = succeed(
         [
-            str(helm_binary), "template", "platform", str(CHART), "--namespace", namespace,
-            "--kube-version", KUBE_VERSION, "--values", "-",
+            str(helm_binary),
+            "template",
+            "platform",
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--kube-version",
+            KUBE_VERSION,
+            "--values",
+            "-",
         ],
         stdin=yaml.safe_dump(PLATFORM_VALUES),
-    )  # fmt: skip
+    )
     # The CRD is already on the server from other tests of this module, or is created here.
     output = succeed(
         [*kubectl, "apply", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", "-"],

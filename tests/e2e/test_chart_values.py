@@ -374,10 +374,33 @@ def test_the_charts_app_version_is_the_python_packages_version() -> None:
 
 def test_registry_repository_tag_and_pull_policy_are_set_per_image(helm_binary: Path) -> None:
     values = {
-        "operator": {"image": {"registry": "registry.corp:5000", "repository": "mirror/op", "tag": "1.2.3", "pullPolicy": "Always"}},
-        "workers": {"image": {"registry": "", "repository": "mirror/worker", "tag": "1.2.3-rc1", "pullPolicy": "Never"}},
-        "database": {"bundled": {"image": {"registry": "quay.io", "repository": "db/postgres", "tag": "16", "pullPolicy": "Always"}}},
-    }  # fmt: skip
+        "operator": {
+            "image": {
+                "registry": "registry.corp:5000",
+                "repository": "mirror/op",
+                "tag": "1.2.3",
+                "pullPolicy": "Always",
+            }
+        },
+        "workers": {
+            "image": {
+                "registry": "",
+                "repository": "mirror/worker",
+                "tag": "1.2.3-rc1",
+                "pullPolicy": "Never",
+            }
+        },
+        "database": {
+            "bundled": {
+                "image": {
+                    "registry": "quay.io",
+                    "repository": "db/postgres",
+                    "tag": "16",
+                    "pullPolicy": "Always",
+                }
+            }
+        },
+    }
     found = images(rendered(helm_binary, values))
     assert found["operator"] == ("registry.corp:5000/mirror/op:1.2.3", "Always")
     assert found["check"] == ("registry.corp:5000/mirror/op:1.2.3", "Always")
@@ -387,10 +410,12 @@ def test_registry_repository_tag_and_pull_policy_are_set_per_image(helm_binary: 
 
 def test_a_digest_wins_over_the_tag(helm_binary: Path) -> None:
     values = {
-        "operator": {"image": {"repository": "scrapeq/operator", "tag": "ignored", "digest": DIGEST}},
+        "operator": {
+            "image": {"repository": "scrapeq/operator", "tag": "ignored", "digest": DIGEST}
+        },
         "workers": {"image": {"repository": "scrapeq/worker", "digest": DIGEST}},
         "database": {"bundled": {"image": {"repository": "library/postgres", "digest": DIGEST}}},
-    }  # fmt: skip
+    }
     found = images(rendered(helm_binary, values))
     assert found["operator"][0] == f"docker.io/scrapeq/operator@{DIGEST}"
     assert found["worker"][0] == f"docker.io/scrapeq/worker@{DIGEST}"
@@ -446,7 +471,8 @@ def test_an_external_database_is_read_from_its_secret_and_needs_no_password(
 ) -> None:
     values = {"database": {"existingSecret": {"name": "prod-db", "key": "url"}}}
     manifests = render(helm_binary, values)
-    assert of_kind(manifests, "StatefulSet") == [] and of_kind(manifests, "Secret") == []
+    assert of_kind(manifests, "StatefulSet") == []
+    assert of_kind(manifests, "Secret") == []
     for workload in of_kind(manifests, "Deployment"):
         env = pod_spec(workload)["containers"][0]["env"]
         assert {
@@ -560,14 +586,30 @@ def test_the_rendered_operator_down_alert_fires_for_its_release_whatever_else_is
     ("values", "message"),
     [
         ({"podSecurityContext": {"runAsUsr": 1}}, "additional properties 'runAsUsr' not allowed"),
-        ({"operator": {"image": {"repository": "x", "digest": "latest"}}}, "does not match pattern"),
+        (
+            {"operator": {"image": {"repository": "x", "digest": "latest"}}},
+            "does not match pattern",
+        ),
         ({"operator": {"podAnnotations": {"a": 1}}}, "got number, want string"),
-        ({"workers": {"pools": [{"name": "p", "queues": ["q"], "nodeSelectr": {}}]}}, "'nodeSelectr' not allowed"),
+        (
+            {"workers": {"pools": [{"name": "p", "queues": ["q"], "nodeSelectr": {}}]}},
+            "'nodeSelectr' not allowed",
+        ),
         ({"database": {"bundled": {"passwordSecret": {"nme": "x"}}}}, "'nme' not allowed"),
-        ({"workers": {"podDisruptionBudget": {"maxUnavailable": "most"}}}, "does not match pattern"),
+        (
+            {"workers": {"podDisruptionBudget": {"maxUnavailable": "most"}}},
+            "does not match pattern",
+        ),
     ],
-    ids=["security-typo", "bad-digest", "annotation-number", "pool-typo", "secret-typo", "pdb-word"],
-)  # fmt: skip
+    ids=[
+        "security-typo",
+        "bad-digest",
+        "annotation-number",
+        "pool-typo",
+        "secret-typo",
+        "pdb-word",
+    ],
+)
 def test_the_schema_rejects_mistakes_in_the_new_values(
     helm_binary: Path, values: dict[str, Any], message: str
 ) -> None:
