@@ -60,17 +60,11 @@ def template_command(
 
 
 def render(
-    helm_binary: Path,
-    values: dict[str, Any] | None = None,
-    *,
-    release: str = "scrapeq",
-    namespace: str = "scrapeq-system",
-    monitoring: bool = False,
+    helm_binary: Path, values: dict[str, Any] | None = None, **options: Any
 ) -> list[Manifest]:
-    """Every object the chart renders with `values` (None: the chart's own defaults)."""
-    command = template_command(
-        helm_binary, values, release=release, namespace=namespace, monitoring=monitoring
-    )
+    """Every object the chart renders with `values` (None: the chart's own defaults); `options`
+    are those of template_command."""
+    command = template_command(helm_binary, values, **options)
     output = succeed(command, stdin=None if values is None else yaml.safe_dump(values))
     return [document for document in yaml.safe_load_all(output) if document]
 

@@ -190,7 +190,10 @@ def test_install_upgrade_and_uninstall_on_the_real_api_server(
             ]
         )
     release = f"sq{namespace[-8:]}"
-    succeed([*helm, "install", release, str(CHART), "--namespace", namespace])
+    notes = succeed([*helm, "install", release, str(CHART), "--namespace", namespace])
+    # The generated password (Helm reads the cluster here) and where it is.
+    assert f"Its password is in Secret {release}-scrapeq-database (key POSTGRES_PASSWORD)" in notes
+    assert "labelled release=kube-prometheus-stack" in notes
     manifest = succeed([*helm, "get", "manifest", release, "--namespace", namespace])
     installed = rendered_kinds(manifest)
     kinds = {kind for kind, _ in installed}
