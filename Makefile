@@ -20,7 +20,8 @@ help:
 	@echo "make cluster-up    start a local kube-apiserver + etcd; print the KUBECONFIG export"
 	@echo "make cluster-down  stop it"
 	@echo "make images        build the worker, operator (and node) images with podman; print them"
-	@echo "                   REGISTRY=registry.example.com/scrapeq names them for a push"
+	@echo "                   REGISTRY=registry.example.com/scrapeq names them for a push;"
+	@echo "                   PULL_BASES=1 builds on the official base images (registry access)"
 	@echo "make generate      rewrite generated files (chart copies, dashboard, deploy/)"
 	@echo "make bench-queue   queue throughput and latency against PgQueuer and procrastinate"
 	@echo "make bench-worker  worker pages/s against a browser-per-job loop"
@@ -78,7 +79,7 @@ cluster-down: venv
 # images), with locally made stand-ins for the public base images (scrapeq/local/images.py).
 images: venv
 	@scripts/ensure-system-packages.sh node
-	@$(PY) -m scrapeq dev images $(if $(REGISTRY),--registry $(REGISTRY))
+	@$(PY) -m scrapeq dev images $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(PULL_BASES),--pull-bases)
 
 bench: bench-queue bench-worker bench-operator
 

@@ -45,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         help="import the images into the containerd at this socket (namespace k8s.io)",
     )
+    images.add_argument(
+        "--pull-bases",
+        action="store_true",
+        help="pull the official base images (python, debian) instead of making local stand-ins "
+        "from Debian packages; needs access to their registry",
+    )
     images.set_defaults(handler=images_command)
 
 
@@ -96,7 +102,7 @@ def images_command(args: argparse.Namespace) -> int:
     # a registry makes only what a user pushes.
     node_images = args.registry is None or args.load is not None
     try:
-        images = build_images(args.registry, node_images=node_images)
+        images = build_images(args.registry, node_images=node_images, pull_bases=args.pull_bases)
         if args.load is not None:
             load_images(images, args.load)
     except ValueError as error:

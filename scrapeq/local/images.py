@@ -190,18 +190,36 @@ def node_recipes() -> list[Recipe]:
     ]
 
 
-def build_images(registry: str | None = None, *, node_images: bool = True) -> list[BuiltImage]:
+def build_images(
+    registry: str | None = None, *, node_images: bool = True, pull_bases: bool = False
+) -> list[BuiltImage]:
     """Build the worker and operator images (and, with `node_images`, postgres and pause).
 
-    Base images are built first when missing. Returns the images in that order (bases are not
-    listed). Progress goes to stderr. Raises ImageBuildError with the log's tail on failure.
+    The public base images are made locally first (stand-ins), or with `pull_bases` pulled
+    from their registries. Returns the images in that order (bases are not listed). Progress
+    goes to stderr. Raises ImageBuildError with the log's tail on failure.
     """
     wanted = project_recipes(registry) + (node_recipes() if node_images else [])
-    every = base_recipes() + wanted
     with _build_lock():
-        built = build_recipes(every)
+        if pull_bases:
+            _pull_bases(wanted)
+            built = build_recipes(wanted)
+        else:
+            built = build_recipes(base_recipes() + wanted)
     wanted_references = {recipe.reference for recipe in wanted}
     return [image for image in built if image.reference in wanted_references]
+
+
+def _pull_bases(recipes: Sequence[Recipe]) -> None:
+    """Pull every image the recipes' Dockerfiles start FROM (the official images)."""
+    _require_command("podman", "podman")
+    bases: list[str] = []
+    for recipe in recipes:
+        if recipe.kind is RecipeKind.DOCKERFILE and recipe.dockerfile is not None:
+            bases += [b for b in _base_images(recipe.dockerfile.read_text()) if b not in bases]
+    for index, base in enumerate(bases, start=1):
+        with _step(index, len(bases), f"pulling {base}", 60) as log:
+            _run([*PODMAN, "pull", base], log)
 
 
 def build_recipes(recipes: Sequence[Recipe]) -> list[BuiltImage]:
