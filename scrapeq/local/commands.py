@@ -105,12 +105,10 @@ def images_command(args: argparse.Namespace) -> int:
         images = build_images(args.registry, node_images=node_images, pull_bases=args.pull_bases)
         if args.load is not None:
             load_images(images, args.load)
-    except ValueError as error:
+    except (ValueError, LocalPartError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
-    except LocalPartError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        # 2: bad input (a malformed --registry); 1: a build or load failed.
+        return 2 if isinstance(error, ValueError) else 1
     print(f"# {'image':<50} {'id':<19} size", file=sys.stderr)
     for image in images:
         print(f"# {image.reference:<50} {image.id[:19]} {image.size / 1e6:.0f} MB", file=sys.stderr)

@@ -20,8 +20,9 @@ fi
 
 if [ "$(id -u)" = 0 ]; then
   # Started as root (docker run without --user): hand PGDATA to postgres and drop to it.
-  mkdir -p "$PGDATA"
-  chown postgres:postgres "$PGDATA"
+  # A runtime may mount an empty /run over the image's socket directory (containerd does).
+  mkdir -p "$PGDATA" /var/run/postgresql
+  chown postgres:postgres "$PGDATA" /var/run/postgresql
   exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
 fi
 
