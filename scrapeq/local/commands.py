@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from scrapeq.local.controlplane import REPOSITORY_ROOT, LocalControlPlane
+from scrapeq.local.images import DEFAULT_REGISTRY, build_images, load_images
 from scrapeq.local.processes import LocalPartError, pid_alive, terminate_pid
 
 # Where `make cluster-up` keeps the control plane's state, kubeconfig and process ids.
@@ -28,6 +29,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down = dev_commands.add_parser("cluster-down", help="stop the cluster started by cluster-up")
     down.add_argument("--state-dir", type=Path, default=_state_dir())
     down.set_defaults(handler=cluster_down)
+    images = dev_commands.add_parser(
+        "images",
+        help="build the worker and operator images (and a node's postgres and pause images) "
+        "with podman; print one reference per line",
+    )
+    images.add_argument(
+        "--registry",
+        help="registry prefix of the project's images, e.g. registry.example.com/scrapeq "
+        f"(default {DEFAULT_REGISTRY}); alone, builds only the images a user pushes",
+    )
+    images.add_argument(
+        "--load",
+        metavar="CONTAINERD_SOCKET",
+        type=Path,
+        help="import the images into the containerd at this socket (namespace k8s.io)",
+    )
+    images.add_argument(
+        "--pull-bases",
+        action="store_true",
+        help="pull the official base images (python, debian) instead of making local stand-ins "
+        "from Debian packages; needs access to their registry",
+    )
+    images.set_defaults(handler=images_command)
 
 
 def _state_dir() -> Path:
@@ -70,4 +94,24 @@ def cluster_down(args: argparse.Namespace) -> int:
         print(f"# stopped the local cluster and removed {state_dir}", file=sys.stderr)
     else:
         print("# no local cluster was running", file=sys.stderr)
+    return 0
+
+
+def images_command(args: argparse.Namespace) -> int:
+    # The node's stand-ins (postgres, pause) are built for local use and loading; a build for
+    # a registry makes only what a user pushes.
+    node_images = args.registry is None or args.load is not None
+    try:
+        images = build_images(args.registry, node_images=node_images, pull_bases=args.pull_bases)
+        if args.load is not None:
+            load_images(images, args.load)
+    except (ValueError, LocalPartError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        # 2: bad input (a malformed --registry); 1: a build or load failed.
+        return 2 if isinstance(error, ValueError) else 1
+    print(f"# {'image':<50} {'id':<19} size", file=sys.stderr)
+    for image in images:
+        print(f"# {image.reference:<50} {image.id[:19]} {image.size / 1e6:.0f} MB", file=sys.stderr)
+    for image in images:
+        print(image.reference)
     return 0
