@@ -28,10 +28,6 @@ from urllib.parse import urljoin, urlsplit
 
 from .errors import BadInput, PermanentFailure
 
-# Default cap on one result's JSON size. Results live in a Postgres row and a preview goes into
-# a Kubernetes status (objects must stay well under 1 MiB), so a quarter of a megabyte is ample
-# for "one JSON object per page" and small enough to never hurt either.
-DEFAULT_MAX_RESULT_BYTES = 256 * 1024
 # Links kept per page (for following and for the result): enough for a listing page.
 DEFAULT_MAX_LINKS = 500
 TRUNCATION_MARKER = "…[truncated]"
