@@ -264,9 +264,10 @@ class _Tab:
 class _PageWatch:
     """Per-page state the CDP event handlers fill in while the page loads."""
 
-    def __init__(self, url: str, main_frame_id: str) -> None:
+    def __init__(self, url: str, main_frame_id: str, timeout_seconds: float) -> None:
         self.url = url
         self.main_frame_id = main_frame_id
+        self.timeout_seconds = timeout_seconds  # the job's whole budget, for messages
         loop = asyncio.get_running_loop()
         # Set (once) by any handler that decides the job must end now.
         self.abort: asyncio.Future[WorkerError] = loop.create_future()
@@ -710,7 +711,7 @@ class BrowserPool:
     ) -> PageOutcome:
         page = tab.page
         client = tab.client
-        watch = _PageWatch(url, page.mainFrame._id)
+        watch = _PageWatch(url, page.mainFrame._id, options.timeout_seconds)
         tab.watch = watch
         deadline = started + options.timeout_seconds
         setup: list[Any] = []
@@ -843,9 +844,10 @@ class BrowserPool:
         and stops the former's JavaScript so the tab can be closed.
         """
         work = asyncio.ensure_future(awaitable)
-        remaining = max(0.0, deadline - time.monotonic())
         done, _ = await asyncio.wait(
-            {work, watch.abort}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            {work, watch.abort},
+            timeout=max(0.0, deadline - time.monotonic()),
+            return_when=asyncio.FIRST_COMPLETED,
         )
         if work in done and not watch.abort.done():
             return work.result()
@@ -865,8 +867,8 @@ class BrowserPool:
                 reason="script_hang",
             )
         raise RetryLater(
-            f"timed out after {deadline - (deadline - remaining):.0f}s trying to {step} "
-            f"{watch.url}",
+            f"timed out trying to {step} {watch.url}: the job's {watch.timeout_seconds:g}s "
+            "timeout ran out",
             reason="timeout",
         )
 
@@ -1029,14 +1031,12 @@ async def _quietly(awaitable: Any) -> None:
 
 async def _kill_group(process: asyncio.subprocess.Process, profile_marker: str) -> None:
     """Kill the browser's process group and any straggler that still uses its profile."""
+    # Even when the leader has exited, its children may live on in its group.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
     if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), 5.0)
-    else:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
     for pid in browser_processes(process.pid, profile_marker):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
