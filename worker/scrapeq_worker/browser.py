@@ -1,6 +1,6 @@
 """The browser pool: one long-lived headless Chromium per worker process, a fresh tab per job.
 
-Launching a browser per job costs several times a new tab in a warm browser (FIELD_NOTES), so
+Launching a browser per job costs about 3 times a new tab in a warm browser (docs/worker.md), so
 the worker keeps one Chromium running and opens a tab (or an incognito context, with
 `isolate_pages`) for each job. Everything a hostile or broken page can do is contained here:
 
@@ -72,7 +72,8 @@ _repair_pyppeteer()
 
 # The real binaries first: Debian's /usr/bin/chromium-headless-shell is a `sh -e` wrapper that
 # does not `exec`, so signalling it would leave the browser running. headless-shell starts in a
-# third of the time and uses half the memory of full Chromium (FIELD_NOTES).
+# third of the time and uses half the memory of full Chromium (0.12 s and ~160 MB against
+# 0.36 to 0.47 s and ~310 MB: docs/worker.md, "Measured browser costs").
 EXECUTABLE_CANDIDATES: Final = (
     "/usr/lib/chromium/chromium-headless-shell",
     "/usr/bin/chromium-headless-shell",
@@ -129,7 +130,7 @@ def find_chromium(preferred: str | None = None) -> str | None:
 
 @dataclass(frozen=True)
 class BrowserSettings:
-    """How the pool runs Chromium. Defaults follow Crawlee's pool (FIELD_NOTES)."""
+    """How the pool runs Chromium. The 15 s timeouts follow Crawlee's pool (docs/worker.md)."""
 
     executable: str | None = None
     # Chromium leaks a little with every page; a fresh browser now and then keeps it bounded
@@ -143,7 +144,7 @@ class BrowserSettings:
     # One incognito context per job (~51 MB and ~170 ms more per page) instead of a tab.
     isolate_pages: bool = False
     # Jobs one tab serves before it is closed. A new tab costs a renderer process (~200 ms of
-    # wall time, ~360 ms CPU: FIELD_NOTES); navigating a warm tab costs a fraction of that.
+    # wall time, ~360 ms CPU: docs/worker.md); navigating a warm tab costs ~80 ms.
     # A tab is only reused after a clean success, and never with isolate_pages. 1 = a new tab
     # for every job.
     tab_reuse_pages: int = 100
