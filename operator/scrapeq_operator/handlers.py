@@ -118,13 +118,6 @@ async def scrapejobs_by_uid(body: kopf.Body, **_: Any) -> dict[str, JobRef]:
     return {ref.uid: ref}
 
 
-# Ready=False reasons of a job failed before it queued anything; the spec is immutable, so
-# these never change and the job is not looked at again.
-PERMANENT_REASONS = frozenset(
-    {"DependencyCycle", "DependencyFailed", "InvalidSpec", "NoURLs", "TooManyURLs"}
-)
-
-
 def _runtime(memo: Any) -> OperatorRuntime:
     runtime: OperatorRuntime = memo["runtime"]
     return runtime
@@ -147,13 +140,15 @@ def _already_enqueued(status: Mapping[str, Any], generation: int) -> bool:
 
 
 def _ended_unqueued(status: Mapping[str, Any], generation: int) -> bool:
-    """The job was failed before queueing anything (a cycle, a failed dependency, an invalid
-    spec): nothing can change that, since the spec is immutable."""
+    """The job was failed before queueing anything: `_not_runnable` recorded a permanent
+    JobNotRunnableError (a cycle, a failed dependency, an invalid spec, an upstream job without
+    usable URLs) as phase Failed with a Failed condition. The error alone decides permanence;
+    this reads its record back."""
     if status.get("phase") != "Failed":
         return False
     return any(
-        condition.get("type") == "Ready"
-        and condition.get("reason") in PERMANENT_REASONS
+        condition.get("type") == "Failed"
+        and condition.get("status") == "True"
         and condition.get("observedGeneration") == generation
         for condition in status.get("conditions") or []
     )

@@ -47,17 +47,25 @@ def test_a_url_list_with_bad_lines_names_them() -> None:
     assert "line 3" in caught.value.message
 
 
-def test_an_empty_url_list_cannot_run() -> None:
+def test_an_empty_url_list_cannot_run_until_its_configmap_is_fixed() -> None:
     with pytest.raises(JobNotRunnableError) as caught:
         parse_url_list("# nothing\n\n", max_urls=10, where="ConfigMap l key k")
     assert caught.value.reason == "NoURLs"
+    assert not caught.value.permanent  # a ConfigMap can change: the job is retried
 
 
-def test_a_url_list_over_the_limit_cannot_run() -> None:
+def test_a_url_list_over_the_limit_cannot_run_until_its_configmap_is_fixed() -> None:
     text = "\n".join(f"https://e.example/{n}" for n in range(11))
     with pytest.raises(JobNotRunnableError) as caught:
         parse_url_list(text, max_urls=10, where="ConfigMap l key k")
     assert caught.value.reason == "TooManyURLs"
+    assert not caught.value.permanent
+
+
+def test_a_spec_without_any_url_source_fails_for_good() -> None:
+    with pytest.raises(JobNotRunnableError) as caught:
+        url_source({"parserType": "html"})
+    assert (caught.value.reason, caught.value.permanent) == ("NoURLs", True)
 
 
 def test_row_options_carry_the_scrape_settings_in_the_payload() -> None:
