@@ -76,6 +76,7 @@ from scrapeq_queue.rows import (
     QueueBacklog,
     QueueStats,
     ResultPreview,
+    RowOptions,
 )
 from scrapeq_queue.urls import normalise_url
 
@@ -105,6 +106,7 @@ __all__ = [
     "QueueStats",
     "ResultPreview",
     "RetryOutcome",
+    "RowOptions",
     "SchemaOutOfDate",
     "applied_versions",
     "backoff_delay_seconds",

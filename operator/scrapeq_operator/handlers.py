@@ -288,7 +288,7 @@ async def enqueue_scrapejob(
     options = row_options(spec)
     dependencies: DependencyCheck | None = None
     try:
-        problems = validate_payload(options.payload)
+        problems = validate_payload(options["payload"])
         if problems:
             raise JobNotRunnableError("InvalidSpec", "; ".join(problems), permanent=True)
         if dependency_names(spec):
@@ -324,12 +324,7 @@ async def enqueue_scrapejob(
                 connection,
                 Owner(uid=uid, namespace=namespace, name=name),
                 urls,
-                parser_type=options.parser_type,
-                payload=options.payload,
-                queue=options.queue,
-                priority=options.priority,
-                max_retries=options.max_retries,
-                backoff_seconds=options.backoff_seconds,
+                **options,
             )
     except DATABASE_ERRORS as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
@@ -340,7 +335,7 @@ async def enqueue_scrapejob(
             delay=settings.database_retry_seconds,
         ) from error
     metrics.JOBS_ENQUEUED_TOTAL.inc(inserted)
-    logger.info("queued %d new rows (%d URLs) on queue %s", inserted, len(urls), options.queue)
+    logger.info("queued %d new rows (%d URLs) on queue %s", inserted, len(urls), options["queue"])
     if dependencies is not None:
         names = ", ".join(dependency.name for dependency in dependencies.dependencies)
         unblocked = make_condition(

@@ -82,9 +82,13 @@ def test_row_options_carry_the_scrape_settings_in_the_payload() -> None:
         "payload": {"headers": {"X-Trace": "1"}, "render": True},
     }
     options = row_options(spec)
-    assert (options.queue, options.priority, options.parser_type) == ("fast", 5, "product")
-    assert (options.max_retries, options.backoff_seconds) == (2, 7.0)
-    assert options.payload == {
+    assert (options["queue"], options["priority"], options["parser_type"]) == (
+        "fast",
+        5,
+        "product",
+    )
+    assert (options["max_retries"], options["backoff_seconds"]) == (2, 7.0)
+    assert options["payload"] == {
         "headers": {"X-Trace": "1"},
         "render": False,
         "waitUntil": "load",
@@ -105,7 +109,7 @@ def test_row_payload_passes_the_queue_payload_validation() -> None:
         "extract": {"price": {"selector": ".price", "attribute": "content", "all": False}},
         "follow": {"selector": "a.product", "maxDepth": 1, "maxPages": 500},
     }
-    assert validate_payload(row_options(spec).payload) == []
+    assert validate_payload(row_options(spec)["payload"]) == []
 
 
 def test_a_gzip_url_list_is_decompressed() -> None:
