@@ -4,7 +4,7 @@ Scraping never happens here. Per object the operator only enqueues (create/resum
 (delete, behind a finalizer); progress is mirrored by the one operator-wide status sync task and
 workers are scaled by the one autoscaler task, both started in `start_operator`. A job with
 dependencies (spec.dependsOn, urlsFrom.scrapeJob) is enqueued only once they have Succeeded
-(dependencies.py); a scheduled job is never enqueued itself, its runs are (schedules.py).
+(depends_on.py); a scheduled job is never enqueued itself, its runs are (schedules.py).
 
 What a spec change does: nothing to run, because the CRD makes the spec immutable (the rows are
 already queued); a user deletes the ScrapeJob and creates a new one.
@@ -28,7 +28,7 @@ from scrapeq_queue.rows import Owner
 from scrapeq_operator import metrics
 from scrapeq_operator.autoscaler import Autoscaler
 from scrapeq_operator.cluster import Cluster, load_api_client, scrapejob_ref
-from scrapeq_operator.dependencies import DependencyCheck, check_dependencies
+from scrapeq_operator.depends_on import DependencyCheck, check_dependencies
 from scrapeq_operator.errors import JobBlockedError, JobNotRunnableError
 from scrapeq_operator.job_spec import (
     ConfigMapKey,
