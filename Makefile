@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo          run scrapeq end to end on local defaults"
 	@echo "make test          run the whole test suite (unit, integration, e2e)"
-	@echo "make lint          ruff and mypy (strict)"
+	@echo "make lint          ruff, mypy (strict) and the import contracts (part of make test)"
 	@echo "make tools         build kube-apiserver, etcd and helm; print their paths"
 	@echo "make cluster-up    start a local kube-apiserver + etcd; print the KUBECONFIG export"
 	@echo "make cluster-down  stop it"
@@ -47,8 +47,9 @@ tools:
 setup: system-packages venv
 	@tools/build.sh >/dev/null
 
+# Lint first: it takes seconds, the suite takes minutes.
 # pytest exits 5 when it collected no test: that is a failure here, never a green run.
-test: setup
+test: setup lint
 	@set +e; $(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$status
 
@@ -65,6 +66,7 @@ lint: venv
 	@$(PY) -m ruff check .
 	@$(PY) -m ruff format --check .
 	@$(PY) -m mypy
+	@$(VENV)/bin/lint-imports --no-cache
 
 demo: setup
 	@$(PY) -m scrapeq demo $(DEMO_ARGS)

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import psycopg
 import scrapeq_queue
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from scrapeq.local.processes import LocalPartError, free_port, terminate, wait_until
 
@@ -185,6 +186,16 @@ class OperatorProcess:
             f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
         ) as response:
             return str(response.read().decode())
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The current value of one sample of the operator's metrics (0 before it exists)."""
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
+                    return float(sample.value)
+        return 0.0
 
     def log_tail(self, characters: int = 6000) -> str:
         try:
