@@ -454,9 +454,7 @@ def _run_export(args: argparse.Namespace) -> int:
         return 1
 
 
-def _export(
-    args: argparse.Namespace, target: tuple[str | None, str, bool], output: TextIO
-) -> int:
+def _export(args: argparse.Namespace, target: tuple[str | None, str, bool], output: TextIO) -> int:
     given_namespace, name, resolve = target
 
     async def action() -> int:

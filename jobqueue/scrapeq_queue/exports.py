@@ -58,7 +58,9 @@ async def owners_named(
 
 
 @translate_database_errors
-async def owner_namespaces_named(connection: psycopg.AsyncConnection[Any], *, name: str) -> list[str]:
+async def owner_namespaces_named(
+    connection: psycopg.AsyncConnection[Any], *, name: str
+) -> list[str]:
     """The namespaces in which a ScrapeJob called `name` has rows, sorted."""
     cursor = await connection.execute(statements.OWNER_NAMESPACES_BY_NAME, {"owner_name": name})
     return [str(row[0]) for row in await cursor.fetchall()]

@@ -78,8 +78,9 @@ def test_a_suspended_schedule_is_resumed_and_suspended_again_on_the_live_object(
 
     assert _patch(kubectl, namespace, "prices", {"suspend": False}).returncode == 0
     resumed = poll(
-        lambda: (found := _status(kubectl, namespace, "prices")).get("phase") == "Scheduled"
-        and found,
+        lambda: (
+            (found := _status(kubectl, namespace, "prices")).get("phase") == "Scheduled" and found
+        ),
         timeout=20,
         what="the schedule to resume",
     )
@@ -93,8 +94,9 @@ def test_a_suspended_schedule_is_resumed_and_suspended_again_on_the_live_object(
 
     assert _patch(kubectl, namespace, "prices", {"suspend": True}).returncode == 0
     suspended = poll(
-        lambda: (found := _status(kubectl, namespace, "prices")).get("phase") == "Suspended"
-        and found,
+        lambda: (
+            (found := _status(kubectl, namespace, "prices")).get("phase") == "Suspended" and found
+        ),
         timeout=20,
         what="the schedule to be suspended again",
     )
@@ -122,11 +124,13 @@ def test_schedule_time_zone_policy_and_history_limits_change_on_the_live_object(
     assert result.returncode == 0, result.stderr
 
     status = poll(
-        lambda: (found := _status(kubectl, namespace, "nightly"))
-        .get("appliedSchedule", {})
-        .get("timeZone")
-        == "Europe/Berlin"
-        and found,
+        lambda: (
+            (found := _status(kubectl, namespace, "nightly"))
+            .get("appliedSchedule", {})
+            .get("timeZone")
+            == "Europe/Berlin"
+            and found
+        ),
         timeout=20,
         what="the new schedule to take effect",
     )
@@ -153,8 +157,10 @@ def test_an_unknown_time_zone_fails_the_schedule_until_it_is_fixed(
 ) -> None:
     _create(kubectl, namespace, "typo", schedule="0 3 * * *", timeZone="Europe/Berln")
     failed = poll(
-        lambda: (found := _status(kubectl, namespace, "typo")).get("reason") == "InvalidSchedule"
-        and found,
+        lambda: (
+            (found := _status(kubectl, namespace, "typo")).get("reason") == "InvalidSchedule"
+            and found
+        ),
         timeout=20,
         what="the unknown time zone to be reported",
     )
@@ -165,8 +171,9 @@ def test_an_unknown_time_zone_fails_the_schedule_until_it_is_fixed(
 
     assert _patch(kubectl, namespace, "typo", {"timeZone": "Europe/Berlin"}).returncode == 0
     fixed = poll(
-        lambda: (found := _status(kubectl, namespace, "typo")).get("phase") == "Scheduled"
-        and found,
+        lambda: (
+            (found := _status(kubectl, namespace, "typo")).get("phase") == "Scheduled" and found
+        ),
         timeout=20,
         what="the fixed schedule to run",
     )

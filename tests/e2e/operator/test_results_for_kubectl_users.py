@@ -46,9 +46,11 @@ def test_a_succeeded_jobs_results_stream_as_json_lines_from_the_operators_enviro
     manifest["metadata"]["namespace"] = namespace
     kubectl.create(manifest)
     poll(
-        lambda: len(work_rows(database_url)) == 0
-        and kubectl.get("scrapejob", "laptops", namespace).get("status", {}).get("phase")
-        == "Succeeded",
+        lambda: (
+            len(work_rows(database_url)) == 0
+            and kubectl.get("scrapejob", "laptops", namespace).get("status", {}).get("phase")
+            == "Succeeded"
+        ),
         timeout=60,
         what="the job to be worked and Succeeded",
         interval=0.5,

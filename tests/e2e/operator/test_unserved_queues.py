@@ -68,8 +68,10 @@ def test_a_job_on_a_queue_no_pool_serves_is_reported_until_a_pool_appears(
     kubectl.create(manifest)
 
     status = poll(
-        lambda: (found := _status(kubectl, namespace, "laptops")).get("reason") == "NoWorkerPool"
-        and found,
+        lambda: (
+            (found := _status(kubectl, namespace, "laptops")).get("reason") == "NoWorkerPool"
+            and found
+        ),
         timeout=30,
         what="the job to be reported as waiting for a worker pool",
     )
@@ -120,8 +122,9 @@ def test_a_job_on_a_queue_no_pool_serves_is_reported_until_a_pool_appears(
     assert "reason" not in cleared
     assert "message" not in cleared
     poll(
-        lambda: _metric(operator.metrics(), "scrapeq_operator_queue_worker_pools", queue="shop")
-        == 1,
+        lambda: (
+            _metric(operator.metrics(), "scrapeq_operator_queue_worker_pools", queue="shop") == 1
+        ),
         timeout=10,
         what="the pool to be counted for queue shop",
     )
