@@ -7,34 +7,24 @@ message that says what may change. `kubectl get -o wide` shows SCHEDULE and LAST
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.e2e.operator.operator_parts import Kubectl, OperatorProcess, poll, scrapejob
+from tests.e2e.operator.operator_parts import (
+    Kubectl,
+    poll,
+    scrapejob,
+    wait_for_status,
+)
+
+# The operator of test_schedules.py: schedules checked every second, and the namespace's
+# ScrapeJobs deleted while it still runs, so no schedule outlives the test.
+from tests.e2e.operator.test_schedules import operator  # noqa: F401
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
-
-
-@pytest.fixture
-def operator(
-    kubectl: Kubectl,
-    namespace: str,
-    empty_database_url: str,
-    operator_factory: Callable[..., OperatorProcess],
-) -> Iterator[OperatorProcess]:
-    """The operator for this namespace (schedules checked every second); the namespace's
-    ScrapeJobs are deleted while it still runs, so no schedule outlives the test."""
-    process = operator_factory(empty_database_url)
-    yield process
-    kubectl.run("delete", "scrapejobs", "--all", "-n", namespace, "--timeout=60s", check=False)
-
-
-def _status(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
-    return dict(kubectl.get("scrapejob", name, namespace).get("status") or {})
 
 
 def _patch(kubectl: Kubectl, namespace: str, name: str, spec: dict[str, Any]) -> Any:
@@ -65,23 +55,26 @@ def _create(kubectl: Kubectl, namespace: str, name: str, **spec: Any) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("operator")
 def test_a_suspended_schedule_is_resumed_and_suspended_again_on_the_live_object(
-    kubectl: Kubectl, namespace: str, operator: OperatorProcess
+    kubectl: Kubectl, namespace: str
 ) -> None:
     _create(kubectl, namespace, "prices", schedule="@every 5s", suspend=True)
-    poll(
-        lambda: _status(kubectl, namespace, "prices").get("phase") == "Suspended",
-        timeout=20,
+    wait_for_status(
+        kubectl,
+        namespace,
+        "prices",
+        lambda status: status.get("phase") == "Suspended",
         what="the schedule to show Suspended",
     )
     assert _runs(kubectl, namespace, "prices") == []
 
     assert _patch(kubectl, namespace, "prices", {"suspend": False}).returncode == 0
-    resumed = poll(
-        lambda: (
-            (found := _status(kubectl, namespace, "prices")).get("phase") == "Scheduled" and found
-        ),
-        timeout=20,
+    resumed = wait_for_status(
+        kubectl,
+        namespace,
+        "prices",
+        lambda status: status.get("phase") == "Scheduled",
         what="the schedule to resume",
     )
     assert resumed["appliedSchedule"]["suspend"] is False
@@ -93,24 +86,27 @@ def test_a_suspended_schedule_is_resumed_and_suspended_again_on_the_live_object(
     assert first >= since.timestamp() + 5
 
     assert _patch(kubectl, namespace, "prices", {"suspend": True}).returncode == 0
-    suspended = poll(
-        lambda: (
-            (found := _status(kubectl, namespace, "prices")).get("phase") == "Suspended" and found
-        ),
-        timeout=20,
+    suspended = wait_for_status(
+        kubectl,
+        namespace,
+        "prices",
+        lambda status: status.get("phase") == "Suspended",
         what="the schedule to be suspended again",
     )
     assert "nextScheduleTime" not in suspended
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("operator")
 def test_schedule_time_zone_policy_and_history_limits_change_on_the_live_object(
-    kubectl: Kubectl, namespace: str, operator: OperatorProcess
+    kubectl: Kubectl, namespace: str
 ) -> None:
     _create(kubectl, namespace, "nightly", schedule="0 3 * * *")
-    poll(
-        lambda: _status(kubectl, namespace, "nightly").get("nextScheduleTime"),
-        timeout=20,
+    wait_for_status(
+        kubectl,
+        namespace,
+        "nightly",
+        lambda status: status.get("nextScheduleTime"),
         what="a first nextScheduleTime",
     )
     change = {
@@ -123,15 +119,11 @@ def test_schedule_time_zone_policy_and_history_limits_change_on_the_live_object(
     result = _patch(kubectl, namespace, "nightly", change)
     assert result.returncode == 0, result.stderr
 
-    status = poll(
-        lambda: (
-            (found := _status(kubectl, namespace, "nightly"))
-            .get("appliedSchedule", {})
-            .get("timeZone")
-            == "Europe/Berlin"
-            and found
-        ),
-        timeout=20,
+    status = wait_for_status(
+        kubectl,
+        namespace,
+        "nightly",
+        lambda status: status.get("appliedSchedule", {}).get("timeZone") == "Europe/Berlin",
         what="the new schedule to take effect",
     )
     assert status["appliedSchedule"]["schedule"] == "30 2 * * *"
@@ -152,16 +144,16 @@ def test_schedule_time_zone_policy_and_history_limits_change_on_the_live_object(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.usefixtures("operator")
 def test_an_unknown_time_zone_fails_the_schedule_until_it_is_fixed(
-    kubectl: Kubectl, namespace: str, operator: OperatorProcess
+    kubectl: Kubectl, namespace: str
 ) -> None:
     _create(kubectl, namespace, "typo", schedule="0 3 * * *", timeZone="Europe/Berln")
-    failed = poll(
-        lambda: (
-            (found := _status(kubectl, namespace, "typo")).get("reason") == "InvalidSchedule"
-            and found
-        ),
-        timeout=20,
+    failed = wait_for_status(
+        kubectl,
+        namespace,
+        "typo",
+        lambda status: status.get("reason") == "InvalidSchedule",
         what="the unknown time zone to be reported",
     )
     assert failed["phase"] == "Failed"
@@ -170,11 +162,11 @@ def test_an_unknown_time_zone_fails_the_schedule_until_it_is_fixed(
     assert "InvalidSchedule" in row
 
     assert _patch(kubectl, namespace, "typo", {"timeZone": "Europe/Berlin"}).returncode == 0
-    fixed = poll(
-        lambda: (
-            (found := _status(kubectl, namespace, "typo")).get("phase") == "Scheduled" and found
-        ),
-        timeout=20,
+    fixed = wait_for_status(
+        kubectl,
+        namespace,
+        "typo",
+        lambda status: status.get("phase") == "Scheduled",
         what="the fixed schedule to run",
     )
     assert "reason" not in fixed

@@ -13,13 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.operator.operator_parts import Kubectl, OperatorProcess, poll, scrapejob
+from tests.e2e.operator.operator_parts import (
+    Kubectl,
+    OperatorProcess,
+    poll,
+    scrapejob,
+    wait_for_status,
+)
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
-
-
-def _status(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
-    return dict(kubectl.get("scrapejob", name, namespace).get("status") or {})
 
 
 def _stalled(status: dict[str, Any]) -> dict[str, Any] | None:
@@ -67,12 +69,11 @@ def test_a_job_on_a_queue_no_pool_serves_is_reported_until_a_pool_appears(
     manifest["metadata"]["namespace"] = namespace
     kubectl.create(manifest)
 
-    status = poll(
-        lambda: (
-            (found := _status(kubectl, namespace, "laptops")).get("reason") == "NoWorkerPool"
-            and found
-        ),
-        timeout=30,
+    status = wait_for_status(
+        kubectl,
+        namespace,
+        "laptops",
+        lambda status: status.get("reason") == "NoWorkerPool",
         what="the job to be reported as waiting for a worker pool",
     )
     stalled = _stalled(status)
@@ -114,9 +115,11 @@ def test_a_job_on_a_queue_no_pool_serves_is_reported_until_a_pool_appears(
     assert "queue shop has 1 due rows and no worker pool serves it" in operator.log_tail(50_000)
 
     kubectl.apply(_worker_pool(namespace, "shop"))
-    cleared = poll(
-        lambda: _stalled(found := _status(kubectl, namespace, "laptops")) is None and found,
-        timeout=30,
+    cleared = wait_for_status(
+        kubectl,
+        namespace,
+        "laptops",
+        lambda status: _stalled(status) is None,
         what="the Stalled condition to clear once a pool serves the queue",
     )
     assert "reason" not in cleared
