@@ -45,6 +45,7 @@ from scrapeq_operator.job_status import (
     format_time,
     make_condition,
     merge_conditions,
+    summarize,
 )
 from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import DATABASE_ERRORS, OperatorRuntime
@@ -385,6 +386,7 @@ async def _not_runnable(
         )
     remove = () if blocked else ("Blocked",)
     patch.status["conditions"] = merge_conditions(conditions, updates, remove=remove)
+    patch.status.update(summarize(patch.status["conditions"]))
     patch.status["phase"] = "Failed" if error.permanent else "Pending"
     patch.status["observedGeneration"] = generation
     if error.permanent:

@@ -108,6 +108,25 @@ def poll(condition: Callable[[], Any], *, timeout: float, what: str, interval: f
         time.sleep(interval)
 
 
+def wait_for_status(
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    wanted: Callable[[dict[str, Any]], Any],
+    *,
+    what: str,
+    timeout: float = 30,
+) -> dict[str, Any]:
+    """Poll a ScrapeJob until `wanted(status)` holds; return that status."""
+
+    def status_if_wanted() -> dict[str, Any] | None:
+        status = dict(kubectl.get("scrapejob", name, namespace).get("status") or {})
+        return status if wanted(status) else None
+
+    found: dict[str, Any] = poll(status_if_wanted, timeout=timeout, what=what)
+    return found
+
+
 @dataclass
 class OperatorProcess:
     """`python -m scrapeq operator` running against the test cluster and database."""

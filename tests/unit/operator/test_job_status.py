@@ -117,6 +117,39 @@ def test_a_failed_status_names_the_last_error() -> None:
     assert status["lastError"] == "HTTP 500 from https://x.example/"
     (failed,) = [c for c in status["conditions"] if c["type"] == "Failed"]
     assert "HTTP 500" in failed["message"]
+    assert status["reason"] == "URLsFailed"
+    assert status["message"] == "1 of 1 URLs failed; last error: HTTP 500 from https://x.example/"
+
+
+def _shop_status(counts: Counts, previous: dict[str, Any], unserved: bool) -> dict[str, Any]:
+    return build_status(
+        counts,
+        previous=previous,
+        generation=1,
+        allowed_failure_percent=0,
+        queue="shop",
+        now=NOW,
+        queue_unserved=unserved,
+    )
+
+
+def test_rows_waiting_on_a_queue_no_pool_serves_make_the_job_stalled_until_one_does() -> None:
+    stalled = _shop_status(Counts(total=2, pending=2), {}, unserved=True)
+    (condition,) = [c for c in stalled["conditions"] if c["type"] == "Stalled"]
+    assert (condition["status"], condition["reason"]) == ("True", "NoWorkerPool")
+    assert "no worker pool serves queue shop" in condition["message"]
+    assert stalled["reason"] == "NoWorkerPool"
+    assert stalled["message"].startswith("no worker pool serves queue shop")
+    assert len(stalled["message"]) <= 120
+
+    served = _shop_status(Counts(total=2, pending=2), stalled, unserved=False)
+    assert "Stalled" not in {c["type"] for c in served["conditions"]}
+    assert (served["reason"], served["message"]) == (None, None)
+
+
+def test_a_job_whose_rows_are_all_in_flight_is_not_stalled() -> None:
+    status = _shop_status(Counts(total=1, processing=1), {}, unserved=True)
+    assert "Stalled" not in {c["type"] for c in status["conditions"]}
 
 
 def test_queued_rows_turn_a_not_ready_job_ready() -> None:
