@@ -878,7 +878,10 @@ class BrowserPool:
             await work
         if watch.abort.done():
             raise watch.abort.result()
-        hung = not await self._answers(page)
+        # Until the server has answered the document there is no script of its to hang: a slow
+        # server is a timeout to retry, never a page to give up on. (While a navigation is
+        # pending, a probe can go unanswered on a busy machine too.)
+        hung = watch.status is not None and not await self._answers(page)
         if hung:
             await self._terminate_scripts(page)
             raise PermanentFailure(

@@ -104,6 +104,15 @@ HOSTILE_CASES = [
         id="never-finishes-loading",
     ),
     pytest.param(
+        "/stall",
+        {"timeoutSeconds": 3},
+        "failed",
+        "timeout",
+        "the job's 3s timeout ran out",
+        # A server that never answers the document is slow, not a page whose script hangs.
+        id="server-never-answers",
+    ),
+    pytest.param(
         "/huge",
         {"timeoutSeconds": 30},
         "failed",
