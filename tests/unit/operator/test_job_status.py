@@ -121,7 +121,7 @@ def test_a_failed_status_names_the_last_error() -> None:
     assert status["message"] == "1 of 1 URLs failed; last error: HTTP 500 from https://x.example/"
 
 
-def _shop_status(counts: Counts, previous: dict[str, Any], unserved: bool) -> dict[str, Any]:
+def _shop_status(counts: OwnerProgress, previous: dict[str, Any], unserved: bool) -> dict[str, Any]:
     return build_status(
         counts,
         previous=previous,
@@ -134,7 +134,7 @@ def _shop_status(counts: Counts, previous: dict[str, Any], unserved: bool) -> di
 
 
 def test_rows_waiting_on_a_queue_no_pool_serves_make_the_job_stalled_until_one_does() -> None:
-    stalled = _shop_status(Counts(total=2, pending=2), {}, unserved=True)
+    stalled = _shop_status(OwnerProgress(total=2, pending=2), {}, unserved=True)
     (condition,) = [c for c in stalled["conditions"] if c["type"] == "Stalled"]
     assert (condition["status"], condition["reason"]) == ("True", "NoWorkerPool")
     assert "no worker pool serves queue shop" in condition["message"]
@@ -142,13 +142,13 @@ def test_rows_waiting_on_a_queue_no_pool_serves_make_the_job_stalled_until_one_d
     assert stalled["message"].startswith("no worker pool serves queue shop")
     assert len(stalled["message"]) <= 120
 
-    served = _shop_status(Counts(total=2, pending=2), stalled, unserved=False)
+    served = _shop_status(OwnerProgress(total=2, pending=2), stalled, unserved=False)
     assert "Stalled" not in {c["type"] for c in served["conditions"]}
     assert (served["reason"], served["message"]) == (None, None)
 
 
 def test_a_job_whose_rows_are_all_in_flight_is_not_stalled() -> None:
-    status = _shop_status(Counts(total=1, processing=1), {}, unserved=True)
+    status = _shop_status(OwnerProgress(total=1, processing=1), {}, unserved=True)
     assert "Stalled" not in {c["type"] for c in status["conditions"]}
 
 
