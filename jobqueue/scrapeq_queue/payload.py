@@ -12,6 +12,8 @@ from typing import Any, Final, Protocol
 
 import re2
 
+from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
+
 WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "networkidle2")
 # A page that needs more than ten minutes is a stuck page, not a slow one.
 MAX_TIMEOUT_SECONDS: Final = 600.0
@@ -174,6 +176,13 @@ def _check_headers(value: object) -> list[str]:
     return ["headers must be an object of header name -> string value"]
 
 
+def _check_sealed(value: object) -> list[str]:
+    # Credentials the operator sealed (sealed_credentials.py); only a key holder can say more.
+    if is_sealed_text(value):
+        return []
+    return [f"sealed must be a sealed credentials text ({SEALED_PREFIX}...) made by the operator"]
+
+
 # option name -> validator returning the problems with its value.
 PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "render": _check_render,
@@ -183,6 +192,7 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "extract": _check_extract,
     "follow": _check_follow,
     "headers": _check_headers,
+    "sealed": _check_sealed,
 }
 
 

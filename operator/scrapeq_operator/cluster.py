@@ -232,6 +232,17 @@ class Cluster:
         }
         return ConfigMapContent(data=dict(configmap.data or {}), binary_data=binary)
 
+    async def read_secret_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A Secret's data (decoded bytes), or None when it is absent. The values are never
+        logged: callers seal them at once (credentials.py)."""
+        try:
+            secret = await self._call(self._core.read_namespaced_secret, name, namespace)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+
     async def list_worker_deployments(
         self, label: str, namespaces: tuple[str, ...]
     ) -> list[WorkerDeployment]:

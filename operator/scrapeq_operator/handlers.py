@@ -28,6 +28,7 @@ from scrapeq_queue.rows import Owner
 from scrapeq_operator import metrics
 from scrapeq_operator.autoscaler import Autoscaler
 from scrapeq_operator.cluster import Cluster, load_api_client, scrapejob_ref
+from scrapeq_operator.credentials import sealed_credentials
 from scrapeq_operator.depends_on import DependencyCheck, check_dependencies
 from scrapeq_operator.errors import JobBlockedError, JobNotRunnableError
 from scrapeq_operator.job_spec import (
@@ -302,6 +303,11 @@ async def enqueue_scrapejob(
             database=runtime.connection,
             dependencies=dependencies,
         )
+        sealed = await sealed_credentials(
+            spec, namespace, urls, runtime.cluster.read_secret_data, settings.sealing_keys
+        )
+        if sealed is not None:
+            options["payload"] = {**(options["payload"] or {}), "sealed": sealed}
     except DATABASE_ERRORS as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
         raise kopf.TemporaryError(

@@ -10,6 +10,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from scrapeq_queue.sealed_credentials import SealingError, SealingKeys
+
 from scrapeq_operator.errors import ConfigurationError
 
 # The API group every scrapeq resource, label and annotation lives under.
@@ -67,6 +69,14 @@ def _bool(environ: Mapping[str, str], name: str, default: bool) -> bool:
     if raw in {"0", "false", "no", "off"}:
         return False
     raise ConfigurationError(f"SCRAPEQ_OPERATOR_{name}={raw!r} is not a boolean")
+
+
+def _sealing_keys(environ: Mapping[str, str]) -> SealingKeys | None:
+    try:
+        text = environ.get("SCRAPEQ_SEALING_KEY", "").strip()
+        return SealingKeys.from_text(text) if text else None
+    except SealingError as error:
+        raise ConfigurationError(f"SCRAPEQ_SEALING_KEY: {error}") from error
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,9 @@ class OperatorSettings:
     metrics_port: int = 9102
     # Bind address of both endpoints.
     listen_host: str = "0.0.0.0"
+    # The key ring that seals spec.credentials into rows (SCRAPEQ_SEALING_KEY, shared with the
+    # workers); None: ScrapeJobs with credentials wait with Ready=False NoSealingKey.
+    sealing_keys: SealingKeys | None = None
 
     @property
     def clusterwide(self) -> bool:
@@ -223,6 +236,7 @@ class OperatorSettings:
             liveness_port=_int(env, "LIVENESS_PORT", base.liveness_port),
             metrics_port=_int(env, "METRICS_PORT", base.metrics_port),
             listen_host=_env(env, "LISTEN_HOST", base.listen_host),
+            sealing_keys=_sealing_keys(env),
         )
         if validate:
             settings.validate()

@@ -45,7 +45,9 @@ import pyppeteer
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
+from scrapeq_queue.sealed_credentials import Credentials
 
+from .credential_headers import request_headers
 from .errors import (
     BlockedRequest,
     BrowserUnavailable,
@@ -286,6 +288,7 @@ class _PageWatch:
         self.blocked: list[dict[str, str]] = []
         self.bytes_received = 0
         self.tasks: set[asyncio.Task[None]] = set()
+        self.credentials: Credentials | None = None  # added per request on their origins
 
     def fail(self, error: WorkerError) -> None:
         if not self.abort.done():
@@ -580,7 +583,9 @@ class BrowserPool:
         clean = False
         try:
             try:
-                tab = await self._take_tab(chromium)
+                # A job with credentials gets a context of its own: cookies a site sets for
+                # them end with the job, never reach the next job's requests.
+                tab = await self._take_tab(chromium, isolated=options.credentials is not None)
             except PyppeteerNetworkError as error:
                 self._retire(chromium, "crashed")
                 raise BrowserUnavailable(f"browser connection lost: {error}") from error
@@ -607,15 +612,16 @@ class BrowserPool:
                 self._on_page_count(-1)
             self._maybe_close_retired(chromium)
 
-    async def _take_tab(self, chromium: _Chromium) -> _Tab:
-        """An idle warm tab of `chromium`, or a new one with the pool's handlers attached."""
-        while chromium.idle_tabs:
+    async def _take_tab(self, chromium: _Chromium, *, isolated: bool = False) -> _Tab:
+        """An idle warm tab of `chromium`, or a new one with the pool's handlers attached
+        (in an incognito context of its own with `isolated` or `isolate_pages`)."""
+        while chromium.idle_tabs and not isolated:
             tab = chromium.idle_tabs.pop()
             if not tab.crashed and not tab.page.isClosed():
                 return tab
             await self._close_tab(tab)
         context: Any = None
-        if self.settings.isolate_pages:
+        if self.settings.isolate_pages or isolated:
             context = await self._operation(
                 chromium, chromium.browser.createIncognitoBrowserContext(), "open a context"
             )
@@ -726,6 +732,7 @@ class BrowserPool:
         client = tab.client
         watch = _PageWatch(url, page.mainFrame._id, options.timeout_seconds)
         tab.watch = watch
+        watch.credentials = options.credentials
         deadline = started + options.timeout_seconds
         setup: list[Any] = []
         if options.headers:
@@ -963,7 +970,13 @@ class BrowserPool:
                     "Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"}
                 )
                 return
-            await client.send("Fetch.continueRequest", {"requestId": request_id})
+            continuation: dict[str, Any] = {"requestId": request_id}
+            headers = request_headers(
+                event["request"].get("headers") or {}, request_url, watch.credentials
+            )
+            if headers is not None:
+                continuation["headers"] = [{"name": k, "value": v} for k, v in headers.items()]
+            await client.send("Fetch.continueRequest", continuation)
         except (PyppeteerNetworkError, ConnectionError):
             pass  # the tab closed while we decided; nothing left to answer
 

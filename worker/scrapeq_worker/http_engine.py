@@ -16,6 +16,7 @@ from urllib.parse import urljoin
 
 import aiohttp
 
+from .credential_headers import request_headers
 from .errors import PermanentFailure, RetryLater
 from .extraction import (
     DEFAULT_MAX_LINKS,
@@ -107,7 +108,7 @@ class HttpEngine:
                     raise TimeoutError
                 async with self._session.get(
                     current,
-                    headers=headers,
+                    headers=request_headers(headers, current, options.credentials) or headers,
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=remaining),
                 ) as response:

@@ -17,8 +17,9 @@ from scrapeq_queue.payload import (
     compile_url_pattern,
     validate_payload,
 )
+from scrapeq_queue.sealed_credentials import Credentials, SealingError, SealingKeys
 
-from .errors import BadInput
+from .errors import BadInput, RetryLater
 from .extraction import FieldSpec, parse_fields
 
 WaitUntil = Literal["load", "domcontentloaded", "networkidle0", "networkidle2"]
@@ -63,11 +64,16 @@ class JobOptions:
     headers: Mapping[str, str] | None = None
     fields: tuple[FieldSpec, ...] = ()
     follow: FollowOptions | None = None
+    # payload.sealed opened: headers and cookies for the origins they were given for.
+    credentials: Credentials | None = None
 
 
-def options_from_payload(payload: object, *, default_timeout_seconds: float) -> JobOptions:
+def options_from_payload(
+    payload: object, *, default_timeout_seconds: float, sealing_keys: SealingKeys | None = None
+) -> JobOptions:
     """Validate `payload` with the queue's rules and return the options; raise BadInput with
-    every problem listed when it is not valid."""
+    every problem listed when it is not valid, RetryLater (credentials_unreadable) when its
+    sealed credentials cannot be opened with `sealing_keys`."""
     problems = validate_payload(payload)
     if problems:
         raise BadInput("invalid payload: " + "; ".join(problems), reason="invalid_payload")
@@ -94,7 +100,26 @@ def options_from_payload(payload: object, *, default_timeout_seconds: float) -> 
         headers=dict(headers) if headers else None,
         fields=parse_fields(options.get("extract")),
         follow=follow,
+        credentials=_open_credentials(options.get("sealed"), sealing_keys),
     )
+
+
+def _open_credentials(sealed: object, keys: SealingKeys | None) -> Credentials | None:
+    # A retry, not a failure: during a key rotation another worker may hold the key already.
+    if sealed is None:
+        return None
+    if keys is None:
+        raise RetryLater(
+            "the row has sealed credentials and this worker has no sealing key "
+            "(SCRAPEQ_SEALING_KEY, the operator's key)",
+            reason="credentials_unreadable",
+        )
+    try:
+        return keys.open(str(sealed))
+    except SealingError as error:
+        raise RetryLater(
+            f"cannot open the row's sealed credentials: {error}", reason="credentials_unreadable"
+        ) from error
 
 
 def _default_wait_until(options: Mapping[str, Any]) -> WaitUntil:

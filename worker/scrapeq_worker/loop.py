@@ -53,6 +53,7 @@ from scrapeq_queue import (
     QueueError,
     SchemaOutOfDate,
 )
+from scrapeq_queue.sealed_credentials import SealingKeys
 
 from .browser import BrowserPool, BrowserSettings
 from .errors import BrowserUnavailable, PermanentFailure, RetryLater, WorkerError
@@ -173,6 +174,8 @@ class Worker:
         self.worker_id = settings.resolved_worker_id
         self.metrics = metrics or WorkerMetrics()
         self.guard = NetworkGuard(allow_networks=settings.allow_networks)
+        # Only from the environment, never a flag: a key on the command line shows in `ps`.
+        self.sealing_keys = SealingKeys.from_environment()
         self.browser = BrowserPool(
             BrowserSettings(
                 executable=settings.chromium,
@@ -461,7 +464,9 @@ class Worker:
                 started = time.monotonic()
                 try:
                     options = options_from_payload(
-                        job.payload, default_timeout_seconds=self.settings.page_timeout_seconds
+                        job.payload,
+                        default_timeout_seconds=self.settings.page_timeout_seconds,
+                        sealing_keys=self.sealing_keys,
                     )
                     scraped = await self.scraper.scrape(job.url, options, depth=job.depth)
                 except WorkerError as error:

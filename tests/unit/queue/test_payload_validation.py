@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from scrapeq_queue import PAYLOAD_OPTIONS, validate_payload
+from scrapeq_queue.sealed_credentials import Credentials, SealingKeys
 
 
 def test_an_empty_or_null_payload_is_valid() -> None:
@@ -28,6 +29,9 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             "extract": {"name": "h1"},
         },
         "headers": {"Accept-Language": "en"},
+        "sealed": SealingKeys.from_text(SealingKeys.generate()).seal(
+            Credentials(origins=("https://shop.example:443",), headers={"X-Token": "t"})
+        ),
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []

@@ -1,0 +1,93 @@
+"""spec.credentials: headers and cookies read from a Secret and sealed into the rows' payload.
+
+The operator is the only reader of the Secret. It seals the values at once with the sealing key
+(scrapeq_queue.sealed_credentials) and never puts them in a message, a condition, an Event or
+a log line: errors name the Secret, the key and the header or cookie, never a value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+from scrapeq_queue.sealed_credentials import (
+    SEALING_KEY_ENV,
+    Credentials,
+    SealingKeys,
+    credential_problems,
+    origin_of,
+)
+
+from scrapeq_operator.errors import JobNotRunnableError
+
+SecretReader = Callable[[str, str], Awaitable[dict[str, bytes] | None]]
+
+
+async def sealed_credentials(
+    spec: Mapping[str, Any],
+    namespace: str,
+    urls: list[str],
+    read_secret: SecretReader,
+    keys: SealingKeys | None,
+) -> str | None:
+    """The job's spec.credentials as a sealed text for `payload.sealed` (None without them).
+
+    Raises JobNotRunnableError (retried: the Secret or the key may be created or fixed later)
+    with reason NoSealingKey, SecretNotFound, SecretNotReadable, SecretKeyNotFound or
+    InvalidCredentials.
+    """
+    wanted = spec.get("credentials")
+    if not wanted:
+        return None
+    if keys is None:
+        raise JobNotRunnableError(
+            "NoSealingKey",
+            f"spec.credentials: the operator has no sealing key ({SEALING_KEY_ENV}), so it "
+            "cannot store credentials encrypted; install the chart's sealing key "
+            "(docs/chart.md) and restart the operator",
+        )
+    name = str(wanted["secretRef"]["name"])
+    where = f"spec.credentials: Secret {namespace}/{name}"
+    try:
+        data = await read_secret(namespace, name)
+    except ApiException as error:
+        if error.status != 403:
+            raise
+        raise JobNotRunnableError(
+            "SecretNotReadable",
+            f"{where} may not be read by the operator (its RBAC needs get on secrets in "
+            f"this namespace)",
+        ) from None
+    if data is None:
+        raise JobNotRunnableError(
+            "SecretNotFound", f"{where} does not exist (the job starts once it is created)"
+        )
+    headers = _values(data, wanted.get("headers") or {}, where, "header")
+    cookies = _values(data, wanted.get("cookies") or {}, where, "cookie")
+    problems = credential_problems(headers, cookies)
+    if problems:
+        raise JobNotRunnableError("InvalidCredentials", f"{where}: " + "; ".join(problems))
+    origins = sorted({origin for origin in map(origin_of, urls) if origin is not None})
+    return keys.seal(Credentials(origins=tuple(origins), headers=headers, cookies=cookies))
+
+
+def _values(
+    data: Mapping[str, bytes], names: Mapping[str, str], where: str, kind: str
+) -> dict[str, str]:
+    """Header or cookie name -> its value from the Secret key the spec names."""
+    values: dict[str, str] = {}
+    for name, key in names.items():
+        if key not in data:
+            keys = ", ".join(sorted(data)) or "none"
+            raise JobNotRunnableError(
+                "SecretKeyNotFound",
+                f"{where} has no key {key!r} for {kind} {name!r} (keys: {keys})",
+            )
+        try:
+            values[str(name)] = data[key].decode("utf-8")
+        except UnicodeDecodeError:
+            raise JobNotRunnableError(
+                "InvalidCredentials", f"{where}: key {key!r} for {kind} {name!r} is not UTF-8"
+            ) from None
+    return values
