@@ -151,3 +151,33 @@ topologySpreadConstraints:
 {{- end }}
 {{- end }}
 {{- end -}}
+
+{{/* Where the operator and the workers read SCRAPEQ_SEALING_KEY (the key ring that seals
+     ScrapeJob credentials into rows), as "secret-name/key", or "" when no key can be rendered.
+     The chart's own Secret holds credentials.sealingKey.value, or a generated key that Helm
+     keeps by reading the live Secret back (`lookup`). A render without the cluster
+     (`helm template`, GitOps; recognised by finding no kube-system, as for the database
+     password) cannot read it back, so it renders no key rather than a new one on every render:
+     ScrapeJobs with credentials then wait with Ready=False NoSealingKey (docs/chart.md). */}}
+{{- define "scrapeq.sealingKeySecret" -}}
+{{- $key := .Values.credentials.sealingKey -}}
+{{- $own := include "scrapeq.componentName" (list . "sealing-key") -}}
+{{- if $key.existingSecret.name -}}
+{{- printf "%s/%s" $key.existingSecret.name $key.existingSecret.key -}}
+{{- else if or $key.value (lookup "v1" "Secret" .Release.Namespace $own) (lookup "v1" "Namespace" "" "kube-system") -}}
+{{- printf "%s/SCRAPEQ_SEALING_KEY" $own -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "scrapeq.sealingKeyEnv" -}}
+{{- $secret := include "scrapeq.sealingKeySecret" . -}}
+{{- if $secret -}}
+- name: SCRAPEQ_SEALING_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ dir $secret }}
+      key: {{ base $secret }}
+      # Without it the pods still run: ScrapeJobs with credentials wait (NoSealingKey).
+      optional: true
+{{- end -}}
+{{- end -}}

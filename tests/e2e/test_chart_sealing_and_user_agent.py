@@ -1,0 +1,116 @@
+"""Chart values for what the workers send: the User-Agent's contact URL, and the key ring that
+seals ScrapeJob credentials (env SCRAPEQ_SEALING_KEY of the operator and of every pool),
+rendered by the real helm binary. The generated key that `helm install` makes and `helm upgrade`
+keeps is covered by test_chart.py's install test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.helm_chart import Manifest, find, of_kind, render_error
+from tests.e2e.test_chart_values import pod_spec, rendered
+
+pytestmark = [pytest.mark.helm, pytest.mark.timeout(120)]
+
+KEY = "q9p4V7d1bJ0oQm4mX6m8Jm0Zl0m2Qz8f0q2wS9tYk1E="
+TWO_POOLS: dict[str, Any] = {
+    "pools": [
+        {"name": "default", "queues": ["default"]},
+        {"name": "shop", "queues": ["shop"]},
+    ]
+}
+
+
+def env_of(workload: Manifest) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = pod_spec(workload)["containers"][0]["env"]
+    return env
+
+
+def named(env: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [variable for variable in env if variable["name"] == name]
+
+
+def test_the_user_agent_contact_goes_to_every_pool(helm_binary: Path) -> None:
+    values = {"workers": {**TWO_POOLS, "userAgentContact": "https://crawler.example.org/about"}}
+    manifests = rendered(helm_binary, values)
+    pools = [d for d in of_kind(manifests, "Deployment") if "worker" in d["metadata"]["name"]]
+    assert len(pools) == 2
+    for pool in pools:
+        assert named(env_of(pool), "SCRAPEQ_USER_AGENT_CONTACT") == [
+            {"name": "SCRAPEQ_USER_AGENT_CONTACT", "value": "https://crawler.example.org/about"}
+        ]
+    operator = find(manifests, "Deployment", "scrapeq-operator")
+    assert named(env_of(operator), "SCRAPEQ_USER_AGENT_CONTACT") == []
+
+
+def test_without_a_contact_the_workers_get_no_contact_variable(helm_binary: Path) -> None:
+    pool = find(rendered(helm_binary, {}), "Deployment", "scrapeq-worker-default")
+    assert named(env_of(pool), "SCRAPEQ_USER_AGENT_CONTACT") == []
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"workers": {"userAgentContact": "mailto:ops@example.org"}}, "does not match pattern"),
+        ({"workers": {"userAgentContact": "https://x.example/a b"}}, "does not match pattern"),
+        ({"workers": {"userAgentContact": "https:///about"}}, "does not match pattern"),
+        ({"credentials": {"sealingKey": {"value": "short"}}}, "does not match pattern"),
+        ({"credentials": {"sealingKey": {"secret": "x"}}}, "'secret' not allowed"),
+    ],
+    ids=["not-http", "space", "no-host", "short-key", "typo"],
+)
+def test_the_schema_rejects_a_bad_contact_url_or_sealing_key(
+    helm_binary: Path, values: dict[str, Any], message: str
+) -> None:
+    error = render_error(helm_binary, {**values, "database": {"bundled": {"password": "p"}}})
+    assert "values don't meet the specifications of the schema" in error
+    assert message in error, error
+
+
+def test_a_sealing_key_value_is_rendered_into_a_kept_secret_read_by_the_operator_and_the_pools(
+    helm_binary: Path,
+) -> None:
+    values = {"workers": TWO_POOLS, "credentials": {"sealingKey": {"value": KEY}}}
+    first, second = (rendered(helm_binary, values) for _ in range(2))
+    secret = find(first, "Secret", "scrapeq-sealing-key")
+    assert secret == find(second, "Secret", "scrapeq-sealing-key")
+    assert secret["stringData"] == {"SCRAPEQ_SEALING_KEY": KEY}
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    reference = {
+        "secretKeyRef": {
+            "name": "scrapeq-sealing-key",
+            "key": "SCRAPEQ_SEALING_KEY",
+            "optional": True,
+        }
+    }
+    workloads = of_kind(first, "Deployment")
+    assert len(workloads) == 3
+    for workload in workloads:
+        assert named(env_of(workload), "SCRAPEQ_SEALING_KEY") == [
+            {"name": "SCRAPEQ_SEALING_KEY", "valueFrom": reference}
+        ]
+
+
+def test_an_existing_sealing_key_secret_replaces_the_charts_own(helm_binary: Path) -> None:
+    values = {"credentials": {"sealingKey": {"existingSecret": {"name": "ring", "key": "keys"}}}}
+    manifests = rendered(helm_binary, values)
+    assert [s["metadata"]["name"] for s in of_kind(manifests, "Secret")] == ["scrapeq-database"]
+    for workload in of_kind(manifests, "Deployment"):
+        assert named(env_of(workload), "SCRAPEQ_SEALING_KEY") == [
+            {
+                "name": "SCRAPEQ_SEALING_KEY",
+                "valueFrom": {"secretKeyRef": {"name": "ring", "key": "keys", "optional": True}},
+            }
+        ]
+
+
+def test_helm_template_without_a_key_renders_none_rather_than_a_new_one_each_time(
+    helm_binary: Path,
+) -> None:
+    manifests = rendered(helm_binary, {})
+    assert [s["metadata"]["name"] for s in of_kind(manifests, "Secret")] == ["scrapeq-database"]
+    for workload in of_kind(manifests, "Deployment"):
+        assert named(env_of(workload), "SCRAPEQ_SEALING_KEY") == []
