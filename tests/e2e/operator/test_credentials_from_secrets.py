@@ -1,0 +1,256 @@
+"""Credentials from a Secret (spec.credentials): the site gets them, nobody else sees them.
+
+Real kube-apiserver, PostgreSQL, operator process, and a real worker process with Chromium
+(render: true) and the HTTP engine (render: false). The site records the headers of every
+request; a second site on another origin (the page's third-party image, the target of a
+redirect) records what it gets too. Then the secret values are searched for in the ScrapeJobs
+(spec and status), the namespace's Events, the operator's and the worker's logs, and every
+column of every row of every table: they are in none of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import subprocess
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import psycopg
+import pytest
+from psycopg import sql
+from scrapeq_queue.sealed_credentials import SealingKeys
+
+from tests.e2e.operator.operator_parts import (
+    REPOSITORY_ROOT,
+    Kubectl,
+    OperatorProcess,
+    owner_progress,
+    poll,
+    scrapejob,
+    wait_for_status,
+    worker_command,
+)
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.postgres, pytest.mark.timeout(240)]
+
+TOKEN = f"tok-{uuid.uuid4().hex}"
+SESSION = f"sess-{uuid.uuid4().hex}"
+SECRETS = (TOKEN, SESSION)
+CREDENTIALS = {
+    "secretRef": {"name": "shop-login"},
+    "headers": {"Authorization": "auth-header", "X-Api-Key": "api-key"},
+    "cookies": {"session": "session-cookie"},
+}
+
+
+@dataclass
+class RecordingSite:
+    """A loopback HTTP site that records each request's path and headers."""
+
+    pages: dict[str, bytes | tuple[int, str]]
+    seen: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    url: str = ""
+
+    def headers_of(self, path: str) -> list[dict[str, str]]:
+        return [headers for seen_path, headers in list(self.seen) if seen_path == path]
+
+
+@contextlib.contextmanager
+def recording_site(pages: dict[str, bytes | tuple[int, str]]) -> Iterator[RecordingSite]:
+    site = RecordingSite(pages)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            site.seen.append((path, {k.lower(): v for k, v in self.headers.items()}))
+            page = site.pages.get(path)
+            if page is None:
+                self.send_error(404)
+                return
+            if isinstance(page, tuple):
+                status, location = page
+                self.send_response(status)
+                self.send_header("Location", location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            content_type = "image/gif" if path.endswith(".gif") else "text/html; charset=utf-8"
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Keep the test output quiet."""
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    site.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield site
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def sites() -> Iterator[tuple[RecordingSite, RecordingSite]]:
+    """The shop (the jobs' origin) and another origin: a third-party image host and the
+    target of a redirect away from the shop."""
+    with recording_site({"/pixel.gif": b"GIF89a", "/landing": b"<h1>Elsewhere</h1>"}) as other:
+        shop_pages: dict[str, bytes | tuple[int, str]] = {
+            "/account": (
+                "<html><body><h1>Your account</h1>"
+                f'<img src="{other.url}/pixel.gif">'
+                "<script>fetch('/api/orders').then(() => { document.title = 'done' })</script>"
+                "</body></html>"
+            ).encode(),
+            "/api/orders": b"[]",
+            "/static-account": b"<html><body><h1>Your account</h1></body></html>",
+            "/away": (302, f"{other.url}/landing"),
+        }
+        with recording_site(shop_pages) as shop:
+            yield shop, other
+
+
+def _carries_credentials(headers: dict[str, str]) -> bool:
+    return (
+        headers.get("authorization") == f"Bearer {TOKEN}"
+        and headers.get("x-api-key") == TOKEN
+        and f"session={SESSION}" in headers.get("cookie", "")
+    )
+
+
+def _mentions_a_secret(headers: dict[str, str]) -> bool:
+    return any(secret in value for value in headers.values() for secret in SECRETS)
+
+
+def _every_row_as_text(database_url: str) -> str:
+    """Every row of every table in the queue's database, each as its text form."""
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        tables = connection.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') "
+            "AND table_type = 'BASE TABLE'"
+        ).fetchall()
+        texts = []
+        for schema, table in tables:
+            query = sql.SQL("SELECT t::text FROM {}.{} AS t").format(
+                sql.Identifier(schema), sql.Identifier(table)
+            )
+            texts.extend(row[0] for row in connection.execute(query))
+    return "\n".join(texts)
+
+
+def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+    sites: tuple[RecordingSite, RecordingSite],
+) -> None:
+    shop, other = sites
+    key = SealingKeys.generate()
+    operator = operator_factory(empty_database_url, environment={"SCRAPEQ_SEALING_KEY": key})
+    jobs = {
+        "rendered": scrapejob(
+            "rendered",
+            urls=[f"{shop.url}/account", f"{shop.url}/away"],
+            waitUntil="networkidle0",
+            credentials=CREDENTIALS,
+            retries={"limit": 0},
+        ),
+        "static": scrapejob(
+            "static",
+            urls=[f"{shop.url}/static-account", f"{shop.url}/away"],
+            render=False,
+            credentials=CREDENTIALS,
+            retries={"limit": 0},
+        ),
+    }
+    for manifest in jobs.values():
+        manifest["metadata"]["namespace"] = namespace
+        kubectl.apply(manifest)
+    # No Secret yet: the jobs wait with a reason, and queue nothing.
+    for name in jobs:
+        status = wait_for_status(
+            kubectl,
+            namespace,
+            name,
+            lambda s: s.get("reason") == "SecretNotFound",
+            what=f"{name}: Ready=False SecretNotFound",
+        )
+        assert status["phase"] == "Pending"
+        assert f"Secret {namespace}/shop-login does not exist" in status["message"]
+    uids = {name: kubectl.get("scrapejob", name, namespace)["metadata"]["uid"] for name in jobs}
+    assert all(owner_progress(empty_database_url, uid).total == 0 for uid in uids.values())
+
+    kubectl.run(
+        "create",
+        "secret",
+        "generic",
+        "shop-login",
+        "-n",
+        namespace,
+        f"--from-literal=auth-header=Bearer {TOKEN}",
+        f"--from-literal=api-key={TOKEN}",
+        f"--from-literal=session-cookie={SESSION}",
+    )
+    for uid in uids.values():
+        poll(
+            lambda uid=uid: owner_progress(empty_database_url, uid).total == 2,
+            timeout=30,
+            what="rows queued once the Secret exists",
+        )
+
+    worker = subprocess.run(
+        worker_command("--burst", "--log-level", "DEBUG"),
+        cwd=REPOSITORY_ROOT,
+        env={**os.environ, "DATABASE_URL": empty_database_url, "SCRAPEQ_SEALING_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    for name in jobs:
+        wait_for_status(
+            kubectl,
+            namespace,
+            name,
+            lambda s: s.get("phase") == "Succeeded",
+            what=f"{name} Succeeded",
+        )
+
+    # The shop got the headers and the cookie: the documents of both engines, the browser's
+    # same-origin fetch, and the first hop of each redirect.
+    for path, count in (("/account", 1), ("/api/orders", 1), ("/static-account", 1), ("/away", 2)):
+        requests = shop.headers_of(path)
+        assert len(requests) == count, (path, requests)
+        assert all(_carries_credentials(headers) for headers in requests), path
+    # The other origin got none of it: not the page's image, not the redirect's target.
+    assert len(other.headers_of("/pixel.gif")) == 1
+    assert len(other.headers_of("/landing")) == 2
+    assert not any(_mentions_a_secret(headers) for _, headers in other.seen)
+
+    # And the values are nowhere a reader of the cluster, the logs or the table could look.
+    places = {
+        "ScrapeJobs": kubectl.run("get", "scrapejobs", "-n", namespace, "-o", "yaml").stdout,
+        "Events": kubectl.run("get", "events", "-n", namespace, "-o", "yaml").stdout,
+        "operator log": operator.log_tail(characters=10_000_000),
+        "worker log": worker.stdout + worker.stderr,
+        "database rows": _every_row_as_text(empty_database_url),
+    }
+    assert "scrapeq-sealed:v1:" in places["database rows"]
+    assert "shop-login" in places["ScrapeJobs"]
+    assert "SecretNotFound" in places["Events"]
+    for place, text in places.items():
+        for secret in SECRETS:
+            assert secret not in text, f"a secret value appears in the {place}"
