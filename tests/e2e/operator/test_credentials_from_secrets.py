@@ -165,6 +165,8 @@ def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
             urls=[f"{shop.url}/account", f"{shop.url}/away"],
             waitUntil="networkidle0",
             credentials=CREDENTIALS,
+            # A plain header of the same name gives way to the credential.
+            payload={"headers": {"X-Api-Key": "public-value"}},
             retries={"limit": 0},
         ),
         "static": scrapejob(
@@ -172,6 +174,8 @@ def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
             urls=[f"{shop.url}/static-account", f"{shop.url}/away"],
             render=False,
             credentials=CREDENTIALS,
+            # A plain header of the same name gives way to the credential.
+            payload={"headers": {"X-Api-Key": "public-value"}},
             retries={"limit": 0},
         ),
     }
