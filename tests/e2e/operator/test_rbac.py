@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import scrapeq_queue
+from scrapeq_queue.sealed_credentials import SealingKeys
 
 from tests.e2e.operator.operator_parts import (
     REPOSITORY_ROOT,
@@ -132,7 +133,12 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
         namespace,
         "--from-literal=urls.txt=https://a.example.com/1\nhttps://a.example.com/2\n",
     )
-    operator = operator_factory(empty_database_url, kubeconfig=kubeconfig, clusterwide=True)
+    operator = operator_factory(
+        empty_database_url,
+        kubeconfig=kubeconfig,
+        clusterwide=True,
+        environment={"SCRAPEQ_SEALING_KEY": SealingKeys.generate()},
+    )
 
     listed = scrapejob(
         "listed",
@@ -146,6 +152,22 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
     kubectl.create(failing)
     uid = kubectl.get("scrapejob", "listed", namespace)["metadata"]["uid"]
     poll(lambda: owner_progress(empty_database_url, uid).total == 2, timeout=30, what="rows")
+    # spec.credentials: the operator reads the named Secret (get, never list).
+    kubectl.run("create", "secret", "generic", "login", "-n", namespace, "--from-literal=t=x")
+    signed_in = scrapejob(
+        "signed-in",
+        url="https://d.example.com/",
+        credentials={"secretRef": {"name": "login"}, "headers": {"X-Token": "t"}},
+        queue=SCHEDULE_QUEUE,
+    )
+    signed_in["metadata"]["namespace"] = namespace
+    kubectl.create(signed_in)
+    signed_in_uid = kubectl.get("scrapejob", "signed-in", namespace)["metadata"]["uid"]
+    poll(
+        lambda: owner_progress(empty_database_url, signed_in_uid).total == 1,
+        timeout=30,
+        what="the row of the job with credentials",
+    )
 
     # Backlog of three rows, one job per replica: the operator scales the pool to 3.
     poll(
@@ -192,7 +214,9 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
     poll(runs, timeout=30, what="the scheduled job's first run")
     kubectl.run("delete", "scrapejob", "scheduled", "-n", namespace, "--timeout=30s")
     poll(lambda: not runs(), timeout=30, what="the runs to be deleted with their schedule")
-    kubectl.run("delete", "scrapejob", "listed", "failing", "-n", namespace, "--timeout=30s")
+    kubectl.run(
+        "delete", "scrapejob", "listed", "failing", "signed-in", "-n", namespace, "--timeout=30s"
+    )
 
     log = operator.log_tail(200_000)
     assert "forbidden" not in log.lower(), log[-4000:]
