@@ -219,14 +219,20 @@ class Cluster:
             raise
         return True
 
-    async def read_configmap(self, namespace: str, name: str) -> ConfigMapContent | None:
-        """The ConfigMap's data and binaryData (decoded to bytes), or None when it is absent."""
+    async def _read_or_none(self, read: Callable[..., Any], namespace: str, name: str) -> Any:
+        """A core object read with `read`, or None when it is absent."""
         try:
-            configmap = await self._call(self._core.read_namespaced_config_map, name, namespace)
+            return await self._call(read, name, namespace)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
+
+    async def read_configmap(self, namespace: str, name: str) -> ConfigMapContent | None:
+        """The ConfigMap's data and binaryData (decoded to bytes), or None when it is absent."""
+        configmap = await self._read_or_none(self._core.read_namespaced_config_map, namespace, name)
+        if configmap is None:
+            return None
         binary = {
             key: base64.b64decode(value) for key, value in (configmap.binary_data or {}).items()
         }
@@ -235,12 +241,9 @@ class Cluster:
     async def read_secret_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
         """A Secret's data (decoded bytes), or None when it is absent. The values are never
         logged: callers seal them at once (credentials.py)."""
-        try:
-            secret = await self._call(self._core.read_namespaced_secret, name, namespace)
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
+        secret = await self._read_or_none(self._core.read_namespaced_secret, namespace, name)
+        if secret is None:
+            return None
         return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
 
     async def list_worker_deployments(
