@@ -90,6 +90,22 @@ class HttpEngine:
         if self._session is None:
             await self.start()
         assert self._session is not None
+        if options.credentials is None:
+            return await self._fetch(self._session, url, options, follow_selector)
+        # A job with credentials gets a cookie jar of its own (on the shared connections): a
+        # session cookie the site sets in return ends with the job, as in the browser.
+        async with aiohttp.ClientSession(
+            connector=self._session.connector, connector_owner=False, trust_env=False
+        ) as session:
+            return await self._fetch(session, url, options, follow_selector)
+
+    async def _fetch(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        options: JobOptions,
+        follow_selector: str | None,
+    ) -> PageOutcome:
         # Reject selectors the static engine cannot parse before any network traffic.
         selectors = (*(spec.selector for spec in options.fields), follow_selector, options.wait_for)
         for selector in selectors:
@@ -106,7 +122,7 @@ class HttpEngine:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError
-                async with self._session.get(
+                async with session.get(
                     current,
                     headers=request_headers(headers, current, options.credentials) or headers,
                     allow_redirects=False,

@@ -1,8 +1,8 @@
-"""Credentials in real Chromium: on their origin's requests only, and gone with their job.
+"""Credentials in real Chromium and in the HTTP engine: gone with their job.
 
-A job with credentials renders in an incognito context of its own, so a session cookie the
-site sets in return cannot ride along with the next job's requests; a job without credentials
-keeps reusing warm tabs.
+A job with credentials renders in an incognito context of its own (fetches with a cookie jar of
+its own), so a session cookie the site sets in return cannot ride along with the next job's
+requests; jobs without credentials keep sharing warm tabs and the engine's jar.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 from scrapeq_queue.sealed_credentials import Credentials
 from scrapeq_worker.browser import BrowserPool, BrowserSettings
+from scrapeq_worker.http_engine import HttpEngine
 from scrapeq_worker.job_options import options_from_payload
 from scrapeq_worker.network_guard import NetworkGuard, parse_networks
 
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.chromium, pytest.mark.timeout(90)]
 
 
 @contextlib.contextmanager
-def cookie_site() -> Iterator[tuple[str, list[tuple[str, str]]]]:
+def cookie_site(host: str = SITE_HOST) -> Iterator[tuple[str, list[tuple[str, str]]]]:
     """A page that sets a cookie of its own; yields its base URL and (path, Cookie header) of
     every request."""
     seen: list[tuple[str, str]] = []
@@ -44,11 +45,11 @@ def cookie_site() -> Iterator[tuple[str, list[tuple[str, str]]]]:
         def log_message(self, format: str, *args: object) -> None:
             """Keep the test output quiet."""
 
-    server = http.server.ThreadingHTTPServer((SITE_HOST, 0), Handler)
+    server = http.server.ThreadingHTTPServer((host, 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://{SITE_HOST}:{server.server_address[1]}", seen
+        yield f"http://{host}:{server.server_address[1]}", seen
     finally:
         server.shutdown()
         server.server_close()
@@ -79,4 +80,24 @@ async def test_a_cookie_set_for_a_job_with_credentials_never_reaches_the_next_jo
     # Neither the credential nor the cookie the site set in return outlived the job...
     assert cookies["/next-job"] == ""
     # ...while a job without credentials keeps its warm tab and its cookies, as before.
+    assert cookies["/next-job-again"] == "refreshed=from-the-site"
+
+
+async def test_the_http_engine_keeps_a_jobs_session_cookie_out_of_its_shared_jar() -> None:
+    plain = options_from_payload({"render": False}, default_timeout_seconds=20)
+    # A host name, not an address: aiohttp's jar keeps no cookies of IP addresses.
+    with cookie_site("127.0.0.1") as (address, seen):
+        url = address.replace("127.0.0.1", "localhost")
+        signed_in = replace(
+            plain,
+            credentials=Credentials(origins=(url,), cookies={"session": "s3cr3t"}),
+        )
+        guard = NetworkGuard(allow_networks=parse_networks("127.0.0.0/8"))
+        async with HttpEngine(guard) as engine:
+            await engine.fetch(f"{url}/account", signed_in)
+            await engine.fetch(f"{url}/next-job", plain)
+            await engine.fetch(f"{url}/next-job-again", plain)
+    cookies = dict(seen)
+    assert cookies["/account"] == "session=s3cr3t"
+    assert cookies["/next-job"] == ""
     assert cookies["/next-job-again"] == "refreshed=from-the-site"
