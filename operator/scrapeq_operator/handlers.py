@@ -291,6 +291,10 @@ async def enqueue_scrapejob(
     dependencies: DependencyCheck | None = None
     try:
         problems = validate_payload(options["payload"])
+        if "sealed" in (spec.get("payload") or {}):
+            # Only the operator seals, from a Secret of the job's own namespace: a sealed text
+            # copied from another job's rows would lend that job's credentials.
+            problems.append("payload.sealed is written by the operator: use spec.credentials")
         if problems:
             raise JobNotRunnableError("InvalidSpec", "; ".join(problems), permanent=True)
         if dependency_names(spec):

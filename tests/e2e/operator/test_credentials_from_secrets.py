@@ -149,6 +149,15 @@ def _every_row_as_text(database_url: str) -> str:
     return "\n".join(texts)
 
 
+def _a_sealed_text(database_url: str) -> str:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT payload->>'sealed' FROM scraping_jobs WHERE payload ? 'sealed' LIMIT 1"
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
 def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
     kubectl: Kubectl,
     namespace: str,
@@ -258,3 +267,17 @@ def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
     for place, text in places.items():
         for secret in SECRETS:
             assert secret not in text, f"a secret value appears in the {place}"
+
+    # A sealed text copied into another ScrapeJob would lend it these credentials: refused.
+    borrowed = scrapejob(
+        "borrowed",
+        url=f"{shop.url}/account",
+        payload={"sealed": _a_sealed_text(empty_database_url)},
+    )
+    borrowed["metadata"]["namespace"] = namespace
+    kubectl.apply(borrowed)
+    status = wait_for_status(
+        kubectl, namespace, "borrowed", lambda s: s.get("phase") == "Failed", what="borrowed Failed"
+    )
+    assert status["reason"] == "InvalidSpec"
+    assert "payload.sealed is written by the operator: use spec.credentials" in status["message"]
