@@ -18,6 +18,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import psycopg
 import pytest
@@ -281,3 +282,52 @@ def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
     )
     assert status["reason"] == "InvalidSpec"
     assert "payload.sealed is written by the operator: use spec.credentials" in status["message"]
+
+
+@pytest.mark.parametrize(
+    ("credentials", "message"),
+    [
+        ({"secretRef": {"name": "login"}}, "credentials needs headers or cookies"),
+        ({"headers": {"X-Token": "t"}}, "spec.credentials.secretRef: Required value"),
+        (
+            {"secretRef": {"name": "login"}, "headers": {"Bad Header": "t"}},
+            "credentials.headers: names must be HTTP header names",
+        ),
+        (
+            {"secretRef": {"name": "login"}, "cookies": {"a;b": "t"}},
+            "credentials.cookies: names must be cookie names",
+        ),
+        (
+            {"secretRef": {"name": "login"}, "headers": {"X-Token": "not/a key"}},
+            "spec.credentials.headers.X-Token",
+        ),
+    ],
+    ids=["neither", "no-secret", "header-name", "cookie-name", "secret-key"],
+)
+def test_the_api_server_rejects_credentials_that_cannot_be_sent(
+    kubectl: Kubectl, namespace: str, credentials: dict[str, Any], message: str
+) -> None:
+    manifest = scrapejob("invalid", url="https://a.example.com/", credentials=credentials)
+    manifest["metadata"]["namespace"] = namespace
+    result = kubectl.create(manifest, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_credentials_cannot_change_on_a_live_scrapejob(kubectl: Kubectl, namespace: str) -> None:
+    manifest = scrapejob("live", url="https://a.example.com/", credentials=CREDENTIALS)
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.create(manifest)
+    changed = kubectl.run(
+        "patch",
+        "scrapejob",
+        "live",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"credentials": {"secretRef": {"name": "someone-elses"}}}}',
+        check=False,
+    )
+    assert changed.returncode != 0
+    assert "spec is immutable" in changed.stderr
