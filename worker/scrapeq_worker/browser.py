@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import os
@@ -40,10 +39,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import pyppeteer
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
+from pyppeteer.browser import BrowserContext
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
 
 from .errors import (
@@ -62,6 +63,7 @@ from .extraction import (
     browser_script_argument,
     page_from_browser,
 )
+from .egress_proxy import EgressProxy, Refusal, Route
 from .http_status import check_status, is_html
 from .job_options import JobOptions
 from .network_guard import NetworkGuard
@@ -115,6 +117,31 @@ CHROMIUM_FLAGS: Final = (
     "--hide-scrollbars",
 )
 
+# The browser's only way out is the worker's egress proxy (egress_proxy.py). Without
+# `<-loopback>` Chromium bypasses any proxy for loopback AND link-local (169.254.169.254)
+# addresses. UDP never uses a proxy: WebRTC's non-proxied UDP is off (the headless shell honours
+# the `force-` switch, full Chromium the other; each ignores the other's) and so is QUIC.
+# Measured on Chromium 156: docs/worker.md, "Threat model".
+PROXY_BYPASS: Final = "<-loopback>"
+EGRESS_FLAGS: Final = (
+    f"--proxy-bypass-list={PROXY_BYPASS}",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--disable-quic",
+)
+# Switches that would open another way out or change where names resolve; refused in
+# extra_args (a clear error beats a silent hole).
+_FORBIDDEN_EXTRA_ARGS: Final = (
+    "--proxy",
+    "--no-proxy-server",
+    "--host-resolver-rules",
+    "--host-rules",
+    "--webrtc-ip-handling-policy",
+    "--force-webrtc-ip-handling-policy",
+    "--enable-quic",
+    "--origin-to-force-quic-on",
+)
+
 # How long a stuck renderer gets to answer a trivial evaluation before it is declared hung.
 _PROBE_SECONDS: Final = 1.0
 # How much later than the job's deadline pyppeteer's navigation timer may fire (see goto).
@@ -160,6 +187,16 @@ class BrowserSettings:
     # same string as the plain-HTTP engine's (settings.user_agent).
     user_agent: str = DEFAULT_USER_AGENT
     extra_args: tuple[str, ...] = ()
+    # Browser contexts kept warm (with their tab) for later jobs of the same owner.
+    idle_contexts: int = 16
+
+    def __post_init__(self) -> None:
+        for arg in self.extra_args:
+            if arg.split("=", 1)[0].startswith(_FORBIDDEN_EXTRA_ARGS):
+                raise ValueError(
+                    f"Chromium argument {arg!r} is not allowed: the worker's egress proxy must "
+                    "stay the browser's only way out"
+                )
 
 
 class _Chromium:
@@ -177,7 +214,9 @@ class _Chromium:
         self.retire_reason: str | None = None
         self.closed = asyncio.Event()
         self.endpoint: str = browser.wsEndpoint
-        self.idle_tabs: list[_Tab] = []
+        # Warm contexts by owner, least recently used first.
+        self.idle_contexts: dict[_Context, None] = {}
+        self.default_route: Route | None = None
 
     @property
     def profile_dir(self) -> Path:
@@ -253,11 +292,24 @@ _FETCH_PATTERNS: Final = [
 ]
 
 
-class _Tab:
-    """A tab the pool reuses for up to `tab_reuse_pages` jobs; its CDP handlers are attached
-    once and report to whichever job currently holds it (`watch`)."""
+class _Context:
+    """A browser context of one owner (a ScrapeJob) with its own proxy route, used by one job
+    at a time: its state (cookies, cache, storage, service workers) is never seen by another
+    owner's jobs, and whatever the proxy refuses on its route belongs to the job holding it."""
 
-    def __init__(self, page: Any, context: Any, chromium: _Chromium) -> None:
+    def __init__(self, context: Any, route: Route, owner: str | None, chromium: _Chromium) -> None:
+        self.context = context
+        self.route = route
+        self.owner = owner
+        self.chromium = chromium
+        self.tab: _Tab | None = None
+
+
+class _Tab:
+    """A tab the pool reuses for up to `tab_reuse_pages` jobs of its context's owner; its CDP
+    handlers are attached once and report to whichever job currently holds it (`watch`)."""
+
+    def __init__(self, page: Any, context: _Context, chromium: _Chromium) -> None:
         self.page = page
         self.context = context
         self.chromium = chromium
@@ -291,6 +343,30 @@ class _PageWatch:
         if not self.abort.done():
             self.abort.set_result(error)
 
+    def record_blocked(self, url: str, reason: str, error: str) -> None:
+        """Report one refused request once (the tab's check and the proxy may both see it)."""
+        url = url[:500]
+        if all(entry["url"] != url for entry in self.blocked):
+            self.blocked.append({"url": url, "reason": reason, "error": error[:500]})
+
+    def refused_by_proxy(self, refusal: Refusal) -> None:
+        """The egress proxy refused a connection of this job's context. Before the document
+        answered, a refusal of the document's own host:port ends the job (the name moved to a
+        forbidden address between the tab's check and the proxy's: DNS rebinding)."""
+        if self.status is None and _authority(refusal.target) == _authority(self.url):
+            self.fail(BlockedRequest(refusal.error, reason=refusal.reason))
+        self.record_blocked(refusal.target, refusal.reason, refusal.error)
+
+
+def _authority(target: str) -> tuple[str, int] | None:
+    """(host, port) of a URL or of a CONNECT target."""
+    with contextlib.suppress(ValueError):
+        parts = urlsplit(target if "://" in target else f"//{target}")
+        default = 443 if parts.scheme == "https" else 80
+        if parts.hostname:
+            return parts.hostname.lower(), parts.port or default
+    return None
+
 
 class BrowserPool:
     """Renders pages in a shared, self-healing Chromium. Use `async with` or start()/close()."""
@@ -316,6 +392,7 @@ class BrowserPool:
         self._closers: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Task[None]] = set()
         self.executable = find_chromium(settings.executable)
+        self.proxy = EgressProxy(guard)
 
     async def __aenter__(self) -> BrowserPool:
         await self.start()
@@ -346,6 +423,7 @@ class BrowserPool:
         await asyncio.gather(*(self._stop(chromium) for chromium in browsers))
         if self._closers:
             await asyncio.gather(*self._closers, return_exceptions=True)
+        await self.proxy.close()
 
     @property
     def ready(self) -> bool:
@@ -428,11 +506,16 @@ class BrowserPool:
                 f"cannot create Chromium's profile directory: {error}",
                 reason="temp_dir_unwritable",
             ) from error
+        # The default context serves no job: its route lets nothing out. Every job's context
+        # gets a route of its own (_take_context).
+        default_route = await self.proxy.open_route(refuse_all=True)
         args = [
             self.executable,
             *CHROMIUM_FLAGS,
             *(["--no-sandbox"] if self.settings.no_sandbox or os.geteuid() == 0 else []),
             *self.settings.extra_args,
+            f"--proxy-server={default_route.url}",
+            *EGRESS_FLAGS,
             f"--user-agent={self.settings.user_agent}",
             f"--user-data-dir={profile}",
             "--remote-debugging-port=0",
@@ -461,9 +544,11 @@ class BrowserPool:
         except BaseException:
             await _kill_group(process, str(profile))
             shutil.rmtree(workdir, ignore_errors=True)
+            await default_route.close()
             raise
         self._launches += 1
         chromium = _Chromium(process, browser, workdir, self._launches)
+        chromium.default_route = default_route
         logger.info(
             "launched browser %d (%s, pid %d) in %.0f ms",
             chromium.number,
@@ -514,6 +599,11 @@ class BrowserPool:
             await asyncio.wait_for(chromium.process.wait(), 5.0)
         await _kill_group(chromium.process, str(chromium.profile_dir))
         shutil.rmtree(chromium.workdir, ignore_errors=True)
+        for context in list(chromium.idle_contexts):
+            await context.route.close()
+        chromium.idle_contexts.clear()
+        if chromium.default_route is not None:
+            await chromium.default_route.close()
         logger.info("closed browser %d after %d pages", chromium.number, chromium.pages_served)
 
     async def _health_loop(self) -> None:
@@ -556,9 +646,12 @@ class BrowserPool:
         options: JobOptions,
         *,
         follow_selector: str | None = None,
+        owner: str | None = None,
     ) -> PageOutcome:
-        """Load `url` in a warm tab (or a fresh incognito context with `isolate_pages`), apply
-        `options`, extract, and hand the tab back (or close it if anything went wrong).
+        """Load `url` in a warm tab of a browser context of `owner` (the ScrapeJob's uid; jobs
+        without one share the anonymous owner's contexts), or of a fresh context with
+        `isolate_pages`; apply `options`, extract, and hand the tab back (or close it if
+        anything went wrong).
 
         Raises a WorkerError subclass for every failure: BlockedRequest (guard), RetryLater
         (timeouts, crashes, 5xx, 429/503 with the site's delay), PermanentFailure (4xx, script
@@ -580,7 +673,7 @@ class BrowserPool:
         clean = False
         try:
             try:
-                tab = await self._take_tab(chromium)
+                tab = await self._take_tab(chromium, owner)
             except PyppeteerNetworkError as error:
                 self._retire(chromium, "crashed")
                 raise BrowserUnavailable(f"browser connection lost: {error}") from error
@@ -607,33 +700,86 @@ class BrowserPool:
                 self._on_page_count(-1)
             self._maybe_close_retired(chromium)
 
-    async def _take_tab(self, chromium: _Chromium) -> _Tab:
-        """An idle warm tab of `chromium`, or a new one with the pool's handlers attached."""
-        while chromium.idle_tabs:
-            tab = chromium.idle_tabs.pop()
+    async def _take_context(self, chromium: _Chromium, owner: str | None) -> _Context:
+        """An idle context of `owner` (the most recently used), or a new one with its own
+        proxy route."""
+        if not self.settings.isolate_pages:
+            for context in reversed(chromium.idle_contexts):
+                if context.owner == owner:
+                    del chromium.idle_contexts[context]
+                    return context
+        route = await self.proxy.open_route()
+        try:
+            answer = await self._operation(
+                chromium,
+                chromium.browser._connection.send(
+                    "Target.createBrowserContext",
+                    {"proxyServer": route.url, "proxyBypassList": PROXY_BYPASS},
+                ),
+                "open a context",
+            )
+        except BaseException:
+            await route.close()
+            raise
+        context_id = answer["browserContextId"]
+        browser_context = BrowserContext(chromium.browser, context_id)
+        chromium.browser._contexts[context_id] = browser_context
+        return _Context(browser_context, route, owner, chromium)
+
+    async def _give_back_context(self, context: _Context) -> None:
+        """Keep a context warm for its owner's next job; the least recently used idle context
+        beyond `idle_contexts` is closed."""
+        chromium = context.chromium
+        context.route.holder = None
+        if (
+            self.settings.isolate_pages
+            or not chromium.alive
+            or chromium.retire_reason is not None
+            or self._closing
+        ):
+            await self._close_context(context)
+            return
+        chromium.idle_contexts[context] = None
+        while len(chromium.idle_contexts) > self.settings.idle_contexts:
+            oldest = next(iter(chromium.idle_contexts))
+            del chromium.idle_contexts[oldest]
+            await self._close_context(oldest)
+
+    async def _close_context(self, context: _Context) -> None:
+        if context.tab is not None:
+            await self._close_tab(context.tab)
+        if context.chromium.alive:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    context.context.close(), self.settings.operation_timeout_seconds
+                )
+        await context.route.close()
+
+    async def _take_tab(self, chromium: _Chromium, owner: str | None) -> _Tab:
+        """The warm tab of an idle context of `owner`, or a new one with the pool's handlers
+        attached (in a new context when needed)."""
+        context = await self._take_context(chromium, owner)
+        try:
+            return await self._tab_of(context)
+        except BaseException:
+            await self._close_context(context)
+            raise
+
+    async def _tab_of(self, context: _Context) -> _Tab:
+        chromium = context.chromium
+        if context.tab is not None:
+            tab = context.tab
             if not tab.crashed and not tab.page.isClosed():
                 return tab
             await self._close_tab(tab)
-        context: Any = None
-        if self.settings.isolate_pages:
-            context = await self._operation(
-                chromium, chromium.browser.createIncognitoBrowserContext(), "open a context"
-            )
-        try:
-            page = await self._operation(
-                chromium, (context or chromium.browser).newPage(), "open a tab"
-            )
-        except BaseException:
-            if context is not None:
-                await _quietly(asyncio.wait_for(context.close(), 5.0))
-            raise
+        page = await self._operation(chromium, context.context.newPage(), "open a tab")
         tab = _Tab(page, context, chromium)
+        context.tab = tab
         # pyppeteer raises from emit('error') when nobody listens: a crash would escape into
         # the connection's reader task. This handler turns it into this job's failure only.
         page.on("error", lambda error: self._on_crash(tab, error))
         tab.client.on("Fetch.requestPaused", lambda event: self._on_paused(tab, event))
         tab.client.on("Network.dataReceived", lambda event: self._on_data(tab, event))
-        tab.client.on("Network.responseReceived", lambda event: self._on_response(tab, event))
         try:
             await self._operation(
                 chromium,
@@ -646,27 +792,23 @@ class BrowserPool:
         return tab
 
     async def _give_back(self, tab: _Tab, *, clean: bool) -> None:
-        """Keep a tab for the next job only after a clean success; close it otherwise."""
+        """Keep a tab (in its context) for the owner's next job only after a clean success;
+        close it otherwise. The context goes back either way."""
         tab.watch = None
-        chromium = tab.chromium
-        if (
+        context = tab.context
+        if not (
             clean
-            and tab.context is None
             and not tab.crashed
             and tab.jobs < self.settings.tab_reuse_pages
-            and chromium.alive
-            and chromium.retire_reason is None
-            and not self._closing
+            and tab.chromium.alive
         ):
-            chromium.idle_tabs.append(tab)
-            return
-        await self._close_tab(tab)
+            await self._close_tab(tab)
+        await self._give_back_context(context)
 
     async def _close_tab(self, tab: _Tab) -> None:
+        if tab.context.tab is tab:
+            tab.context.tab = None
         await self._close_page(tab.chromium, tab.page)
-        if tab.context is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(tab.context.close(), self.settings.operation_timeout_seconds)
 
     def _on_crash(self, tab: _Tab, error: object) -> None:
         tab.crashed = True
@@ -699,10 +841,6 @@ class BrowserPool:
         if tab.watch is not None:
             self._count_bytes(tab.client, tab.watch, event)
 
-    def _on_response(self, tab: _Tab, event: Mapping[str, Any]) -> None:
-        if tab.watch is not None:
-            self._check_remote(tab.watch, event)
-
     async def _operation(self, chromium: _Chromium, awaitable: Any, what: str) -> Any:
         """Run a browser-level operation; a browser that cannot do it in time is retired."""
         try:
@@ -726,6 +864,7 @@ class BrowserPool:
         client = tab.client
         watch = _PageWatch(url, page.mainFrame._id, options.timeout_seconds)
         tab.watch = watch
+        tab.context.route.holder = watch.refused_by_proxy
         deadline = started + options.timeout_seconds
         setup: list[Any] = []
         if options.headers:
@@ -952,13 +1091,7 @@ class BrowserPool:
                 if is_main:
                     watch.fail(refusal)
                 else:
-                    watch.blocked.append(
-                        {
-                            "url": request_url[:500],
-                            "reason": refusal.reason,
-                            "error": refusal.message[:500],
-                        }
-                    )
+                    watch.record_blocked(request_url, refusal.reason, refusal.message)
                 await client.send(
                     "Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"}
                 )
@@ -1021,30 +1154,6 @@ class BrowserPool:
         if watch.bytes_received > self.settings.max_response_bytes and not watch.abort.done():
             watch.fail(self._too_large(watch.url))
             self._spawn(watch, _quietly(client.send("Page.stopLoading")))
-
-    def _check_remote(self, watch: _PageWatch, event: Mapping[str, Any]) -> None:
-        """Defence in depth against DNS rebinding: Chromium resolves names itself, so look at
-        the address it actually connected to."""
-        address = (event.get("response") or {}).get("remoteIPAddress")
-        if not address:
-            return
-        try:
-            parsed = ipaddress.ip_address(address.strip("[]"))
-        except ValueError:
-            return
-        try:
-            self.guard.check_address(parsed, url=(event.get("response") or {}).get("url", "?"))
-        except BlockedRequest as refusal:
-            if event.get("type") == "Document" and event.get("frameId") == watch.main_frame_id:
-                watch.fail(refusal)
-            else:
-                watch.blocked.append(
-                    {
-                        "url": str(event.get("response", {}).get("url"))[:500],
-                        "reason": refusal.reason,
-                        "error": refusal.message[:500],
-                    }
-                )
 
 
 async def _quietly(awaitable: Any) -> None:

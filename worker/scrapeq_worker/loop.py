@@ -463,7 +463,9 @@ class Worker:
                     options = options_from_payload(
                         job.payload, default_timeout_seconds=self.settings.page_timeout_seconds
                     )
-                    scraped = await self.scraper.scrape(job.url, options, depth=job.depth)
+                    scraped = await self.scraper.scrape(
+                        job.url, options, depth=job.depth, owner=job.owner_uid
+                    )
                 except WorkerError as error:
                     failure = error
                 except asyncio.CancelledError:

@@ -46,6 +46,8 @@ class HostileSite:
         self.hits: collections.Counter[str] = collections.Counter()
         # Pages a test registers: `pages[name]` is served as HTML at /page/<name>.
         self.pages: dict[str, str] = {}
+        # Scripts a test registers: `scripts[name]` is served as JavaScript at /script/<name>.
+        self.scripts: dict[str, str] = {}
         # The User-Agent header of every request, by path, in arrival order.
         self.user_agents: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
         self.bystander_hits = 0
@@ -92,6 +94,8 @@ class HostileSite:
         app.router.add_get("/loopback-image", self._loopback_image)
         app.router.add_get("/document.pdf", self._pdf)
         app.router.add_get("/page/{name}", self._registered)
+        app.router.add_get("/script/{name}", self._script)
+        app.router.add_get("/redirect", self._redirect)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, SITE_HOST, 0)
@@ -194,6 +198,23 @@ class HostileSite:
     async def _missing(self, request: web.Request) -> web.Response:
         self._count(request)
         return web.Response(status=404, text="no such page")
+
+    async def _script(self, request: web.Request) -> web.Response:
+        self._count(request)
+        body = self.scripts.get(request.match_info["name"])
+        if body is None:
+            raise web.HTTPNotFound()
+        # A service worker registered from here may control the whole site (scope "/").
+        return web.Response(
+            text=body,
+            content_type="application/javascript",
+            headers={"Service-Worker-Allowed": "/"},
+        )
+
+    async def _redirect(self, request: web.Request) -> web.Response:
+        """A same-site redirect to wherever `to` says."""
+        self._count(request)
+        raise web.HTTPFound(request.query["to"])
 
     async def _to_metadata(self, request: web.Request) -> web.Response:
         self._count(request)
