@@ -254,7 +254,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "SCRAPEQ_ISOLATE_PAGES",
         False,
         _bool,
-        "Open each page in its own incognito context (no shared cookies/cache; slower).",
+        "A fresh browser context for every page, even between pages of one ScrapeJob "
+        "(different ScrapeJobs never share one anyway; slower).",
         is_switch=True,
     ),
     # Set per pool (the chart passes it): without it sites see scrapeq's name but nobody to ask.
