@@ -1,16 +1,23 @@
-"""The browser pool: one long-lived headless Chromium per worker process, a fresh tab per job.
+"""The browser pool: one long-lived headless Chromium per worker process, a warm tab per job.
 
 Launching a browser per job costs about 3 times a new tab in a warm browser (docs/worker.md), so
-the worker keeps one Chromium running and opens a tab (or an incognito context, with
-`isolate_pages`) for each job. Everything a hostile or broken page can do is contained here:
+the worker keeps one Chromium running. Each job's page runs in a browser context of its owner
+(the ScrapeJob), used by one job at a time and kept warm with its tab for the owner's next job
+(or a fresh context per job with `isolate_pages`). Everything a hostile or broken page can do
+is contained here:
 
+* the browser's only way out is the worker's egress proxy (egress_proxy.py): Chromium runs
+  with `--proxy-server` and `--proxy-bypass-list=<-loopback>`, each context has its own proxy
+  route, and UDP (WebRTC's non-proxied UDP, QUIC) is off; whatever the proxy refuses on a
+  context's route is reported by the job holding that context;
 * every operation runs under a timeout; a page stuck in a JavaScript loop is stopped with CDP
   `Runtime.terminateExecution`, a page that never finishes loading times out;
 * a renderer crash (`Inspector.targetCrashed`, pyppeteer's page `error` event) fails only that
   job: pyppeteer's emitter raises on an unhandled `error` event, so each page gets a handler;
-* every request the page makes — navigation, each redirect hop, each sub-resource — is paused
-  through the CDP `Fetch` domain and checked by the network guard before Chromium connects
-  (pyppeteer's own `setRequestInterception` uses a CDP method Chromium removed);
+* the tab's own requests — navigation, each redirect hop, each sub-resource — are also paused
+  through the CDP `Fetch` domain and checked by the network guard before Chromium sends them,
+  so a blocked navigation fails with the guard's reason (pyppeteer's own
+  `setRequestInterception` uses a CDP method Chromium removed);
 * the main document's response is looked at before it is rendered: error statuses, non-HTML
   content and oversized bodies never reach the renderer;
 * the browser is recycled after `recycle_after_pages` pages, when it stops answering, or when
@@ -42,11 +49,12 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import pyppeteer
+from pyppeteer.browser import BrowserContext
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
-from pyppeteer.browser import BrowserContext
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
 
+from .egress_proxy import EgressProxy, Refusal, Route
 from .errors import (
     BlockedRequest,
     BrowserUnavailable,
@@ -63,7 +71,6 @@ from .extraction import (
     browser_script_argument,
     page_from_browser,
 )
-from .egress_proxy import EgressProxy, Refusal, Route
 from .http_status import check_status, is_html
 from .job_options import JobOptions
 from .network_guard import NetworkGuard

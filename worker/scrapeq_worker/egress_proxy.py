@@ -82,8 +82,11 @@ class Route:
         if holder is not None:
             holder(refusal)
         else:
-            logger.info("egress proxy refused %s (%s) with no job holding the route",
-                        refusal.target, refusal.reason)
+            logger.info(
+                "egress proxy refused %s (%s) with no job holding the route",
+                refusal.target,
+                refusal.reason,
+            )
 
     async def close(self) -> None:
         if self.server is not None:
@@ -159,7 +162,8 @@ class EgressProxy:
             if route.refuse_all:
                 raise BlockedRequest(
                     f"blocked request to {shown}: nothing leaves the browser outside a job's "
-                    "browser context", reason="blocked_context"
+                    "browser context",
+                    reason="blocked_context",
                 )
             upstream = await self._connect(host, port, shown)
         except (BlockedRequest, RetryLater) as refusal:
@@ -197,9 +201,7 @@ class EgressProxy:
                 )
             except (OSError, TimeoutError) as error:
                 last = error if isinstance(error, OSError) else OSError(str(error) or "timeout")
-        raise RetryLater(
-            f"could not connect to {shown}: {last}", reason="connect_error"
-        )
+        raise RetryLater(f"could not connect to {shown}: {last}", reason="connect_error")
 
 
 def _bracket(host: str) -> str:
@@ -212,7 +214,9 @@ def _split_authority(authority: str) -> tuple[str, int]:
     try:
         port = parts.port
     except ValueError as error:
-        raise BlockedRequest(f"blocked tunnel to {authority!r}: {error}", reason="bad_url") from error
+        raise BlockedRequest(
+            f"blocked tunnel to {authority!r}: {error}", reason="bad_url"
+        ) from error
     if not parts.hostname or port is None:
         raise BlockedRequest(f"blocked tunnel to {authority!r}: no host:port", reason="bad_url")
     return parts.hostname, port
@@ -230,7 +234,9 @@ def _split_absolute(target: str) -> tuple[str, int, str]:
     try:
         port = parts.port or 80
     except ValueError as error:
-        raise BlockedRequest(f"blocked request to {target[:200]}: {error}", reason="bad_url") from error
+        raise BlockedRequest(
+            f"blocked request to {target[:200]}: {error}", reason="bad_url"
+        ) from error
     if not parts.hostname:
         raise BlockedRequest(f"blocked request to {target[:200]}: no host", reason="bad_url")
     origin_form = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -259,8 +265,11 @@ def _close_response_head(head: bytes) -> bytes:
         for line in lines[1:]
         if line and line.split(b":", 1)[0].strip().lower() not in _HOP_HEADERS
     ]
-    return lines[0] + b"\r\n" + b"".join(line + b"\r\n" for line in kept) + (
-        b"Connection: close\r\nProxy-Connection: close\r\n\r\n"
+    return (
+        lines[0]
+        + b"\r\n"
+        + b"".join(line + b"\r\n" for line in kept)
+        + (b"Connection: close\r\nProxy-Connection: close\r\n\r\n")
     )
 
 

@@ -62,7 +62,9 @@ def blocked_targets(result: Any) -> set[str]:
 
 
 async def test_a_websocket_to_a_loopback_port_is_refused_over_ipv4_and_ipv6(
-    site: HostileSite, secret: SecretServer, worker_settings: WorkerSettings,
+    site: HostileSite,
+    secret: SecretServer,
+    worker_settings: WorkerSettings,
     connection: Connection,
 ) -> None:
     site.pages["ws"] = page(
@@ -79,7 +81,9 @@ async def test_a_websocket_to_a_loopback_port_is_refused_over_ipv4_and_ipv6(
 
 
 async def test_popups_and_their_images_and_fetches_never_reach_the_secret(
-    site: HostileSite, secret: SecretServer, worker_settings: WorkerSettings,
+    site: HostileSite,
+    secret: SecretServer,
+    worker_settings: WorkerSettings,
     connection: Connection,
 ) -> None:
     site.pages["child"] = page(
@@ -99,12 +103,16 @@ async def test_popups_and_their_images_and_fetches_never_reach_the_secret(
     assert result["fields"]["done"] == "refused"
     assert secret.hits == 0
     assert {
-        secret.url("/popup"), secret.url("/popup-image"), secret.url("/popup-fetch")
+        secret.url("/popup"),
+        secret.url("/popup-image"),
+        secret.url("/popup-fetch"),
     } <= blocked_targets(result)
 
 
 async def test_shared_workers_and_service_workers_cannot_fetch_the_secret(
-    site: HostileSite, secret: SecretServer, worker_settings: WorkerSettings,
+    site: HostileSite,
+    secret: SecretServer,
+    worker_settings: WorkerSettings,
     connection: Connection,
 ) -> None:
     site.scripts["shared.js"] = (
@@ -151,12 +159,19 @@ async def test_a_service_worker_left_by_one_scrapejob_never_controls_another_one
         " return navigator.serviceWorker.ready; }).then(function () { done('installed'); });"
     )
     first = await queue.enqueue(
-        connection, site.url("/page/install"), payload=DONE, dedup_key="install", priority=9,
+        connection,
+        site.url("/page/install"),
+        payload=DONE,
+        dedup_key="install",
+        priority=9,
         owner=queue.Owner(uid="uid-a", namespace="team-a", name="installs"),
     )
     second = await queue.enqueue(
-        connection, site.url("/js/1"), payload={"extract": {"name": "h1.name"}},
-        dedup_key="victim", priority=1,
+        connection,
+        site.url("/js/1"),
+        payload={"extract": {"name": "h1.name"}},
+        dedup_key="victim",
+        priority=1,
         owner=queue.Owner(uid="uid-b", namespace="team-b", name="victim"),
     )
 
@@ -172,7 +187,9 @@ async def test_a_service_worker_left_by_one_scrapejob_never_controls_another_one
 
 
 async def test_speculation_rules_prefetch_and_prerender_never_reach_the_secret(
-    site: HostileSite, secret: SecretServer, worker_settings: WorkerSettings,
+    site: HostileSite,
+    secret: SecretServer,
+    worker_settings: WorkerSettings,
     connection: Connection,
 ) -> None:
     to_secret = "/redirect?to=" + secret.url("/prerendered")
@@ -206,21 +223,23 @@ async def test_speculation_rules_prefetch_and_prerender_never_reach_the_secret(
     # speculation (measured), so nothing reaches the proxy to refuse: nothing may be reported
     # as blocked either, beyond the secret's own URLs.
     assert blocked_targets(result) <= {
-        secret.url("/prefetch"), secret.url("/prefetched"), secret.url("/prerendered")
+        secret.url("/prefetch"),
+        secret.url("/prefetched"),
+        secret.url("/prerendered"),
     }
 
 
 async def test_webrtc_stun_and_turn_never_send_a_datagram_to_the_secret(
-    site: HostileSite, secret: SecretServer, worker_settings: WorkerSettings,
+    site: HostileSite,
+    secret: SecretServer,
+    worker_settings: WorkerSettings,
     connection: Connection,
 ) -> None:
     servers = [
         {"urls": f"stun:127.0.0.1:{secret.port}"},
         {"urls": f"stun:[::1]:{secret.port}"},
-        {"urls": f"turn:127.0.0.1:{secret.port}?transport=udp", "username": "u",
-         "credential": "c"},
-        {"urls": f"turn:127.0.0.1:{secret.port}?transport=tcp", "username": "u",
-         "credential": "c"},
+        {"urls": f"turn:127.0.0.1:{secret.port}?transport=udp", "username": "u", "credential": "c"},
+        {"urls": f"turn:127.0.0.1:{secret.port}?transport=tcp", "username": "u", "credential": "c"},
     ]
     site.pages["webrtc"] = page(
         f"var pc = new RTCPeerConnection({{iceServers: {servers!r}}});\n"
@@ -237,7 +256,9 @@ async def test_webrtc_stun_and_turn_never_send_a_datagram_to_the_secret(
 
 
 async def test_quic_and_webtransport_never_send_a_datagram_to_the_secret(
-    site: HostileSite, secret: SecretServer, worker_settings: WorkerSettings,
+    site: HostileSite,
+    secret: SecretServer,
+    worker_settings: WorkerSettings,
     connection: Connection,
 ) -> None:
     site.pages["quic"] = page(
@@ -253,7 +274,9 @@ async def test_quic_and_webtransport_never_send_a_datagram_to_the_secret(
 
 
 async def test_refusals_are_reported_only_by_the_job_whose_page_made_them(
-    site: HostileSite, secret: SecretServer, worker_settings: WorkerSettings,
+    site: HostileSite,
+    secret: SecretServer,
+    worker_settings: WorkerSettings,
     connection: Connection,
 ) -> None:
     site.pages["sneaky"] = page(
@@ -281,7 +304,9 @@ async def test_refusals_are_reported_only_by_the_job_whose_page_made_them(
 
 
 async def test_a_name_that_rebinds_to_the_secret_after_its_checks_is_never_connected_to(
-    site: HostileSite, worker_settings: WorkerSettings, connection: Connection,
+    site: HostileSite,
+    worker_settings: WorkerSettings,
+    connection: Connection,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A resolver the test controls answers the allowed site's address to the worker's two
@@ -317,4 +342,5 @@ async def test_a_name_that_rebinds_to_the_secret_after_its_checks_is_never_conne
     assert site.hits["/js/1"] == 0
     assert row.status == "failed"
     assert row.last_reason == "blocked_address"
-    assert row.last_error is not None and "127.0.0.1 is a loopback address" in row.last_error
+    assert row.last_error is not None
+    assert "127.0.0.1 is a loopback address" in row.last_error

@@ -79,11 +79,13 @@ async def test_an_allowed_plain_http_request_is_forwarded_once_and_closed(origin
 
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 OK")
-    assert b"Connection: close" in head and b"keep-alive" not in head
+    assert b"Connection: close" in head
+    assert b"keep-alive" not in head
     assert body == b"allowed"
     [request] = origin.requests
     assert request.startswith(b"GET /a?b=c HTTP/1.1\r\n")
-    assert b"Proxy-Connection" not in request and b"Connection: close" in request
+    assert b"Proxy-Connection" not in request
+    assert b"Connection: close" in request
 
 
 async def test_a_tunnel_to_a_loopback_address_is_refused_and_reported_to_the_holder() -> None:
@@ -94,9 +96,7 @@ async def test_a_tunnel_to_a_loopback_address_is_refused_and_reported_to_the_hol
     refusals: list[Refusal] = []
     route.holder = refusals.append
     try:
-        answer = await through(
-            route, f"CONNECT 127.0.0.1:{secret.port} HTTP/1.1\r\n\r\n".encode()
-        )
+        answer = await through(route, f"CONNECT 127.0.0.1:{secret.port} HTTP/1.1\r\n\r\n".encode())
     finally:
         await proxy.close()
         assert secret.server is not None
