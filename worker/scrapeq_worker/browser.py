@@ -54,7 +54,7 @@ from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
 
-from .egress_proxy import EgressProxy, Refusal, Route
+from .egress_proxy import EgressProxy, Refusal, Route, UpstreamProxy
 from .errors import (
     BlockedRequest,
     BrowserUnavailable,
@@ -196,6 +196,8 @@ class BrowserSettings:
     extra_args: tuple[str, ...] = ()
     # Browser contexts kept warm (with their tab) for later jobs of the same owner.
     idle_contexts: int = 16
+    # An HTTP proxy the egress proxy chains to after its checks (the pool's, if any).
+    upstream_proxy: UpstreamProxy | None = None
 
     def __post_init__(self) -> None:
         for arg in self.extra_args:
@@ -361,8 +363,10 @@ class _PageWatch:
         answered, a refusal of the document's own host:port ends the job (the name moved to a
         forbidden address between the tab's check and the proxy's: DNS rebinding)."""
         if self.status is None and _authority(refusal.target) == _authority(self.url):
-            self.fail(BlockedRequest(refusal.error, reason=refusal.reason))
-        self.record_blocked(refusal.target, refusal.reason, refusal.error)
+            error_type = RetryLater if refusal.retryable else BlockedRequest
+            self.fail(error_type(refusal.error, reason=refusal.reason))
+        if not refusal.retryable:  # a connection that failed was not blocked
+            self.record_blocked(refusal.target, refusal.reason, refusal.error)
 
 
 def _authority(target: str) -> tuple[str, int] | None:
@@ -399,7 +403,7 @@ class BrowserPool:
         self._closers: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Task[None]] = set()
         self.executable = find_chromium(settings.executable)
-        self.proxy = EgressProxy(guard)
+        self.proxy = EgressProxy(guard, upstream=settings.upstream_proxy)
 
     async def __aenter__(self) -> BrowserPool:
         await self.start()

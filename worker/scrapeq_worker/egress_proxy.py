@@ -22,15 +22,16 @@ is attributed to the job whose page (or popup, or worker) made the request.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from .errors import BlockedRequest, RetryLater
-from .network_guard import NetworkGuard
+from .network_guard import IPAddress, NetworkGuard
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +59,44 @@ class Refusal:
     """One connection the proxy refused: what was asked for and why."""
 
     target: str  # the URL of a plain-HTTP request, or host:port of a tunnel
-    reason: str  # blocked_address, blocked_scheme, bad_url, dns_error, connect_error
+    reason: str  # blocked_address, blocked_scheme, bad_url, dns_error, connect_error, ...
     error: str
+    # A failure that may pass later (DNS, connect, upstream proxy), not a guard's refusal.
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
+class UpstreamProxy:
+    """An HTTP proxy the egress proxy chains to (per worker pool). The guard still decides: the
+    upstream is asked for a tunnel to the checked address, never to a name. Its credentials are
+    kept out of every repr, string and log line."""
+
+    host: str
+    port: int
+    authorization: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def parse(cls, text: str) -> UpstreamProxy:
+        """`http://[user:password@]host:port`; errors never repeat the credentials."""
+        parts = urlsplit(text.strip())
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != "http" or not parts.hostname or port is None:
+            raise ValueError(
+                "an upstream proxy is http://[user:password@]host:port (got a value with "
+                f"scheme {parts.scheme or '(none)'!r}, host {parts.hostname or '(none)'!r})"
+            )
+        authorization = None
+        if parts.username is not None:
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            authorization = "Basic " + base64.b64encode(pair.encode()).decode()
+        return cls(parts.hostname, port, authorization)
+
+    def __str__(self) -> str:
+        shown = f"http://{_bracket(self.host)}:{self.port}"
+        return shown + (" (with credentials)" if self.authorization else "")
 
 
 class Route:
@@ -98,8 +135,15 @@ class Route:
 class EgressProxy:
     """Opens routes; every connection through a route is checked by `guard`."""
 
-    def __init__(self, guard: NetworkGuard, *, connect_timeout_seconds: float = 10.0) -> None:
+    def __init__(
+        self,
+        guard: NetworkGuard,
+        *,
+        upstream: UpstreamProxy | None = None,
+        connect_timeout_seconds: float = 10.0,
+    ) -> None:
         self.guard = guard
+        self.upstream = upstream
         self.connect_timeout_seconds = connect_timeout_seconds
         self.routes: set[Route] = set()
         self._connections: set[asyncio.Task[None]] = set()
@@ -167,7 +211,14 @@ class EgressProxy:
                 )
             upstream = await self._connect(host, port, shown)
         except (BlockedRequest, RetryLater) as refusal:
-            route.report(Refusal(shown, refusal.reason, refusal.message))
+            route.report(
+                Refusal(
+                    shown,
+                    refusal.reason,
+                    refusal.message,
+                    retryable=isinstance(refusal, RetryLater),
+                )
+            )
             await _answer(writer, 403, "Forbidden", refusal.message)
             return
         up_reader, up_writer = upstream
@@ -191,6 +242,8 @@ class EgressProxy:
         """Resolve `host` once, check every address, connect to a checked one."""
         url = f"http://{_bracket(host)}:{port}/"
         addresses = await self.guard.check_url(url)
+        if self.upstream is not None:
+            return await self._through_upstream(self.upstream, addresses[0], port, shown)
         last: OSError | None = None
         for address in addresses:
             # Connect to the address that was checked, never to the name again.
@@ -202,6 +255,49 @@ class EgressProxy:
             except (OSError, TimeoutError) as error:
                 last = error if isinstance(error, OSError) else OSError(str(error) or "timeout")
         raise RetryLater(f"could not connect to {shown}: {last}", reason="connect_error")
+
+    async def _through_upstream(
+        self, upstream: UpstreamProxy, address: IPAddress, port: int, shown: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A tunnel through `upstream` to the checked `address` (not the name: the upstream
+        must not resolve it again)."""
+        target = f"{_bracket(str(address))}:{port}"
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(upstream.host, upstream.port, limit=_CHUNK),
+                self.connect_timeout_seconds,
+            )
+        except (OSError, TimeoutError) as error:
+            raise RetryLater(
+                f"could not connect to the upstream proxy {upstream} for {shown}: "
+                f"{error or 'timed out'}",
+                reason="upstream_proxy_error",
+            ) from error
+        credentials = (
+            f"Proxy-Authorization: {upstream.authorization}\r\n" if upstream.authorization else ""
+        )
+        try:
+            writer.write(
+                f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{credentials}\r\n".encode()
+            )
+            head = await asyncio.wait_for(
+                reader.readuntil(b"\r\n\r\n"), self.connect_timeout_seconds
+            )
+            status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            status = status_line.split(" ", 2)[1] if status_line.count(" ") else "?"
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            writer.close()
+            raise RetryLater(
+                f"the upstream proxy {upstream} gave no answer to a tunnel for {shown}",
+                reason="upstream_proxy_error",
+            ) from None
+        if status != "200":
+            writer.close()
+            raise RetryLater(
+                f"the upstream proxy {upstream} refused a tunnel for {shown}: {status_line[:200]}",
+                reason="upstream_proxy_error",
+            )
+        return reader, writer
 
 
 def _bracket(host: str) -> str:
@@ -316,4 +412,4 @@ async def _answer(writer: asyncio.StreamWriter, status: int, phrase: str, messag
         await writer.drain()
 
 
-__all__ = ["EgressProxy", "Refusal", "Route"]
+__all__ = ["EgressProxy", "Refusal", "Route", "UpstreamProxy"]

@@ -183,6 +183,7 @@ class Worker:
                 tab_reuse_pages=settings.tab_reuse_pages,
                 max_response_bytes=settings.max_response_bytes,
                 user_agent=settings.user_agent,
+                upstream_proxy=settings.upstream_proxy,
             ),
             self.guard,
             on_restart=lambda reason: self.metrics.browser_restarts.labels(reason).inc(),
