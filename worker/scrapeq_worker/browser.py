@@ -757,9 +757,12 @@ class BrowserPool:
             await self._close_context(oldest)
 
     async def _close_context(self, context: _Context) -> None:
+        """Close a context's tab, the context and its route. A browser on its way out takes
+        its contexts with it: no waiting on one that may not answer."""
         if context.tab is not None:
             await self._close_tab(context.tab)
-        if context.chromium.alive:
+        chromium = context.chromium
+        if chromium.alive and chromium.retire_reason is None and not self._closing:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(
                     context.context.close(), self.settings.operation_timeout_seconds

@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 from collections.abc import Iterator
+
+from .site import ThreadedServer
 
 HOSTS = ("127.0.0.1", "::1")
 
 
-class SecretServer:
+class SecretServer(ThreadedServer):
     """`port`: listen on this port (TCP and UDP, on 127.0.0.1 only) instead of a free one."""
 
     def __init__(self, port: int = 0) -> None:
+        super().__init__()
         self._wanted_port = port
         self.tcp_connections = 0
         self.udp_datagrams = 0
         self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._closers: list[object] = []
 
     @property
@@ -35,16 +35,6 @@ class SecretServer:
     def url(self, path: str = "/", *, scheme: str = "http", host: str = "127.0.0.1") -> str:
         shown = f"[{host}]" if ":" in host else host
         return f"{scheme}://{shown}:{self.port}{path}"
-
-    def start(self) -> None:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
 
     async def _start(self) -> None:
         if self._wanted_port:

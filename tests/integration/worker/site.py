@@ -39,10 +39,35 @@ STATIC_PAGE = """<!doctype html><html><head><title>Static {n}</title></head><bod
 LOOP_PAGE = "<!doctype html><html><body><p>spin</p><script>while (true) {}</script></body></html>"
 
 
-class HostileSite:
+class ThreadedServer:
+    """A server running on its own event loop in a thread; subclasses define _start/_stop."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
+
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self) -> None:
+        raise NotImplementedError
+
+
+class HostileSite(ThreadedServer):
     """The running site: `url(path)`, hit counters, and the bystander's hit count."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.hits: collections.Counter[str] = collections.Counter()
         # Pages a test registers: `pages[name]` is served as HTML at /page/<name>.
         self.pages: dict[str, str] = {}
@@ -55,8 +80,6 @@ class HostileSite:
         self.slow_in_flight_max = 0
         self.port = 0
         self.bystander_port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runners: list[web.AppRunner] = []
         self._stalls: list[asyncio.Future[None]] = []
 
@@ -67,16 +90,6 @@ class HostileSite:
         return f"http://127.0.0.1:{self.bystander_port}{path}"
 
     # --- lifecycle -----------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
-
-    def stop(self) -> None:
-        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
-        self._loop.close()
 
     async def _start(self) -> None:
         app = web.Application()
