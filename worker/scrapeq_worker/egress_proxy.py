@@ -35,6 +35,9 @@ from .network_guard import IPAddress, NetworkGuard
 
 logger = logging.getLogger(__name__)
 
+# The header on the proxy's own refusals: the plain-HTTP engine, which reads them as responses,
+# tells them from a site's answer by it.
+REFUSAL_HEADER: Final = "X-Scrapeq-Egress-Refused"
 # A request head larger than this is refused (Chromium's own limit for headers is 256 KiB).
 _MAX_HEAD_BYTES: Final = 256 * 1024
 _HEAD_TIMEOUT_SECONDS: Final = 30.0
@@ -219,7 +222,10 @@ class EgressProxy:
                     retryable=isinstance(refusal, RetryLater),
                 )
             )
-            await _answer(writer, 403, "Forbidden", refusal.message)
+            if isinstance(refusal, RetryLater):
+                await _answer(writer, 502, "Bad Gateway", refusal.message, refusal.reason)
+            else:
+                await _answer(writer, 403, "Forbidden", refusal.message, refusal.reason)
             return
         up_reader, up_writer = upstream
         try:
@@ -401,10 +407,13 @@ async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
         return
 
 
-async def _answer(writer: asyncio.StreamWriter, status: int, phrase: str, message: str) -> None:
+async def _answer(
+    writer: asyncio.StreamWriter, status: int, phrase: str, message: str, reason: str = "bad_url"
+) -> None:
     body = message.encode("utf-8", "replace")[:2000]
     writer.write(
         f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"{REFUSAL_HEADER}: {reason}\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )
@@ -412,4 +421,4 @@ async def _answer(writer: asyncio.StreamWriter, status: int, phrase: str, messag
         await writer.drain()
 
 
-__all__ = ["EgressProxy", "Refusal", "Route", "UpstreamProxy"]
+__all__ = ["REFUSAL_HEADER", "EgressProxy", "Refusal", "Route", "UpstreamProxy"]

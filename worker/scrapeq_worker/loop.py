@@ -192,6 +192,7 @@ class Worker:
             self.guard,
             max_response_bytes=settings.max_response_bytes,
             user_agent=settings.user_agent,
+            upstream_proxy=settings.upstream_proxy,
         )
         self.scraper = Scraper(
             self.browser,

@@ -86,23 +86,36 @@ def secrets_in(text: str) -> list[str]:
     return [secret for secret in (PASSWORD, encoded) if secret in text]
 
 
+# Both engines: the browser (through its contexts' routes) and the plain-HTTP engine.
+ENGINES = pytest.mark.parametrize(
+    ("path", "payload", "heading"),
+    [
+        ("/js/3", {"waitFor": "h1.name", "extract": {"n": "h1"}}, "Laptop 3"),
+        ("/static/3", {"render": False, "extract": {"n": "h1"}}, "Static 3"),
+    ],
+    ids=["browser", "http"],
+)
+
+
+@ENGINES
 async def test_pages_are_fetched_through_the_upstream_proxy_to_the_checked_address(
     site: HostileSite,
     tinyproxy: Tinyproxy,
     worker_settings: WorkerSettings,
     connection: Connection,
     caplog: pytest.LogCaptureFixture,
+    path: str,
+    payload: dict[str, object],
+    heading: str,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    job_id = await queue.enqueue(
-        connection, site.url("/js/3"), payload={"waitFor": "h1.name", "extract": {"n": "h1"}}
-    )
+    job_id = await queue.enqueue(connection, site.url(path), payload=payload)
 
     await run_burst(worker_settings, upstream_proxy=UpstreamProxy.parse(tinyproxy.url()))
 
     row = await job_row(connection, job_id)
     assert row.status == "completed", row.last_error
-    assert row.result["fields"] == {"n": "Laptop 3"}
+    assert row.result["fields"] == {"n": heading}
     # The upstream was asked for the address the guard checked, not for a name.
     await eventually(
         lambda: any(f"CONNECT {SITE_HOST}:{site.port}" in line for line in tinyproxy.requests()),
@@ -113,17 +126,19 @@ async def test_pages_are_fetched_through_the_upstream_proxy_to_the_checked_addre
     assert secrets_in(str(row.result)) == []
 
 
+@ENGINES
 async def test_a_refused_upstream_login_fails_the_job_without_showing_the_credentials(
     site: HostileSite,
     tinyproxy: Tinyproxy,
     worker_settings: WorkerSettings,
     connection: Connection,
     caplog: pytest.LogCaptureFixture,
+    path: str,
+    payload: dict[str, object],
+    heading: str,
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    job_id = await queue.enqueue(
-        connection, site.url("/js/4"), payload={"extract": {"n": "h1"}}, max_retries=0
-    )
+    job_id = await queue.enqueue(connection, site.url(path), payload=payload, max_retries=0)
     wrong = UpstreamProxy.parse(tinyproxy.url(password="not-" + PASSWORD))
 
     await run_burst(worker_settings, upstream_proxy=wrong)
@@ -137,7 +152,7 @@ async def test_a_refused_upstream_login_fails_the_job_without_showing_the_creden
     assert "Unauthorized" in row.last_error
     assert PASSWORD not in row.last_error
     assert PASSWORD not in caplog.text
-    assert site.hits["/js/4"] == 0
+    assert site.hits[path] == 0
 
 
 def test_an_upstream_proxy_is_shown_without_its_credentials() -> None:
