@@ -18,7 +18,7 @@ import scrapeq_queue as queue
 from scrapeq_worker.egress_proxy import UpstreamProxy
 from scrapeq_worker.settings import WorkerSettings
 
-from .conftest import Connection, eventually, job_row, run_burst
+from .conftest import Connection, JobRow, eventually, job_row, run_burst
 from .site import SITE_HOST, HostileSite
 
 pytestmark = [
@@ -86,39 +86,58 @@ def secrets_in(text: str) -> list[str]:
     return [secret for secret in (PASSWORD, encoded) if secret in text]
 
 
+@dataclass(frozen=True)
+class Case:
+    """One page for one engine, and the parts a test runs it with."""
+
+    path: str
+    payload: dict[str, object]
+    heading: str
+    site: HostileSite
+    tinyproxy: Tinyproxy
+    settings: WorkerSettings
+    connection: Connection
+
+    async def run(self, upstream: str, **options: int) -> JobRow:
+        job_id = await queue.enqueue(
+            self.connection, self.site.url(self.path), payload=self.payload, **options
+        )
+        await run_burst(self.settings, upstream_proxy=UpstreamProxy.parse(upstream))
+        return await job_row(self.connection, job_id)
+
+
 # Both engines: the browser (through its contexts' routes) and the plain-HTTP engine.
-ENGINES = pytest.mark.parametrize(
-    ("path", "payload", "heading"),
-    [
+@pytest.fixture(
+    params=[
         ("/js/3", {"waitFor": "h1.name", "extract": {"n": "h1"}}, "Laptop 3"),
         ("/static/3", {"render": False, "extract": {"n": "h1"}}, "Static 3"),
     ],
     ids=["browser", "http"],
 )
-
-
-@ENGINES
-async def test_pages_are_fetched_through_the_upstream_proxy_to_the_checked_address(
+def case(
+    request: pytest.FixtureRequest,
     site: HostileSite,
     tinyproxy: Tinyproxy,
     worker_settings: WorkerSettings,
     connection: Connection,
     caplog: pytest.LogCaptureFixture,
-    path: str,
-    payload: dict[str, object],
-    heading: str,
-) -> None:
+) -> Case:
     caplog.set_level(logging.DEBUG)
-    job_id = await queue.enqueue(connection, site.url(path), payload=payload)
+    path, payload, heading = request.param
+    return Case(path, payload, heading, site, tinyproxy, worker_settings, connection)
 
-    await run_burst(worker_settings, upstream_proxy=UpstreamProxy.parse(tinyproxy.url()))
 
-    row = await job_row(connection, job_id)
+async def test_pages_are_fetched_through_the_upstream_proxy_to_the_checked_address(
+    case: Case, caplog: pytest.LogCaptureFixture
+) -> None:
+    row = await case.run(case.tinyproxy.url())
+
     assert row.status == "completed", row.last_error
-    assert row.result["fields"] == {"n": heading}
+    assert row.result["fields"] == {"n": case.heading}
     # The upstream was asked for the address the guard checked, not for a name.
+    tunnel = f"CONNECT {SITE_HOST}:{case.site.port}"
     await eventually(
-        lambda: any(f"CONNECT {SITE_HOST}:{site.port}" in line for line in tinyproxy.requests()),
+        lambda: any(tunnel in line for line in case.tinyproxy.requests()),
         within=5,
         what="tinyproxy to log the tunnel",
     )
@@ -126,24 +145,11 @@ async def test_pages_are_fetched_through_the_upstream_proxy_to_the_checked_addre
     assert secrets_in(str(row.result)) == []
 
 
-@ENGINES
 async def test_a_refused_upstream_login_fails_the_job_without_showing_the_credentials(
-    site: HostileSite,
-    tinyproxy: Tinyproxy,
-    worker_settings: WorkerSettings,
-    connection: Connection,
-    caplog: pytest.LogCaptureFixture,
-    path: str,
-    payload: dict[str, object],
-    heading: str,
+    case: Case, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG)
-    job_id = await queue.enqueue(connection, site.url(path), payload=payload, max_retries=0)
-    wrong = UpstreamProxy.parse(tinyproxy.url(password="not-" + PASSWORD))
+    row = await case.run(case.tinyproxy.url(password="not-" + PASSWORD), max_retries=0)
 
-    await run_burst(worker_settings, upstream_proxy=wrong)
-
-    row = await job_row(connection, job_id)
     assert row.status == "failed"
     assert row.last_reason == "upstream_proxy_error"
     assert row.last_error is not None
@@ -152,7 +158,7 @@ async def test_a_refused_upstream_login_fails_the_job_without_showing_the_creden
     assert "Unauthorized" in row.last_error
     assert PASSWORD not in row.last_error
     assert PASSWORD not in caplog.text
-    assert site.hits[path] == 0
+    assert case.site.hits[case.path] == 0
 
 
 def test_an_upstream_proxy_is_shown_without_its_credentials() -> None:
