@@ -1,16 +1,23 @@
-"""The browser pool: one long-lived headless Chromium per worker process, a fresh tab per job.
+"""The browser pool: one long-lived headless Chromium per worker process, a warm tab per job.
 
 Launching a browser per job costs about 3 times a new tab in a warm browser (docs/worker.md), so
-the worker keeps one Chromium running and opens a tab (or an incognito context, with
-`isolate_pages`) for each job. Everything a hostile or broken page can do is contained here:
+the worker keeps one Chromium running. Each job's page runs in a browser context of its owner
+(the ScrapeJob), used by one job at a time and kept warm with its tab for the owner's next job
+(or a fresh context per job with `isolate_pages`). Everything a hostile or broken page can do
+is contained here:
 
+* the browser's only way out is the worker's egress proxy (egress_proxy.py): Chromium runs
+  with `--proxy-server` and `--proxy-bypass-list=<-loopback>`, each context has its own proxy
+  route, and UDP (WebRTC's non-proxied UDP, QUIC) is off; whatever the proxy refuses on a
+  context's route is reported by the job holding that context;
 * every operation runs under a timeout; a page stuck in a JavaScript loop is stopped with CDP
   `Runtime.terminateExecution`, a page that never finishes loading times out;
 * a renderer crash (`Inspector.targetCrashed`, pyppeteer's page `error` event) fails only that
   job: pyppeteer's emitter raises on an unhandled `error` event, so each page gets a handler;
-* every request the page makes — navigation, each redirect hop, each sub-resource — is paused
-  through the CDP `Fetch` domain and checked by the network guard before Chromium connects
-  (pyppeteer's own `setRequestInterception` uses a CDP method Chromium removed);
+* the tab's own requests — navigation, each redirect hop, each sub-resource — are also paused
+  through the CDP `Fetch` domain and checked by the network guard before Chromium sends them,
+  so a blocked navigation fails with the guard's reason (pyppeteer's own
+  `setRequestInterception` uses a CDP method Chromium removed);
 * the main document's response is looked at before it is rendered: error statuses, non-HTML
   content and oversized bodies never reach the renderer;
 * the browser is recycled after `recycle_after_pages` pages, when it stops answering, or when
@@ -28,26 +35,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
 import logging
 import os
 import shutil
-import signal
 import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import pyppeteer
+from pyppeteer.browser import BrowserContext
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
 from scrapeq_queue.sealed_credentials import Credentials
 
+from .chromium_process import (
+    CHROMIUM_FLAGS,
+    EGRESS_FLAGS,
+    EXECUTABLE_CANDIDATES,
+    FORBIDDEN_EXTRA_ARGS,
+    PROXY_BYPASS,
+    browser_processes,
+    find_chromium,
+    kill_group,
+    memory_mb,
+)
 from .credential_headers import request_headers
+from .egress_proxy import EgressProxy, Refusal, Route, UpstreamProxy
 from .errors import (
     BlockedRequest,
     BrowserUnavailable,
@@ -74,62 +93,10 @@ from .settings import DEFAULT_USER_AGENT
 logger = logging.getLogger(__name__)
 _repair_pyppeteer()
 
-# The real binaries first: Debian's /usr/bin/chromium-headless-shell is a `sh -e` wrapper that
-# does not `exec`, so signalling it would leave the browser running. headless-shell starts in a
-# third of the time and uses half the memory of full Chromium (0.12 s and ~160 MB against
-# 0.36 to 0.47 s and ~310 MB: docs/worker.md, "Measured browser costs").
-EXECUTABLE_CANDIDATES: Final = (
-    "/usr/lib/chromium/chromium-headless-shell",
-    "/usr/bin/chromium-headless-shell",
-    "/usr/lib/chromium/chromium",
-    "/usr/bin/chromium",
-)
-
-# Flags for a server-side, unattended browser: nothing phones home, nothing is throttled
-# because it is "in the background" (all our tabs are), and /dev/shm (64 MB in containers) is
-# not used for shared memory.
-CHROMIUM_FLAGS: Final = (
-    "--headless",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--no-default-browser-check",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-extensions",
-    "--disable-default-apps",
-    "--disable-breakpad",
-    "--disable-crash-reporter",
-    "--disable-domain-reliability",
-    "--disable-client-side-phishing-detection",
-    "--disable-hang-monitor",
-    "--disable-popup-blocking",
-    "--disable-prompt-on-repost",
-    "--disable-background-timer-throttling",
-    "--disable-renderer-backgrounding",
-    "--disable-backgrounding-occluded-windows",
-    "--disable-features=Translate,MediaRouter,OptimizationHints,InterestFeedContentSuggestions",
-    "--metrics-recording-only",
-    "--password-store=basic",
-    "--use-mock-keychain",
-    "--mute-audio",
-    "--hide-scrollbars",
-)
-
 # How long a stuck renderer gets to answer a trivial evaluation before it is declared hung.
 _PROBE_SECONDS: Final = 1.0
 # How much later than the job's deadline pyppeteer's navigation timer may fire (see goto).
 _NAVIGATION_TIMER_MARGIN_MS: Final = 2000
-
-
-def find_chromium(preferred: str | None = None) -> str | None:
-    """Return the Chromium executable to use: `preferred` if given and executable, else the
-    first installed of EXECUTABLE_CANDIDATES, else None."""
-    for candidate in ((preferred,) if preferred else ()) + EXECUTABLE_CANDIDATES:
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
 
 @dataclass(frozen=True)
@@ -162,6 +129,18 @@ class BrowserSettings:
     # same string as the plain-HTTP engine's (settings.user_agent).
     user_agent: str = DEFAULT_USER_AGENT
     extra_args: tuple[str, ...] = ()
+    # Browser contexts kept warm (with their tab) for later jobs of the same owner.
+    idle_contexts: int = 16
+    # An HTTP proxy the egress proxy chains to after its checks (the pool's, if any).
+    upstream_proxy: UpstreamProxy | None = None
+
+    def __post_init__(self) -> None:
+        for arg in self.extra_args:
+            if arg.split("=", 1)[0].startswith(FORBIDDEN_EXTRA_ARGS):
+                raise ValueError(
+                    f"Chromium argument {arg!r} is not allowed: the worker's egress proxy must "
+                    "stay the browser's only way out"
+                )
 
 
 class _Chromium:
@@ -179,7 +158,9 @@ class _Chromium:
         self.retire_reason: str | None = None
         self.closed = asyncio.Event()
         self.endpoint: str = browser.wsEndpoint
-        self.idle_tabs: list[_Tab] = []
+        # Warm contexts by owner, least recently used first.
+        self.idle_contexts: dict[_Context, None] = {}
+        self.default_route: Route | None = None
 
     @property
     def profile_dir(self) -> Path:
@@ -191,62 +172,6 @@ class _Chromium:
         return self.process.returncode is None and bool(getattr(connection, "_connected", False))
 
 
-def _process_table() -> dict[int, tuple[int, int, bytes]]:
-    """pid -> (parent pid, session id, command line) for every process we can read."""
-    table: dict[int, tuple[int, int, bytes]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b") ", 1)[1].split()
-            if fields[0] == b"Z":
-                continue  # a zombie holds no memory; tini (or we) reap it
-            with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
-                table[int(entry.name)] = (int(fields[1]), int(fields[3]), cmdline.read())
-        except (OSError, IndexError, ValueError):
-            continue
-    return table
-
-
-def browser_processes(root_pid: int, profile_marker: str) -> list[int]:
-    """Every live process of one browser: the main process, its descendants, its session
-    (it is started as a session leader) and anything whose command line names its profile
-    (the crash handler double-forks away from its parent)."""
-    table = _process_table()
-    needle = profile_marker.encode()
-    found = {
-        pid
-        for pid, (_, session, cmdline) in table.items()
-        if pid == root_pid or session == root_pid or needle in cmdline
-    }
-    children: dict[int, list[int]] = {}
-    for pid, (parent, _, _) in table.items():
-        children.setdefault(parent, []).append(pid)
-    stack = list(found)
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return sorted(found)
-
-
-def memory_mb(pids: list[int]) -> float:
-    """Proportional set size of `pids` in MiB (shared pages split between sharers)."""
-    total_kb = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as rollup:
-                for line in rollup:
-                    if line.startswith("Pss:"):
-                        total_kb += int(line.split()[1])
-                        break
-        except OSError:
-            continue
-    return total_kb / 1024
-
-
 # Every request is checked before it is sent; the main document's response is looked at
 # before it is rendered (status, type, size).
 _FETCH_PATTERNS: Final = [
@@ -255,11 +180,34 @@ _FETCH_PATTERNS: Final = [
 ]
 
 
-class _Tab:
-    """A tab the pool reuses for up to `tab_reuse_pages` jobs; its CDP handlers are attached
-    once and report to whichever job currently holds it (`watch`)."""
+class _Context:
+    """A browser context of one owner (a ScrapeJob) with its own proxy route, used by one job
+    at a time: its state (cookies, cache, storage, service workers) is never seen by another
+    owner's jobs, and whatever the proxy refuses on its route belongs to the job holding it."""
 
-    def __init__(self, page: Any, context: Any, chromium: _Chromium) -> None:
+    def __init__(
+        self,
+        context: Any,
+        route: Route,
+        owner: str | None,
+        chromium: _Chromium,
+        *,
+        single_use: bool = False,
+    ) -> None:
+        self.context = context
+        self.route = route
+        self.owner = owner
+        self.chromium = chromium
+        # Closed when its job ends instead of kept warm (a job with credentials).
+        self.single_use = single_use
+        self.tab: _Tab | None = None
+
+
+class _Tab:
+    """A tab the pool reuses for up to `tab_reuse_pages` jobs of its context's owner; its CDP
+    handlers are attached once and report to whichever job currently holds it (`watch`)."""
+
+    def __init__(self, page: Any, context: _Context, chromium: _Chromium) -> None:
         self.page = page
         self.context = context
         self.chromium = chromium
@@ -294,6 +242,32 @@ class _PageWatch:
         if not self.abort.done():
             self.abort.set_result(error)
 
+    def record_blocked(self, url: str, reason: str, error: str) -> None:
+        """Report one refused request once (the tab's check and the proxy may both see it)."""
+        url = url[:500]
+        if all(entry["url"] != url for entry in self.blocked):
+            self.blocked.append({"url": url, "reason": reason, "error": error[:500]})
+
+    def refused_by_proxy(self, refusal: Refusal) -> None:
+        """The egress proxy refused a connection of this job's context. Before the document
+        answered, a refusal of the document's own host:port ends the job (the name moved to a
+        forbidden address between the tab's check and the proxy's: DNS rebinding)."""
+        if self.status is None and _authority(refusal.target) == _authority(self.url):
+            error_type = RetryLater if refusal.retryable else BlockedRequest
+            self.fail(error_type(refusal.error, reason=refusal.reason))
+        if not refusal.retryable:  # a connection that failed was not blocked
+            self.record_blocked(refusal.target, refusal.reason, refusal.error)
+
+
+def _authority(target: str) -> tuple[str, int] | None:
+    """(host, port) of a URL or of a CONNECT target."""
+    with contextlib.suppress(ValueError):
+        parts = urlsplit(target if "://" in target else f"//{target}")
+        default = 443 if parts.scheme == "https" else 80
+        if parts.hostname:
+            return parts.hostname.lower(), parts.port or default
+    return None
+
 
 class BrowserPool:
     """Renders pages in a shared, self-healing Chromium. Use `async with` or start()/close()."""
@@ -319,6 +293,7 @@ class BrowserPool:
         self._closers: set[asyncio.Task[None]] = set()
         self._background: set[asyncio.Task[None]] = set()
         self.executable = find_chromium(settings.executable)
+        self.proxy = EgressProxy(guard, upstream=settings.upstream_proxy)
 
     async def __aenter__(self) -> BrowserPool:
         await self.start()
@@ -349,6 +324,7 @@ class BrowserPool:
         await asyncio.gather(*(self._stop(chromium) for chromium in browsers))
         if self._closers:
             await asyncio.gather(*self._closers, return_exceptions=True)
+        await self.proxy.close()
 
     @property
     def ready(self) -> bool:
@@ -431,11 +407,16 @@ class BrowserPool:
                 f"cannot create Chromium's profile directory: {error}",
                 reason="temp_dir_unwritable",
             ) from error
+        # The default context serves no job: its route lets nothing out. Every job's context
+        # gets a route of its own (_take_context).
+        default_route = await self.proxy.open_route(refuse_all=True)
         args = [
             self.executable,
             *CHROMIUM_FLAGS,
             *(["--no-sandbox"] if self.settings.no_sandbox or os.geteuid() == 0 else []),
             *self.settings.extra_args,
+            f"--proxy-server={default_route.url}",
+            *EGRESS_FLAGS,
             f"--user-agent={self.settings.user_agent}",
             f"--user-data-dir={profile}",
             "--remote-debugging-port=0",
@@ -462,11 +443,13 @@ class BrowserPool:
                 self.settings.launch_timeout_seconds,
             )
         except BaseException:
-            await _kill_group(process, str(profile))
+            await kill_group(process, str(profile))
             shutil.rmtree(workdir, ignore_errors=True)
+            await default_route.close()
             raise
         self._launches += 1
         chromium = _Chromium(process, browser, workdir, self._launches)
+        chromium.default_route = default_route
         logger.info(
             "launched browser %d (%s, pid %d) in %.0f ms",
             chromium.number,
@@ -515,8 +498,13 @@ class BrowserPool:
             await asyncio.wait_for(connection.dispose(), 2.0)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(chromium.process.wait(), 5.0)
-        await _kill_group(chromium.process, str(chromium.profile_dir))
+        await kill_group(chromium.process, str(chromium.profile_dir))
         shutil.rmtree(chromium.workdir, ignore_errors=True)
+        for context in list(chromium.idle_contexts):
+            await context.route.close()
+        chromium.idle_contexts.clear()
+        if chromium.default_route is not None:
+            await chromium.default_route.close()
         logger.info("closed browser %d after %d pages", chromium.number, chromium.pages_served)
 
     async def _health_loop(self) -> None:
@@ -559,9 +547,12 @@ class BrowserPool:
         options: JobOptions,
         *,
         follow_selector: str | None = None,
+        owner: str | None = None,
     ) -> PageOutcome:
-        """Load `url` in a warm tab (or a fresh incognito context with `isolate_pages`), apply
-        `options`, extract, and hand the tab back (or close it if anything went wrong).
+        """Load `url` in a warm tab of a browser context of `owner` (the ScrapeJob's uid; jobs
+        without one share the anonymous owner's contexts), or of a fresh context with
+        `isolate_pages`; apply `options`, extract, and hand the tab back (or close it if
+        anything went wrong).
 
         Raises a WorkerError subclass for every failure: BlockedRequest (guard), RetryLater
         (timeouts, crashes, 5xx, 429/503 with the site's delay), PermanentFailure (4xx, script
@@ -583,9 +574,11 @@ class BrowserPool:
         clean = False
         try:
             try:
-                # A job with credentials gets a context of its own: cookies a site sets for
-                # them end with the job, never reach the next job's requests.
-                tab = await self._take_tab(chromium, isolated=options.credentials is not None)
+                # A job with credentials gets a context of its own, closed after it: cookies
+                # a site sets for them never reach another job, even of the same owner.
+                tab = await self._take_tab(
+                    chromium, owner, single_use=options.credentials is not None
+                )
             except PyppeteerNetworkError as error:
                 self._retire(chromium, "crashed")
                 raise BrowserUnavailable(f"browser connection lost: {error}") from error
@@ -612,34 +605,94 @@ class BrowserPool:
                 self._on_page_count(-1)
             self._maybe_close_retired(chromium)
 
-    async def _take_tab(self, chromium: _Chromium, *, isolated: bool = False) -> _Tab:
-        """An idle warm tab of `chromium`, or a new one with the pool's handlers attached
-        (in an incognito context of its own with `isolated` or `isolate_pages`)."""
-        while chromium.idle_tabs and not isolated:
-            tab = chromium.idle_tabs.pop()
+    async def _take_context(
+        self, chromium: _Chromium, owner: str | None, *, single_use: bool = False
+    ) -> _Context:
+        """An idle context of `owner` (the most recently used), or a new one with its own
+        proxy route (always new, and closed after its job, when `single_use`)."""
+        if not self.settings.isolate_pages and not single_use:
+            for context in reversed(chromium.idle_contexts):
+                if context.owner == owner:
+                    del chromium.idle_contexts[context]
+                    return context
+        route = await self.proxy.open_route()
+        try:
+            answer = await self._operation(
+                chromium,
+                chromium.browser._connection.send(
+                    "Target.createBrowserContext",
+                    {"proxyServer": route.url, "proxyBypassList": PROXY_BYPASS},
+                ),
+                "open a context",
+            )
+        except BaseException:
+            await route.close()
+            raise
+        context_id = answer["browserContextId"]
+        browser_context = BrowserContext(chromium.browser, context_id)
+        chromium.browser._contexts[context_id] = browser_context
+        return _Context(browser_context, route, owner, chromium, single_use=single_use)
+
+    async def _give_back_context(self, context: _Context) -> None:
+        """Keep a context warm for its owner's next job; the least recently used idle context
+        beyond `idle_contexts` is closed."""
+        chromium = context.chromium
+        context.route.holder = None
+        if (
+            self.settings.isolate_pages
+            or context.single_use
+            or not chromium.alive
+            or chromium.retire_reason is not None
+            or self._closing
+        ):
+            await self._close_context(context)
+            return
+        chromium.idle_contexts[context] = None
+        while len(chromium.idle_contexts) > self.settings.idle_contexts:
+            oldest = next(iter(chromium.idle_contexts))
+            del chromium.idle_contexts[oldest]
+            await self._close_context(oldest)
+
+    async def _close_context(self, context: _Context) -> None:
+        """Close a context's tab, the context and its route. A browser on its way out takes
+        its contexts with it: no waiting on one that may not answer."""
+        if context.tab is not None:
+            await self._close_tab(context.tab)
+        chromium = context.chromium
+        if chromium.alive and chromium.retire_reason is None and not self._closing:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    context.context.close(), self.settings.operation_timeout_seconds
+                )
+        await context.route.close()
+
+    async def _take_tab(
+        self, chromium: _Chromium, owner: str | None, *, single_use: bool = False
+    ) -> _Tab:
+        """The warm tab of an idle context of `owner`, or a new one with the pool's handlers
+        attached (in a new context when needed)."""
+        context = await self._take_context(chromium, owner, single_use=single_use)
+        try:
+            return await self._tab_of(context)
+        except BaseException:
+            await self._close_context(context)
+            raise
+
+    async def _tab_of(self, context: _Context) -> _Tab:
+        chromium = context.chromium
+        if context.tab is not None:
+            tab = context.tab
             if not tab.crashed and not tab.page.isClosed():
                 return tab
             await self._close_tab(tab)
-        context: Any = None
-        if self.settings.isolate_pages or isolated:
-            context = await self._operation(
-                chromium, chromium.browser.createIncognitoBrowserContext(), "open a context"
-            )
-        try:
-            page = await self._operation(
-                chromium, (context or chromium.browser).newPage(), "open a tab"
-            )
-        except BaseException:
-            if context is not None:
-                await _quietly(asyncio.wait_for(context.close(), 5.0))
-            raise
+        page = await self._operation(chromium, context.context.newPage(), "open a tab")
         tab = _Tab(page, context, chromium)
+        context.tab = tab
         # pyppeteer raises from emit('error') when nobody listens: a crash would escape into
         # the connection's reader task. This handler turns it into this job's failure only.
         page.on("error", lambda error: self._on_crash(tab, error))
         tab.client.on("Fetch.requestPaused", lambda event: self._on_paused(tab, event))
         tab.client.on("Network.dataReceived", lambda event: self._on_data(tab, event))
-        tab.client.on("Network.responseReceived", lambda event: self._on_response(tab, event))
         try:
             await self._operation(
                 chromium,
@@ -652,27 +705,23 @@ class BrowserPool:
         return tab
 
     async def _give_back(self, tab: _Tab, *, clean: bool) -> None:
-        """Keep a tab for the next job only after a clean success; close it otherwise."""
+        """Keep a tab (in its context) for the owner's next job only after a clean success;
+        close it otherwise. The context goes back either way."""
         tab.watch = None
-        chromium = tab.chromium
-        if (
+        context = tab.context
+        if not (
             clean
-            and tab.context is None
             and not tab.crashed
             and tab.jobs < self.settings.tab_reuse_pages
-            and chromium.alive
-            and chromium.retire_reason is None
-            and not self._closing
+            and tab.chromium.alive
         ):
-            chromium.idle_tabs.append(tab)
-            return
-        await self._close_tab(tab)
+            await self._close_tab(tab)
+        await self._give_back_context(context)
 
     async def _close_tab(self, tab: _Tab) -> None:
+        if tab.context.tab is tab:
+            tab.context.tab = None
         await self._close_page(tab.chromium, tab.page)
-        if tab.context is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(tab.context.close(), self.settings.operation_timeout_seconds)
 
     def _on_crash(self, tab: _Tab, error: object) -> None:
         tab.crashed = True
@@ -705,10 +754,6 @@ class BrowserPool:
         if tab.watch is not None:
             self._count_bytes(tab.client, tab.watch, event)
 
-    def _on_response(self, tab: _Tab, event: Mapping[str, Any]) -> None:
-        if tab.watch is not None:
-            self._check_remote(tab.watch, event)
-
     async def _operation(self, chromium: _Chromium, awaitable: Any, what: str) -> Any:
         """Run a browser-level operation; a browser that cannot do it in time is retired."""
         try:
@@ -733,6 +778,7 @@ class BrowserPool:
         watch = _PageWatch(url, page.mainFrame._id, options.timeout_seconds)
         tab.watch = watch
         watch.credentials = options.credentials
+        tab.context.route.holder = watch.refused_by_proxy
         deadline = started + options.timeout_seconds
         setup: list[Any] = []
         if options.headers:
@@ -959,13 +1005,7 @@ class BrowserPool:
                 if is_main:
                     watch.fail(refusal)
                 else:
-                    watch.blocked.append(
-                        {
-                            "url": request_url[:500],
-                            "reason": refusal.reason,
-                            "error": refusal.message[:500],
-                        }
-                    )
+                    watch.record_blocked(request_url, refusal.reason, refusal.message)
                 await client.send(
                     "Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"}
                 )
@@ -1035,47 +1075,10 @@ class BrowserPool:
             watch.fail(self._too_large(watch.url))
             self._spawn(watch, _quietly(client.send("Page.stopLoading")))
 
-    def _check_remote(self, watch: _PageWatch, event: Mapping[str, Any]) -> None:
-        """Defence in depth against DNS rebinding: Chromium resolves names itself, so look at
-        the address it actually connected to."""
-        address = (event.get("response") or {}).get("remoteIPAddress")
-        if not address:
-            return
-        try:
-            parsed = ipaddress.ip_address(address.strip("[]"))
-        except ValueError:
-            return
-        try:
-            self.guard.check_address(parsed, url=(event.get("response") or {}).get("url", "?"))
-        except BlockedRequest as refusal:
-            if event.get("type") == "Document" and event.get("frameId") == watch.main_frame_id:
-                watch.fail(refusal)
-            else:
-                watch.blocked.append(
-                    {
-                        "url": str(event.get("response", {}).get("url"))[:500],
-                        "reason": refusal.reason,
-                        "error": refusal.message[:500],
-                    }
-                )
-
 
 async def _quietly(awaitable: Any) -> None:
     with contextlib.suppress(Exception):
         await awaitable
-
-
-async def _kill_group(process: asyncio.subprocess.Process, profile_marker: str) -> None:
-    """Kill the browser's process group and any straggler that still uses its profile."""
-    # Even when the leader has exited, its children may live on in its group.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    if process.returncode is None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), 5.0)
-    for pid in browser_processes(process.pid, profile_marker):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
 
 
 __all__ = [

@@ -4,7 +4,9 @@ No browser means no JavaScript, a fraction of the CPU, and hundreds of pages per
 same network guard applies: every hop is checked by URL (scheme, IP literals) and aiohttp's
 resolver is replaced by `GuardedResolver`, so the address actually connected to is always one
 the guard approved. Redirects are followed here, hop by hop, rather than inside aiohttp, so
-each hop's URL passes the guard too.
+each hop's URL passes the guard too. With an upstream proxy (per worker pool), requests go
+through a route of the worker's egress proxy instead, which checks the address again and asks
+the upstream for a tunnel to that checked address (egress_proxy.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from urllib.parse import urljoin
 import aiohttp
 
 from .credential_headers import request_headers
-from .errors import PermanentFailure, RetryLater
+from .egress_proxy import REFUSAL_HEADER, EgressProxy, UpstreamProxy
+from .errors import BlockedRequest, PermanentFailure, RetryLater
 from .extraction import (
     DEFAULT_MAX_LINKS,
     FieldSpec,
@@ -48,8 +51,13 @@ class HttpEngine:
         max_links: int = DEFAULT_MAX_LINKS,
         user_agent: str = DEFAULT_USER_AGENT,
         connections: int = 100,
+        upstream_proxy: UpstreamProxy | None = None,
     ) -> None:
         self.guard = guard
+        self._egress = (
+            EgressProxy(guard, upstream=upstream_proxy) if upstream_proxy is not None else None
+        )
+        self._proxy_url: str | None = None
         self.max_response_bytes = max_response_bytes
         self.max_links = max_links
         self.user_agent = user_agent
@@ -74,11 +82,16 @@ class HttpEngine:
             # trust_env=False: a proxy from the environment would connect on our behalf to
             # addresses the guard never saw.
             self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
+            if self._egress is not None:
+                # An IP literal: aiohttp connects to it without asking the resolver.
+                self._proxy_url = (await self._egress.open_route()).url
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._egress is not None:
+            await self._egress.close()
 
     async def fetch(
         self, url: str, options: JobOptions, *, follow_selector: str | None = None
@@ -127,7 +140,9 @@ class HttpEngine:
                     headers=request_headers(headers, current, options.credentials) or headers,
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=remaining),
+                    proxy=self._proxy_url,
                 ) as response:
+                    await self._check_refusal(response, current)
                     location = response.headers.get("Location")
                     if 300 <= response.status < 400 and location:
                         current = urljoin(current, location)
@@ -143,10 +158,32 @@ class HttpEngine:
                 f"timed out after {options.timeout_seconds:g}s fetching {current}",
                 reason="timeout",
             ) from error
+        except aiohttp.ClientHttpProxyError as error:
+            # A tunnel (https) the egress proxy refused; its reason is in the status.
+            if error.status == 403:
+                raise BlockedRequest(
+                    f"blocked request to {current}: the egress proxy refused it",
+                    reason="blocked_address",
+                ) from error
+            raise RetryLater(
+                f"could not fetch {current} through the upstream proxy: {error.status} "
+                f"{error.message}",
+                reason="upstream_proxy_error",
+            ) from error
         except aiohttp.ClientError as error:
             raise RetryLater(
                 f"could not fetch {current}: {error}", reason="network_error"
             ) from error
+
+    async def _check_refusal(self, response: aiohttp.ClientResponse, url: str) -> None:
+        """The egress proxy's own refusal of a plain-HTTP request (not the site's answer)."""
+        if self._proxy_url is None or REFUSAL_HEADER not in response.headers:
+            return
+        reason = response.headers[REFUSAL_HEADER]
+        message = (await response.text())[:500] or f"the egress proxy refused {url}"
+        if response.status == 403:
+            raise BlockedRequest(message, reason=reason)
+        raise RetryLater(message, reason=reason)
 
     async def _finish(
         self,

@@ -186,6 +186,7 @@ class Worker:
                 tab_reuse_pages=settings.tab_reuse_pages,
                 max_response_bytes=settings.max_response_bytes,
                 user_agent=settings.user_agent,
+                upstream_proxy=settings.upstream_proxy,
             ),
             self.guard,
             on_restart=lambda reason: self.metrics.browser_restarts.labels(reason).inc(),
@@ -194,6 +195,7 @@ class Worker:
             self.guard,
             max_response_bytes=settings.max_response_bytes,
             user_agent=settings.user_agent,
+            upstream_proxy=settings.upstream_proxy,
         )
         self.scraper = Scraper(
             self.browser,
@@ -468,7 +470,9 @@ class Worker:
                         default_timeout_seconds=self.settings.page_timeout_seconds,
                         sealing_keys=self.sealing_keys,
                     )
-                    scraped = await self.scraper.scrape(job.url, options, depth=job.depth)
+                    scraped = await self.scraper.scrape(
+                        job.url, options, depth=job.depth, owner=job.owner_uid
+                    )
                 except WorkerError as error:
                     failure = error
                 except asyncio.CancelledError:

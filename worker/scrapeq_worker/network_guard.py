@@ -184,21 +184,24 @@ class NetworkGuard:
         cached = self._cache.get(key)
         if cached is not None and cached[0] > now:
             return cached[1]
-        loop = asyncio.get_running_loop()
         try:
-            infos = await asyncio.wait_for(
-                loop.getaddrinfo(host, port, type=socket.SOCK_STREAM),
-                self.resolve_timeout_seconds,
+            addresses = await asyncio.wait_for(
+                self._lookup(host, port), self.resolve_timeout_seconds
             )
         except (OSError, TimeoutError) as error:
             raise RetryLater(
                 f"could not resolve {host}: {error or 'timed out'}", reason="dns_error"
             ) from error
-        addresses = tuple(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
         if len(self._cache) >= _DNS_CACHE_ENTRIES:
             self._cache.clear()
         self._cache[key] = (now + DNS_CACHE_SECONDS, addresses)
         return addresses
+
+    async def _lookup(self, host: str, port: int) -> tuple[IPAddress, ...]:
+        """Ask the system resolver (one place, so tests can stand in a resolver they control)."""
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        return tuple(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
 
 
 class GuardedResolver(AbstractResolver):

@@ -79,8 +79,11 @@ class Scraper:
         self.max_result_bytes = max_result_bytes
         self._metrics = metrics
 
-    async def scrape(self, url: str, options: JobOptions, *, depth: int = 0) -> ScrapeResult:
-        """Fetch `url` as `options` say; raise a WorkerError subclass on failure."""
+    async def scrape(
+        self, url: str, options: JobOptions, *, depth: int = 0, owner: str | None = None
+    ) -> ScrapeResult:
+        """Fetch `url` as `options` say; raise a WorkerError subclass on failure. `owner` (the
+        ScrapeJob's uid) picks the browser contexts the page may share state with."""
         follow = options.follow if options.follow and depth < options.follow.max_depth else None
         follow_selector = follow.selector if follow else None
         engine = "browser" if options.render else "http"
@@ -92,7 +95,7 @@ class Scraper:
             try:
                 if options.render:
                     outcome = await self.browser.render(
-                        url, options, follow_selector=follow_selector
+                        url, options, follow_selector=follow_selector, owner=owner
                     )
                 else:
                     outcome = await self.http.fetch(url, options, follow_selector=follow_selector)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from .egress_proxy import UpstreamProxy
 from .network_guard import IPNetwork, parse_networks
 
 
@@ -254,7 +255,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "SCRAPEQ_ISOLATE_PAGES",
         False,
         _bool,
-        "Open each page in its own incognito context (no shared cookies/cache; slower).",
+        "A fresh browser context for every page, even between pages of one ScrapeJob "
+        "(different ScrapeJobs never share one anyway; slower).",
         is_switch=True,
     ),
     # Set per pool (the chart passes it): without it sites see scrapeq's name but nobody to ask.
@@ -327,6 +329,16 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "Log level (DEBUG, INFO, WARNING, ERROR).",
     ),
     Option(
+        "upstream_proxy",
+        "--upstream-proxy",
+        "SCRAPEQ_UPSTREAM_PROXY",
+        None,
+        UpstreamProxy.parse,
+        "http://[user:password@]host:port of an HTTP proxy the browser's traffic is chained to "
+        "after the SSRF guard's check (set it through the environment: a flag's credentials "
+        "would show in the process list). Never logged with its credentials.",
+    ),
+    Option(
         "worker_id",
         "--worker-id",
         "SCRAPEQ_WORKER_ID",
@@ -365,6 +377,7 @@ class WorkerSettings:
     metrics_host: str = "0.0.0.0"
     json_logs: bool = False
     log_level: str = "INFO"
+    upstream_proxy: UpstreamProxy | None = None
     worker_id: str | None = None
 
     @property
@@ -469,6 +482,8 @@ def describe(settings: WorkerSettings) -> dict[str, Any]:
         value = getattr(settings, item.name)
         if item.name == "database_url" and value:
             value = _without_password(value)
+        elif isinstance(value, UpstreamProxy):
+            value = str(value)  # without its credentials
         elif isinstance(value, tuple):
             value = [str(entry) for entry in value]
         shown[item.name] = value

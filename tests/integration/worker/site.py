@@ -39,32 +39,12 @@ STATIC_PAGE = """<!doctype html><html><head><title>Static {n}</title></head><bod
 LOOP_PAGE = "<!doctype html><html><body><p>spin</p><script>while (true) {}</script></body></html>"
 
 
-class HostileSite:
-    """The running site: `url(path)`, hit counters, and the bystander's hit count."""
+class ThreadedServer:
+    """A server running on its own event loop in a thread; subclasses define _start/_stop."""
 
     def __init__(self) -> None:
-        self.hits: collections.Counter[str] = collections.Counter()
-        # Pages a test registers: `pages[name]` is served as HTML at /page/<name>.
-        self.pages: dict[str, str] = {}
-        # The User-Agent header of every request, by path, in arrival order.
-        self.user_agents: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
-        self.bystander_hits = 0
-        self.slow_in_flight = 0
-        self.slow_in_flight_max = 0
-        self.port = 0
-        self.bystander_port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runners: list[web.AppRunner] = []
-        self._stalls: list[asyncio.Future[None]] = []
-
-    def url(self, path: str) -> str:
-        return f"http://{SITE_HOST}:{self.port}{path}"
-
-    def bystander_url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.bystander_port}{path}"
-
-    # --- lifecycle -----------------------------------------------------------------------
 
     def start(self) -> None:
         self._thread.start()
@@ -75,6 +55,41 @@ class HostileSite:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._loop.close()
+
+    async def _start(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self) -> None:
+        raise NotImplementedError
+
+
+class HostileSite(ThreadedServer):
+    """The running site: `url(path)`, hit counters, and the bystander's hit count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hits: collections.Counter[str] = collections.Counter()
+        # Pages a test registers: `pages[name]` is served as HTML at /page/<name>.
+        self.pages: dict[str, str] = {}
+        # Scripts a test registers: `scripts[name]` is served as JavaScript at /script/<name>.
+        self.scripts: dict[str, str] = {}
+        # The User-Agent header of every request, by path, in arrival order.
+        self.user_agents: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
+        self.bystander_hits = 0
+        self.slow_in_flight = 0
+        self.slow_in_flight_max = 0
+        self.port = 0
+        self.bystander_port = 0
+        self._runners: list[web.AppRunner] = []
+        self._stalls: list[asyncio.Future[None]] = []
+
+    def url(self, path: str) -> str:
+        return f"http://{SITE_HOST}:{self.port}{path}"
+
+    def bystander_url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.bystander_port}{path}"
+
+    # --- lifecycle -----------------------------------------------------------------------
 
     async def _start(self) -> None:
         app = web.Application()
@@ -92,6 +107,8 @@ class HostileSite:
         app.router.add_get("/loopback-image", self._loopback_image)
         app.router.add_get("/document.pdf", self._pdf)
         app.router.add_get("/page/{name}", self._registered)
+        app.router.add_get("/script/{name}", self._script)
+        app.router.add_get("/redirect", self._redirect)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, SITE_HOST, 0)
@@ -194,6 +211,23 @@ class HostileSite:
     async def _missing(self, request: web.Request) -> web.Response:
         self._count(request)
         return web.Response(status=404, text="no such page")
+
+    async def _script(self, request: web.Request) -> web.Response:
+        self._count(request)
+        body = self.scripts.get(request.match_info["name"])
+        if body is None:
+            raise web.HTTPNotFound()
+        # A service worker registered from here may control the whole site (scope "/").
+        return web.Response(
+            text=body,
+            content_type="application/javascript",
+            headers={"Service-Worker-Allowed": "/"},
+        )
+
+    async def _redirect(self, request: web.Request) -> web.Response:
+        """A same-site redirect to wherever `to` says."""
+        self._count(request)
+        raise web.HTTPFound(request.query["to"])
 
     async def _to_metadata(self, request: web.Request) -> web.Response:
         self._count(request)

@@ -1,0 +1,424 @@
+"""The browser's one way out: an HTTP proxy inside the worker that checks every connection.
+
+Chromium is started with this proxy for everything it sends (`--proxy-server` with
+`--proxy-bypass-list=<-loopback>`, and per browser context with `Target.createBrowserContext`'s
+`proxyServer`), so no request type can skip the check: tab requests, popups, shared and service
+workers, WebSockets (Chromium sends `ws://` as `CONNECT host:port`), speculation prefetch and
+prerender all arrive here (measured: docs/worker.md, "Threat model").
+
+Chromium does no DNS for proxied names; the proxy receives host names, resolves each once with
+the network guard, checks every address, and connects to one of those same checked addresses.
+There is no second lookup between check and connect, so DNS rebinding has no window.
+
+* `CONNECT host:port` (HTTPS, `ws://`, `wss://`, TURN over TCP) opens a checked tunnel.
+* An absolute-URI request (`GET http://host/path HTTP/1.1`) is forwarded in origin form with
+  `Connection: close`: one request per client connection, so each request is checked.
+
+Each route (listening port) reports its refusals to whoever holds it: the pool gives every
+browser context its own route and hands the route to the job using that context, so a refusal
+is attributed to the job whose page (or popup, or worker) made the request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import unquote, urlsplit
+
+from .errors import BlockedRequest, RetryLater
+from .network_guard import IPAddress, NetworkGuard
+
+logger = logging.getLogger(__name__)
+
+# The header on the proxy's own refusals: the plain-HTTP engine, which reads them as responses,
+# tells them from a site's answer by it.
+REFUSAL_HEADER: Final = "X-Scrapeq-Egress-Refused"
+# A request head larger than this is refused (Chromium's own limit for headers is 256 KiB).
+_MAX_HEAD_BYTES: Final = 256 * 1024
+_HEAD_TIMEOUT_SECONDS: Final = 30.0
+_CHUNK: Final = 64 * 1024
+# Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own; never forwarded.
+_HOP_HEADERS: Final = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"te",
+        b"trailer",
+        b"upgrade",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One connection the proxy refused: what was asked for and why."""
+
+    target: str  # the URL of a plain-HTTP request, or host:port of a tunnel
+    reason: str  # blocked_address, blocked_scheme, bad_url, dns_error, connect_error, ...
+    error: str
+    # A failure that may pass later (DNS, connect, upstream proxy), not a guard's refusal.
+    retryable: bool = False
+
+
+@dataclass(frozen=True)
+class UpstreamProxy:
+    """An HTTP proxy the egress proxy chains to (per worker pool). The guard still decides: the
+    upstream is asked for a tunnel to the checked address, never to a name. Its credentials are
+    kept out of every repr, string and log line."""
+
+    host: str
+    port: int
+    authorization: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def parse(cls, text: str) -> UpstreamProxy:
+        """`http://[user:password@]host:port`; errors never repeat the credentials."""
+        parts = urlsplit(text.strip())
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if parts.scheme != "http" or not parts.hostname or port is None:
+            raise ValueError(
+                "an upstream proxy is http://[user:password@]host:port (got a value with "
+                f"scheme {parts.scheme or '(none)'!r}, host {parts.hostname or '(none)'!r})"
+            )
+        authorization = None
+        if parts.username is not None:
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            authorization = "Basic " + base64.b64encode(pair.encode()).decode()
+        return cls(parts.hostname, port, authorization)
+
+    def __str__(self) -> str:
+        shown = f"http://{_bracket(self.host)}:{self.port}"
+        return shown + (" (with credentials)" if self.authorization else "")
+
+
+class Route:
+    """One listening port of the proxy. `holder` receives its refusals (None: logged only)."""
+
+    def __init__(self, proxy: EgressProxy, *, refuse_all: bool) -> None:
+        self.proxy = proxy
+        self.refuse_all = refuse_all
+        self.holder: Callable[[Refusal], None] | None = None
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self.connections = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def report(self, refusal: Refusal) -> None:
+        holder = self.holder
+        if holder is not None:
+            holder(refusal)
+        else:
+            logger.info(
+                "egress proxy refused %s (%s) with no job holding the route",
+                refusal.target,
+                refusal.reason,
+            )
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            self.proxy.routes.discard(self)
+            self.server = None
+
+
+class EgressProxy:
+    """Opens routes; every connection through a route is checked by `guard`."""
+
+    def __init__(
+        self,
+        guard: NetworkGuard,
+        *,
+        upstream: UpstreamProxy | None = None,
+        connect_timeout_seconds: float = 10.0,
+    ) -> None:
+        self.guard = guard
+        self.upstream = upstream
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self.routes: set[Route] = set()
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def open_route(self, *, refuse_all: bool = False) -> Route:
+        """A new listening port on 127.0.0.1. `refuse_all`: a port that lets nothing out (for
+        the browser's default context, which no job uses)."""
+        route = Route(self, refuse_all=refuse_all)
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                self._connections.add(task)
+                task.add_done_callback(self._connections.discard)
+            route.connections += 1
+            try:
+                await self._serve(route, reader, writer)
+            finally:
+                writer.close()
+
+        route.server = await asyncio.start_server(
+            serve, host="127.0.0.1", port=0, limit=_MAX_HEAD_BYTES
+        )
+        route.port = route.server.sockets[0].getsockname()[1]
+        self.routes.add(route)
+        return route
+
+    async def close(self) -> None:
+        """Close every route and cut every connection still open."""
+        for route in list(self.routes):
+            await route.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+
+    # --- one client connection ---------------------------------------------------------------
+
+    async def _serve(
+        self, route: Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_SECONDS)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            return
+        lines = head.split(b"\r\n")
+        try:
+            method, target, version = lines[0].decode("latin-1").split(" ")
+        except ValueError:
+            await _answer(writer, 400, "Bad Request", "not an HTTP proxy request")
+            return
+        tunnel = method.upper() == "CONNECT"
+        shown = target[:500]
+        origin_form = ""
+        try:
+            if tunnel:
+                host, port = _split_authority(target)
+            else:
+                host, port, origin_form = _split_absolute(target)
+            if route.refuse_all:
+                raise BlockedRequest(
+                    f"blocked request to {shown}: nothing leaves the browser outside a job's "
+                    "browser context",
+                    reason="blocked_context",
+                )
+            upstream = await self._connect(host, port, shown)
+        except (BlockedRequest, RetryLater) as refusal:
+            route.report(
+                Refusal(
+                    shown,
+                    refusal.reason,
+                    refusal.message,
+                    retryable=isinstance(refusal, RetryLater),
+                )
+            )
+            if isinstance(refusal, RetryLater):
+                await _answer(writer, 502, "Bad Gateway", refusal.message, refusal.reason)
+            else:
+                await _answer(writer, 403, "Forbidden", refusal.message, refusal.reason)
+            return
+        up_reader, up_writer = upstream
+        try:
+            if tunnel:
+                writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                await writer.drain()
+                await _pipe_both(reader, writer, up_reader, up_writer)
+            else:
+                up_writer.write(_forward_head(method, origin_form, version, lines[1:]))
+                await up_writer.drain()
+                await _pipe_both(reader, writer, up_reader, up_writer, rewrite_response=True)
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            up_writer.close()
+
+    async def _connect(
+        self, host: str, port: int, shown: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Resolve `host` once, check every address, connect to a checked one."""
+        url = f"http://{_bracket(host)}:{port}/"
+        addresses = await self.guard.check_url(url)
+        if self.upstream is not None:
+            return await self._through_upstream(self.upstream, addresses[0], port, shown)
+        last: OSError | None = None
+        for address in addresses:
+            # Connect to the address that was checked, never to the name again.
+            try:
+                return await asyncio.wait_for(
+                    asyncio.open_connection(str(address), port, limit=_CHUNK),
+                    self.connect_timeout_seconds,
+                )
+            except (OSError, TimeoutError) as error:
+                last = error if isinstance(error, OSError) else OSError(str(error) or "timeout")
+        raise RetryLater(f"could not connect to {shown}: {last}", reason="connect_error")
+
+    async def _through_upstream(
+        self, upstream: UpstreamProxy, address: IPAddress, port: int, shown: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A tunnel through `upstream` to the checked `address` (not the name: the upstream
+        must not resolve it again)."""
+        target = f"{_bracket(str(address))}:{port}"
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(upstream.host, upstream.port, limit=_CHUNK),
+                self.connect_timeout_seconds,
+            )
+        except (OSError, TimeoutError) as error:
+            raise RetryLater(
+                f"could not connect to the upstream proxy {upstream} for {shown}: "
+                f"{error or 'timed out'}",
+                reason="upstream_proxy_error",
+            ) from error
+        credentials = (
+            f"Proxy-Authorization: {upstream.authorization}\r\n" if upstream.authorization else ""
+        )
+        try:
+            writer.write(
+                f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{credentials}\r\n".encode()
+            )
+            head = await asyncio.wait_for(
+                reader.readuntil(b"\r\n\r\n"), self.connect_timeout_seconds
+            )
+            status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            status = status_line.split(" ", 2)[1] if status_line.count(" ") else "?"
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            writer.close()
+            raise RetryLater(
+                f"the upstream proxy {upstream} gave no answer to a tunnel for {shown}",
+                reason="upstream_proxy_error",
+            ) from None
+        if status != "200":
+            writer.close()
+            raise RetryLater(
+                f"the upstream proxy {upstream} refused a tunnel for {shown}: {status_line[:200]}",
+                reason="upstream_proxy_error",
+            )
+        return reader, writer
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _split_authority(authority: str) -> tuple[str, int]:
+    """host and port of a CONNECT target (`example.com:443`, `[::1]:8080`)."""
+    parts = urlsplit(f"//{authority}")
+    try:
+        port = parts.port
+    except ValueError as error:
+        raise BlockedRequest(
+            f"blocked tunnel to {authority!r}: {error}", reason="bad_url"
+        ) from error
+    if not parts.hostname or port is None:
+        raise BlockedRequest(f"blocked tunnel to {authority!r}: no host:port", reason="bad_url")
+    return parts.hostname, port
+
+
+def _split_absolute(target: str) -> tuple[str, int, str]:
+    """host, port and origin-form (path?query) of an absolute-URI proxy request."""
+    parts = urlsplit(target)
+    if parts.scheme.lower() != "http":
+        raise BlockedRequest(
+            f"blocked request to {target[:200]}: only http:// is forwarded in the clear "
+            "(https goes through CONNECT)",
+            reason="blocked_scheme",
+        )
+    try:
+        port = parts.port or 80
+    except ValueError as error:
+        raise BlockedRequest(
+            f"blocked request to {target[:200]}: {error}", reason="bad_url"
+        ) from error
+    if not parts.hostname:
+        raise BlockedRequest(f"blocked request to {target[:200]}: no host", reason="bad_url")
+    origin_form = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.hostname, port, origin_form
+
+
+def _forward_head(method: str, origin_form: str, version: str, header_lines: list[bytes]) -> bytes:
+    kept = [
+        line
+        for line in header_lines
+        if line and line.split(b":", 1)[0].strip().lower() not in _HOP_HEADERS
+    ]
+    return (
+        f"{method} {origin_form} {version}\r\n".encode("latin-1")
+        + b"".join(line + b"\r\n" for line in kept)
+        + b"Connection: close\r\n\r\n"
+    )
+
+
+def _close_response_head(head: bytes) -> bytes:
+    """The response head with its connection headers replaced by `Connection: close`, so the
+    browser never sends a second request (to be checked anew) on this connection."""
+    lines = head.split(b"\r\n")
+    kept = [
+        line
+        for line in lines[1:]
+        if line and line.split(b":", 1)[0].strip().lower() not in _HOP_HEADERS
+    ]
+    return (
+        lines[0]
+        + b"\r\n"
+        + b"".join(line + b"\r\n" for line in kept)
+        + (b"Connection: close\r\nProxy-Connection: close\r\n\r\n")
+    )
+
+
+async def _pipe_both(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+    *,
+    rewrite_response: bool = False,
+) -> None:
+    """Copy both ways until the server side ends (or the client does)."""
+    upload = asyncio.create_task(_copy(reader, up_writer))
+    try:
+        if rewrite_response:
+            head = await up_reader.readuntil(b"\r\n\r\n")
+            writer.write(_close_response_head(head))
+        await _copy(up_reader, writer)
+    finally:
+        upload.cancel()
+        with contextlib.suppress(BaseException):
+            await upload
+
+
+async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    try:
+        while data := await source.read(_CHUNK):
+            sink.write(data)
+            await sink.drain()
+        if sink.can_write_eof():
+            sink.write_eof()
+    except OSError:
+        return
+
+
+async def _answer(
+    writer: asyncio.StreamWriter, status: int, phrase: str, message: str, reason: str = "bad_url"
+) -> None:
+    body = message.encode("utf-8", "replace")[:2000]
+    writer.write(
+        f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"{REFUSAL_HEADER}: {reason}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+    with contextlib.suppress(OSError):
+        await writer.drain()
+
+
+__all__ = ["REFUSAL_HEADER", "EgressProxy", "Refusal", "Route", "UpstreamProxy"]
