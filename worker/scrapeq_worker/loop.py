@@ -398,8 +398,7 @@ class Worker:
                 return
             if claimed and self._free_slots() > 0:
                 continue  # there may be more due work for the free slots
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
+            await wait_for_event(self._wake, self.settings.poll_seconds)
 
     async def _check_readiness(self) -> None:
         """Run every readiness check and schedule the next round while one fails."""
@@ -791,8 +790,7 @@ class Worker:
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake up at once when a stop is requested."""
         assert self._stopping is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
+        await wait_for_event(self._stopping, seconds)
 
     async def _hand_back(self, job: ClaimedJob) -> None:
         """Release a job this worker cannot run: pending and due now, no retry counted."""
@@ -831,8 +829,7 @@ class Worker:
         interval = self.settings.lease_seconds / 3
         last_rescue = time.monotonic()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._database_back.wait(), interval)
+            await wait_for_event(self._database_back, interval)
             self._database_back.clear()
             # A failed renewal is retried after the short reconnect delay, not a whole interval.
             while not await self._renew_leases() and not self._stopping.is_set():
@@ -936,3 +933,19 @@ class Worker:
         for entry in leftovers:
             self.metrics.jobs_released.labels(entry.job.queue).inc()
         logger.info("released %d unfinished jobs back to the queue", released)
+
+
+async def wait_for_event(event: asyncio.Event, seconds: float) -> bool:
+    """Wait until `event` is set or `seconds` pass; True when it was set.
+
+    Not `asyncio.wait_for`: on Python 3.11 it can swallow a cancellation that arrives as the
+    event is set, and a background loop cancelled at shutdown then runs on, so the worker never
+    exits (seen after a database restart: the lease keeper was woken and cancelled at once).
+    `asyncio.timeout` passes the cancellation on.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
