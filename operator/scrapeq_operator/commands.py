@@ -14,9 +14,7 @@ import logging
 import sys
 from typing import Any
 
-import psycopg
-from scrapeq_queue.errors import DatabaseUnavailable, QueueError
-from scrapeq_queue.migrations import migrate, require_current_schema
+from scrapeq_queue import DatabaseUnavailable, QueueError, current_schema_connection, migrate
 
 from scrapeq_operator.errors import ConfigurationError, SchemaNotCurrentError
 from scrapeq_operator.settings import OperatorSettings
@@ -103,13 +101,10 @@ def prepare_database(settings: OperatorSettings) -> list[str]:
         return migrate(settings.database_url)
 
     async def check() -> None:
-        try:
-            async with await psycopg.AsyncConnection.connect(
-                settings.database_url, autocommit=True
-            ) as connection:
-                await require_current_schema(connection)
-        except psycopg.OperationalError as error:
-            raise DatabaseUnavailable(f"database unavailable: {error}") from error
+        async with current_schema_connection(
+            settings.database_url, application_name="scrapeq-operator"
+        ):
+            pass
 
     try:
         asyncio.run(check())

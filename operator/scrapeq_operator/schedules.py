@@ -26,12 +26,13 @@ from typing import Any
 import kopf
 import scrapeq_queue
 from kubernetes.client.rest import ApiException
+from scrapeq_queue import DatabaseUnavailable
 
 from scrapeq_operator import metrics
 from scrapeq_operator.cluster import scrapejob_ref
 from scrapeq_operator.cron import CronError, parse_schedule
 from scrapeq_operator.job_status import format_time, parse_time, status_changes
-from scrapeq_operator.runtime import DATABASE_ERRORS, OperatorRuntime
+from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.schedule_plan import (
     DEFAULT_FAILED_RUNS_HISTORY_LIMIT,
     DEFAULT_SUCCESSFUL_RUNS_HISTORY_LIMIT,
@@ -268,7 +269,7 @@ async def _prune(
                 logger.info("history limit: deleting run %s and its %d rows", run.name, rows)
                 await runtime.cluster.delete_scrapejob(namespace, run.name, uid=run.uid)
                 deleted.add(run.uid)
-    except DATABASE_ERRORS as error:
+    except DatabaseUnavailable as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("schedule").inc()
         logger.warning("cannot prune the run history, database unavailable: %s", error)
     return deleted

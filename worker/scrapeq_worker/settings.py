@@ -16,6 +16,8 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from scrapeq_queue import conninfo_without_password
+
 from .network_guard import IPNetwork, parse_networks
 
 
@@ -468,22 +470,11 @@ def describe(settings: WorkerSettings) -> dict[str, Any]:
     for item in fields(settings):
         value = getattr(settings, item.name)
         if item.name == "database_url" and value:
-            value = _without_password(value)
+            value = conninfo_without_password(value)
         elif isinstance(value, tuple):
             value = [str(entry) for entry in value]
         shown[item.name] = value
     return shown
-
-
-def _without_password(conninfo: str) -> str:
-    try:
-        import psycopg
-
-        params = psycopg.conninfo.conninfo_to_dict(conninfo)
-    except Exception:
-        return "(unparsable)"
-    params.pop("password", None)
-    return " ".join(f"{key}={value}" for key, value in params.items())
 
 
 __all__: Sequence[str] = [
