@@ -39,12 +39,12 @@ from scrapeq_operator.scaling_policy import (
     decide_replicas,
     deletion_costs,
 )
-from scrapeq_operator.settings import (
+from scrapeq_operator.settings import OperatorSettings
+from scrapeq_operator.vocabulary import (
     DECISION_ANNOTATION,
     POD_DELETION_COST_ANNOTATION,
     QUEUE_ANNOTATION,
     WORKER_POOL_LABEL,
-    OperatorSettings,
 )
 
 if TYPE_CHECKING:

@@ -49,15 +49,9 @@ from scrapeq_operator.job_status import (
 )
 from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import OperatorRuntime
-from scrapeq_operator.settings import (
-    FINALIZER,
-    FORCE_DELETE_ANNOTATION,
-    GROUP,
-    PLURAL,
-    VERSION,
-    OperatorSettings,
-)
+from scrapeq_operator.settings import OperatorSettings
 from scrapeq_operator.status_sync import IndexDirectory, JobRef, StatusSync, job_ref
+from scrapeq_operator.vocabulary import FINALIZER, FORCE_DELETE_ANNOTATION, GROUP, PLURAL, VERSION
 
 
 @kopf.on.startup()

@@ -22,7 +22,7 @@ from scrapeq_queue import DatabaseUnavailable
 from scrapeq_operator import metrics
 from scrapeq_operator.cluster import ObjectRef
 from scrapeq_operator.runtime import OperatorRuntime
-from scrapeq_operator.settings import GROUP, PLURAL, RETRY_FAILED_ANNOTATION, VERSION
+from scrapeq_operator.vocabulary import GROUP, PLURAL, RETRY_FAILED_ANNOTATION, VERSION
 
 # Seconds between two runs of the timer of one annotated ScrapeJob. A run that succeeds removes
 # the annotation, which stops the timer long before this: it only matters if that removal did

@@ -51,7 +51,8 @@ from scrapeq_operator.schedule_plan import (
     schedule_anchor,
     schedule_status,
 )
-from scrapeq_operator.settings import GROUP, PLURAL, VERSION, OperatorSettings
+from scrapeq_operator.settings import OperatorSettings
+from scrapeq_operator.vocabulary import GROUP, PLURAL, VERSION
 
 # kopf fixes a timer's interval when the handler is registered (at import), before the
 # settings object reaches the memo; commands.py has already validated these same settings.

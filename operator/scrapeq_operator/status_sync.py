@@ -33,7 +33,8 @@ from scrapeq_operator.job_status import (
     status_changes,
 )
 from scrapeq_operator.queue_coverage import STALLED_CONDITION
-from scrapeq_operator.settings import GROUP, VERSION, OperatorSettings
+from scrapeq_operator.settings import OperatorSettings
+from scrapeq_operator.vocabulary import GROUP, VERSION
 
 if TYPE_CHECKING:
     from scrapeq_operator.runtime import OperatorRuntime
