@@ -175,25 +175,21 @@ def add_arguments(parser: argparse._ActionsContainer, settings_class: type[Any])
             target: argparse._ActionsContainer = parser
             if declared.flag and declared.negative_flag:
                 target = parser.add_mutually_exclusive_group()
-            if declared.flag:
-                target.add_argument(
-                    declared.flag,
-                    dest=declared.name,
-                    action="store_const",
-                    const="true",
-                    default=None,
-                    help=f"{declared.help} [{where}]",
+            for flag, const in ((declared.flag, "true"), (declared.negative_flag, "false")):
+                if not flag:
+                    continue
+                meaning = (
+                    f"the opposite of {declared.flag}"
+                    if declared.flag and flag != declared.flag
+                    else declared.help
                 )
-            if declared.negative_flag:
                 target.add_argument(
-                    declared.negative_flag,
+                    flag,
                     dest=declared.name,
                     action="store_const",
-                    const="false",
+                    const=const,
                     default=None,
-                    help=f"the opposite of {declared.flag} [{where}]"
-                    if declared.flag
-                    else f"{declared.help} [{where}]",
+                    help=f"{meaning} [{where}]",
                 )
         elif declared.flag:
             parser.add_argument(
