@@ -22,7 +22,16 @@ from scrapeq_queue.claims import (
     rescue_expired_leases,
     retry_job,
 )
-from scrapeq_queue.connections import RECONNECT_MAX_SECONDS, connect, reconnect_delay
+from scrapeq_queue.connections import (
+    RECONNECT_MAX_SECONDS,
+    Connection,
+    ConnectionPool,
+    connect,
+    conninfo_without_password,
+    current_schema_connection,
+    describe_conninfo,
+    reconnect_delay,
+)
 from scrapeq_queue.dead_jobs import failed_jobs, retry_failed
 from scrapeq_queue.errors import DatabaseUnavailable, InvalidJob, QueueError, SchemaOutOfDate
 from scrapeq_queue.exports import (
@@ -98,6 +107,8 @@ __all__ = [
     "AttemptRecord",
     "ClaimedJob",
     "Completion",
+    "Connection",
+    "ConnectionPool",
     "DatabaseUnavailable",
     "ExportRow",
     "FailedJob",
@@ -123,8 +134,11 @@ __all__ = [
     "complete_job",
     "complete_many",
     "connect",
+    "conninfo_without_password",
+    "current_schema_connection",
     "database_now",
     "delete_owner_rows",
+    "describe_conninfo",
     "enqueue",
     "enqueue_for_owner",
     "enqueue_many",

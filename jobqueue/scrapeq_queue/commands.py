@@ -13,7 +13,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Final, TextIO, TypeVar
 
-from scrapeq_queue.connections import connect, describe_conninfo
+from scrapeq_queue.connections import Connection, current_schema_connection, describe_conninfo
 from scrapeq_queue.dead_jobs import failed_jobs, retry_failed
 from scrapeq_queue.errors import DatabaseUnavailable, QueueError, SchemaOutOfDate
 from scrapeq_queue.exports import (
@@ -26,7 +26,7 @@ from scrapeq_queue.exports import (
 )
 from scrapeq_queue.inspection import database_now, latest_failures, queue_stats
 from scrapeq_queue.maintenance import prune_finished
-from scrapeq_queue.migrations import SCHEMA_VERSION, migrate, require_current_schema
+from scrapeq_queue.migrations import SCHEMA_VERSION, migrate
 from scrapeq_queue.output_files import AtomicFile
 from scrapeq_queue.payload import validate_payload
 from scrapeq_queue.producers import enqueue_many
@@ -233,12 +233,19 @@ def _report_errors(action: Callable[[], _T]) -> _T | int:
         return 1
 
 
-def _run_async(coroutine_function: Callable[[], Awaitable[int]]) -> int:
-    async def run() -> int:
-        return await coroutine_function()
+def _with_database(
+    args: argparse.Namespace, application_name: str, work: Callable[[Connection], Awaitable[int]]
+) -> int:
+    """Run `work` on a connection to --database-url whose schema is current; return its exit
+    code, or the code of the queue error it met (printed)."""
 
-    result = _report_errors(lambda: asyncio.run(run()))
-    return int(result)
+    async def run() -> int:
+        async with current_schema_connection(
+            _database_url(args), application_name=application_name
+        ) as connection:
+            return await work(connection)
+
+    return int(_report_errors(lambda: asyncio.run(run())))
 
 
 def _run_migrate(args: argparse.Namespace) -> int:
@@ -266,38 +273,32 @@ def _run_enqueue(args: argparse.Namespace) -> int:
         print("error: invalid --payload: " + "; ".join(problems), file=sys.stderr)
         return 1
 
-    async def action() -> int:
-        connection = await connect(_database_url(args), application_name="scrapeq-enqueue")
-        async with connection:
-            await require_current_schema(connection)
-            run_at = None
-            if args.delay > 0:
-                run_at = await database_now(connection) + timedelta(seconds=args.delay)
-            ids = await enqueue_many(
-                connection,
-                args.urls,
-                parser_type=args.parser,
-                payload=payload,
-                queue=args.queue,
-                priority=args.priority,
-                max_retries=args.max_retries,
-                run_at=run_at,
-            )
+    async def action(connection: Connection) -> int:
+        run_at = None
+        if args.delay > 0:
+            run_at = await database_now(connection) + timedelta(seconds=args.delay)
+        ids = await enqueue_many(
+            connection,
+            args.urls,
+            parser_type=args.parser,
+            payload=payload,
+            queue=args.queue,
+            priority=args.priority,
+            max_retries=args.max_retries,
+            run_at=run_at,
+        )
         for job_id in ids:
             print(job_id)
         print(f"enqueued {len(ids)} job(s) on queue {args.queue!r}", file=sys.stderr)
         return 0
 
-    return _run_async(action)
+    return _with_database(args, "scrapeq-enqueue", action)
 
 
 def _run_jobs(args: argparse.Namespace) -> int:
-    async def action() -> int:
-        connection = await connect(_database_url(args), application_name="scrapeq-jobs")
-        async with connection:
-            await require_current_schema(connection)
-            stats = await queue_stats(connection)
-            failures = await latest_failures(connection, limit=args.failures)
+    async def action(connection: Connection) -> int:
+        stats = await queue_stats(connection)
+        failures = await latest_failures(connection, limit=args.failures)
         header = (
             "QUEUE",
             "DUE",
@@ -331,7 +332,7 @@ def _run_jobs(args: argparse.Namespace) -> int:
             _print_failures(failures)
         return 0
 
-    return _run_async(action)
+    return _with_database(args, "scrapeq-jobs", action)
 
 
 def _print_failures(failures: Sequence[FailedJob]) -> None:
@@ -356,45 +357,39 @@ def _print_failures(failures: Sequence[FailedJob]) -> None:
 def _run_jobs_failed(args: argparse.Namespace) -> int:
     namespace, name = args.owner or (None, None)
 
-    async def action() -> int:
-        connection = await connect(_database_url(args), application_name="scrapeq-jobs")
-        async with connection:
-            await require_current_schema(connection)
-            failures = await failed_jobs(
-                connection,
-                queue=args.queue,
-                owner_namespace=namespace,
-                owner_name=name,
-                limit=args.limit,
-            )
+    async def action(connection: Connection) -> int:
+        failures = await failed_jobs(
+            connection,
+            queue=args.queue,
+            owner_namespace=namespace,
+            owner_name=name,
+            limit=args.limit,
+        )
         if not failures:
             print("(no failed jobs)")
             return 0
         _print_failures(failures)
         return 0
 
-    return _run_async(action)
+    return _with_database(args, "scrapeq-jobs", action)
 
 
 def _run_retry(args: argparse.Namespace) -> int:
     namespace, name = args.owner or (None, None)
 
-    async def action() -> int:
-        connection = await connect(_database_url(args), application_name="scrapeq-retry")
-        async with connection:
-            await require_current_schema(connection)
-            retried = await retry_failed(
-                connection,
-                ids=args.ids,
-                queue=args.queue,
-                owner_namespace=namespace,
-                owner_name=name,
-                error_pattern=args.error_pattern,
-            )
+    async def action(connection: Connection) -> int:
+        retried = await retry_failed(
+            connection,
+            ids=args.ids,
+            queue=args.queue,
+            owner_namespace=namespace,
+            owner_name=name,
+            error_pattern=args.error_pattern,
+        )
         print(f"re-queued {retried} failed job(s)")
         return 0
 
-    return _run_async(action)
+    return _with_database(args, "scrapeq-retry", action)
 
 
 def _export_target(args: argparse.Namespace) -> tuple[str | None, str, bool] | str:
@@ -457,68 +452,62 @@ def _run_export(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace, target: tuple[str | None, str, bool], output: TextIO) -> int:
     given_namespace, name, resolve = target
 
-    async def action() -> int:
-        connection = await connect(_database_url(args), application_name="scrapeq-export")
-        async with connection:
-            await require_current_schema(connection)
-            namespace = given_namespace or await _namespace_of(connection, name)
-            owner_uid = None
-            if resolve:
-                owners = await owners_named(connection, namespace=namespace, name=name)
-                if not owners:
-                    print(
-                        f"error: no rows of a ScrapeJob {namespace}/{name} in this database "
-                        "(check the name and namespace: -n NAMESPACE or NAMESPACE/NAME)",
-                        file=sys.stderr,
-                    )
-                    return 1
-                owner_uid = owners[0].uid
-                if len(owners) > 1:
-                    older = ", ".join(owner.uid for owner in owners[1:])
-                    print(
-                        f"{namespace}/{name} names {len(owners)} ScrapeJobs (re-created after "
-                        f"a delete); exporting the most recent one, uid {owner_uid} (first row "
-                        f"{owners[0].first_row_at:%Y-%m-%d %H:%M:%S}); older uids: {older} "
-                        f"(--owner {namespace}/{name} exports all of them)",
-                        file=sys.stderr,
-                    )
-            rows = export_results(
-                connection,
-                owner_namespace=namespace,
-                owner_name=name,
-                owner_uid=owner_uid,
-                queue=args.queue,
-            )
-            if args.format == "csv":
-                count = await write_csv(rows, output)
-            else:
-                count = await write_jsonl(rows, output)
+    async def action(connection: Connection) -> int:
+        namespace = given_namespace or await _namespace_of(connection, name)
+        owner_uid = None
+        if resolve:
+            owners = await owners_named(connection, namespace=namespace, name=name)
+            if not owners:
+                print(
+                    f"error: no rows of a ScrapeJob {namespace}/{name} in this database "
+                    "(check the name and namespace: -n NAMESPACE or NAMESPACE/NAME)",
+                    file=sys.stderr,
+                )
+                return 1
+            owner_uid = owners[0].uid
+            if len(owners) > 1:
+                older = ", ".join(owner.uid for owner in owners[1:])
+                print(
+                    f"{namespace}/{name} names {len(owners)} ScrapeJobs (re-created after "
+                    f"a delete); exporting the most recent one, uid {owner_uid} (first row "
+                    f"{owners[0].first_row_at:%Y-%m-%d %H:%M:%S}); older uids: {older} "
+                    f"(--owner {namespace}/{name} exports all of them)",
+                    file=sys.stderr,
+                )
+        rows = export_results(
+            connection,
+            owner_namespace=namespace,
+            owner_name=name,
+            owner_uid=owner_uid,
+            queue=args.queue,
+        )
+        if args.format == "csv":
+            count = await write_csv(rows, output)
+        else:
+            count = await write_jsonl(rows, output)
         output.flush()
         print(f"exported {count} result(s) of {namespace}/{name}", file=sys.stderr)
         return 0
 
-    return _run_async(action)
+    return _with_database(args, "scrapeq-export", action)
 
 
 def _run_prune(args: argparse.Namespace) -> int:
-    async def action() -> int:
-        connection = await connect(_database_url(args), application_name="scrapeq-prune")
-        async with connection:
-            await require_current_schema(connection)
-            deleted = await prune_finished(
-                connection,
-                completed_older_than=timedelta(days=args.completed_older_than_days),
-                keep_failed=(
-                    None
-                    if args.failed_older_than_days is None
-                    else timedelta(days=args.failed_older_than_days)
-                ),
-                keep_failed_last=args.keep_failed_last,
-            )
+    async def action(connection: Connection) -> int:
+        deleted = await prune_finished(
+            connection,
+            completed_older_than=timedelta(days=args.completed_older_than_days),
+            keep_failed=(
+                None
+                if args.failed_older_than_days is None
+                else timedelta(days=args.failed_older_than_days)
+            ),
+            keep_failed_last=args.keep_failed_last,
+        )
         print(f"deleted {deleted} finished job(s)")
         return 0
 
-    return _run_async(action)
+    return _with_database(args, "scrapeq-prune", action)
 
 
 def _shorten(text: str, width: int) -> str:

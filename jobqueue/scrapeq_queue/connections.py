@@ -1,13 +1,27 @@
-"""Opening connections the way the queue functions expect them: autocommit, errors translated."""
+"""Opening connections the way the queue functions expect them: autocommit, errors translated.
+
+The queue package is the only one that opens database connections: a single connection
+(`connect`, `current_schema_connection`), a pool shared by many short calls (`ConnectionPool`),
+and the LISTEN session (notifications.py). Every failure to reach the database surfaces as
+`DatabaseUnavailable`, so callers catch one type.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
-from typing import Any, Final
+from collections.abc import AsyncIterator
+from typing import Any, Final, TypeAlias
 
 import psycopg
+import psycopg_pool
 
-from scrapeq_queue.errors import DatabaseUnavailable
+from scrapeq_queue.errors import DatabaseUnavailable, database_errors_translated
+from scrapeq_queue.migrations import require_current_schema
+
+# What every queue function takes: an autocommit async connection.
+Connection: TypeAlias = psycopg.AsyncConnection[Any]
 
 # Fail fast when the server is down: callers (worker loop, operator, CLI) retry on their own.
 CONNECT_TIMEOUT_SECONDS: Final = 10
@@ -21,9 +35,7 @@ RECONNECT_FIRST_SECONDS: Final = 0.25
 RECONNECT_MAX_SECONDS: Final = 1.0
 
 
-async def connect(
-    conninfo: str, *, application_name: str = "scrapeq"
-) -> psycopg.AsyncConnection[Any]:
+async def connect(conninfo: str, *, application_name: str = "scrapeq") -> Connection:
     """Open an autocommit async connection; DatabaseUnavailable when the server is unreachable."""
     try:
         return await psycopg.AsyncConnection.connect(
@@ -36,6 +48,59 @@ async def connect(
         raise DatabaseUnavailable(
             f"cannot connect to {describe_conninfo(conninfo)}: {error}".strip()
         ) from error
+
+
+@contextlib.asynccontextmanager
+async def current_schema_connection(
+    conninfo: str, *, application_name: str = "scrapeq"
+) -> AsyncIterator[Connection]:
+    """A connection (closed on exit) to a database whose schema is current: DatabaseUnavailable
+    when it cannot be reached, SchemaOutOfDate when `scrapeq migrate` has not run."""
+    connection = await connect(conninfo, application_name=application_name)
+    async with connection:
+        await require_current_schema(connection)
+        yield connection
+
+
+class ConnectionPool:
+    """Autocommit connections shared by many short calls (the operator's handlers and loops).
+
+    Callers first queue for one of `max_size` slots, without a deadline: a thousand callers at
+    once wait their turn instead of timing out in the pool, and the pool's `timeout` then only
+    measures whether PostgreSQL answers. Opening does not wait for the database: a server that
+    is down at start must not stop a process from starting.
+    """
+
+    def __init__(self, conninfo: str, *, max_size: int, timeout: float, name: str) -> None:
+        self._pool: psycopg_pool.AsyncConnectionPool[Connection] = psycopg_pool.AsyncConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True, "application_name": name},
+            timeout=timeout,
+            check=psycopg_pool.AsyncConnectionPool.check_connection,
+            open=False,
+            name=name,
+        )
+        self._slots = asyncio.Semaphore(max_size)
+
+    async def open(self) -> None:
+        await self._pool.open(wait=False)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        """A pooled connection; DatabaseUnavailable when none can be had in `timeout` or the
+        database fails while it is used."""
+        async with self._slots:
+            try:
+                async with self._pool.connection() as connection:
+                    with database_errors_translated():
+                        yield connection
+            except psycopg_pool.PoolTimeout as error:
+                raise DatabaseUnavailable(f"no database connection: {error}") from error
+
+    async def close(self) -> None:
+        await self._pool.close()
 
 
 def reconnect_delay(failures: int) -> float:
@@ -57,3 +122,13 @@ def describe_conninfo(conninfo: str) -> str:
     port = params.get("port") or 5432
     dbname = params.get("dbname") or params.get("user") or ""
     return f"{host}:{port}/{dbname}"
+
+
+def conninfo_without_password(conninfo: str) -> str:
+    """A connection string as `key=value` pairs without the password, for logs."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "(unparsable)"
+    params.pop("password", None)
+    return " ".join(f"{key}={value}" for key, value in params.items())

@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from scrapeq_queue import inspection
+from scrapeq_queue import DatabaseUnavailable, inspection
 from scrapeq_queue.rows import QueueBacklog
 
 from scrapeq_operator import metrics
 from scrapeq_operator.cluster import WorkerDeployment
 from scrapeq_operator.errors import ConfigurationError
 from scrapeq_operator.queue_coverage import QueueCoverage
-from scrapeq_operator.runtime import DATABASE_ERRORS
 from scrapeq_operator.scaling_policy import (
     PoolMemory,
     PoolPolicy,
@@ -40,12 +39,12 @@ from scrapeq_operator.scaling_policy import (
     decide_replicas,
     deletion_costs,
 )
-from scrapeq_operator.settings import (
+from scrapeq_operator.settings import OperatorSettings
+from scrapeq_operator.vocabulary import (
     DECISION_ANNOTATION,
     POD_DELETION_COST_ANNOTATION,
     QUEUE_ANNOTATION,
     WORKER_POOL_LABEL,
-    OperatorSettings,
 )
 
 if TYPE_CHECKING:
@@ -107,7 +106,7 @@ class Autoscaler:
         try:
             async with self.runtime.connection() as connection:
                 backlog = dict(await inspection.live_queue_backlog(connection))
-        except DATABASE_ERRORS as error:
+        except DatabaseUnavailable as error:
             metrics.RECONCILE_ERRORS_TOTAL.labels("autoscaler").inc()
             logger.warning("autoscaler: backlog unavailable, holding every pool: %s", error)
             return None
@@ -273,7 +272,7 @@ class Autoscaler:
                 for queue in queues:
                     for worker, count in (await inspection.busy_workers(connection, queue)).items():
                         in_flight[worker] = in_flight.get(worker, 0) + count
-        except DATABASE_ERRORS as error:
+        except DatabaseUnavailable as error:
             logger.warning("autoscaler: cannot read busy workers, not ranking pods: %s", error)
             return
         for pod, cost in deletion_costs(pods, in_flight).items():

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from scrapeq_operator.settings import GROUP, PLURAL, VERSION
+from scrapeq_operator.vocabulary import GROUP, PLURAL, VERSION
 
 logger = logging.getLogger(__name__)
 

@@ -9,14 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import logging
 import sys
-from typing import Any
 
-import psycopg
-from scrapeq_queue.errors import DatabaseUnavailable, QueueError
-from scrapeq_queue.migrations import migrate, require_current_schema
+from scrapeq_queue import DatabaseUnavailable, QueueError, current_schema_connection, migrate
 
 from scrapeq_operator.errors import ConfigurationError, SchemaNotCurrentError
 from scrapeq_operator.settings import OperatorSettings
@@ -38,59 +34,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "variable (SCRAPEQ_OPERATOR_<NAME>; DATABASE_URL for the database)."
         ),
     )
-    parser.add_argument("--database-url", help="PostgreSQL URL (default: $DATABASE_URL)")
-    parser.add_argument(
-        "--namespace",
-        dest="namespaces",
-        action="append",
-        metavar="NAME",
-        help="watch this namespace (repeatable); default: every namespace",
-    )
-    migration = parser.add_mutually_exclusive_group()
-    migration.add_argument(
-        "--migrate",
-        dest="migrate",
-        action="store_true",
-        default=None,
-        help="apply queue migrations at start (the default)",
-    )
-    migration.add_argument(
-        "--no-migrate",
-        dest="migrate",
-        action="store_false",
-        help="never migrate; refuse to start when the schema is behind",
-    )
-    parser.add_argument("--liveness-port", type=int, help="port of /healthz (0: off; 8081)")
-    parser.add_argument("--metrics-port", type=int, help="port of /metrics (0: off; 9102)")
-    parser.add_argument("--listen-host", help="address both endpoints bind to (0.0.0.0)")
-    parser.add_argument(
-        "--no-autoscaler",
-        dest="autoscaler_enabled",
-        action="store_false",
-        default=None,
-        help="do not scale worker Deployments",
-    )
+    OperatorSettings.add_arguments(parser)
     parser.add_argument("--verbose", action="store_true", help="log every handler step")
     parser.set_defaults(handler=run_operator)
 
 
 def settings_from_args(args: argparse.Namespace) -> OperatorSettings:
-    """Environment first, then flags on top."""
-    # Validated once flags are applied: a --database-url flag must satisfy the need for one.
-    settings = OperatorSettings.from_environment(validate=False)
-    overrides: dict[str, Any] = {}
-    if args.database_url:
-        overrides["database_url"] = args.database_url
-    if args.namespaces:
-        overrides["namespaces"] = tuple(args.namespaces)
-    for name in ("migrate", "liveness_port", "metrics_port", "listen_host", "autoscaler_enabled"):
-        value = getattr(args, name, None)
-        if value is not None:
-            overrides[name] = value
-    if overrides:
-        settings = dataclasses.replace(settings, **overrides)
-    settings.validate()
-    return settings
+    """Flags on top of the environment (a --database-url flag satisfies the need for one)."""
+    return OperatorSettings.read(args)
 
 
 def prepare_database(settings: OperatorSettings) -> list[str]:
@@ -103,13 +54,10 @@ def prepare_database(settings: OperatorSettings) -> list[str]:
         return migrate(settings.database_url)
 
     async def check() -> None:
-        try:
-            async with await psycopg.AsyncConnection.connect(
-                settings.database_url, autocommit=True
-            ) as connection:
-                await require_current_schema(connection)
-        except psycopg.OperationalError as error:
-            raise DatabaseUnavailable(f"database unavailable: {error}") from error
+        async with current_schema_connection(
+            settings.database_url, application_name="scrapeq-operator"
+        ):
+            pass
 
     try:
         asyncio.run(check())

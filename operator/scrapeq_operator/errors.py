@@ -1,4 +1,8 @@
-"""The operator's errors: what went wrong, and whether trying again later can help."""
+"""The operator's errors: what went wrong, and whether trying again later can help.
+
+A database that cannot be reached is `scrapeq_queue.DatabaseUnavailable`, the one type every
+component catches for it (the queue package owns every connection).
+"""
 
 from __future__ import annotations
 
@@ -35,7 +39,3 @@ class JobBlockedError(JobNotRunnableError):
 
     def __init__(self, message: str) -> None:
         super().__init__("WaitingForDependencies", message)
-
-
-class DatabaseUnavailableError(OperatorError):
-    """PostgreSQL could not be reached or failed a call; retry after a delay."""

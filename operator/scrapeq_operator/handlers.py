@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
-import psycopg
 import scrapeq_queue
+from scrapeq_queue import Connection, DatabaseUnavailable
 from scrapeq_queue.payload import validate_payload
 from scrapeq_queue.result_urls import urls_from_results
 from scrapeq_queue.rows import Owner
@@ -49,16 +49,10 @@ from scrapeq_operator.job_status import (
     summarize,
 )
 from scrapeq_operator.retention import Retention
-from scrapeq_operator.runtime import DATABASE_ERRORS, OperatorRuntime
-from scrapeq_operator.settings import (
-    FINALIZER,
-    FORCE_DELETE_ANNOTATION,
-    GROUP,
-    PLURAL,
-    VERSION,
-    OperatorSettings,
-)
+from scrapeq_operator.runtime import OperatorRuntime
+from scrapeq_operator.settings import OperatorSettings
 from scrapeq_operator.status_sync import IndexDirectory, JobRef, StatusSync, job_ref
+from scrapeq_operator.vocabulary import FINALIZER, FORCE_DELETE_ANNOTATION, GROUP, PLURAL, VERSION
 
 
 @kopf.on.startup()
@@ -196,7 +190,7 @@ async def resolve_urls(
     cluster: Cluster,
     settings: OperatorSettings,
     *,
-    database: Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]] | None = None,
+    database: Callable[[], AbstractAsyncContextManager[Connection]] | None = None,
     dependencies: DependencyCheck | None = None,
 ) -> list[str]:
     """The job's URLs, reading a urlsFrom ConfigMap or an upstream job's results;
@@ -234,7 +228,7 @@ async def resolve_urls(
 async def _urls_from_scrapejob(
     source: ScrapeJobField,
     uid: str,
-    database: Callable[[], AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]],
+    database: Callable[[], AbstractAsyncContextManager[Connection]],
     settings: OperatorSettings,
 ) -> list[str]:
     where = f"urlsFrom: field {source.field!r} of ScrapeJob {source.name}"
@@ -312,7 +306,7 @@ async def enqueue_scrapejob(
         )
         if sealed is not None:
             options["payload"] = {**(options["payload"] or {}), "sealed": sealed}
-    except DATABASE_ERRORS as error:
+    except DatabaseUnavailable as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
         raise kopf.TemporaryError(
             f"cannot read upstream results, database unavailable: {error}",
@@ -337,7 +331,7 @@ async def enqueue_scrapejob(
                 urls,
                 **options,
             )
-    except DATABASE_ERRORS as error:
+    except DatabaseUnavailable as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
         if retry == 0:
             await _warn(runtime, body, "DatabaseUnavailable", f"cannot queue rows: {error}")
@@ -446,7 +440,7 @@ async def cancel_scrapejob_rows(
     try:
         async with runtime.connection() as connection:
             cancelled = await scrapeq_queue.cancel_owner(connection, uid)
-    except DATABASE_ERRORS as error:
+    except DatabaseUnavailable as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("cancel").inc()
         forced = str(meta.get("annotations", {}).get(FORCE_DELETE_ANNOTATION, "")).lower()
         if forced == "true":

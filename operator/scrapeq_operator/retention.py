@@ -18,9 +18,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import scrapeq_queue
+from scrapeq_queue import DatabaseUnavailable
 
 from scrapeq_operator import metrics
-from scrapeq_operator.runtime import DATABASE_ERRORS
 from scrapeq_operator.settings import OperatorSettings
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Retention:
                 await self.prune_once()
             except asyncio.CancelledError:
                 raise
-            except DATABASE_ERRORS as error:
+            except DatabaseUnavailable as error:
                 metrics.RECONCILE_ERRORS_TOTAL.labels("retention").inc()
                 logger.warning("retention: database unavailable, pruning later: %s", error)
             except Exception:

@@ -17,11 +17,12 @@ from typing import Any, Final
 
 import kopf
 import scrapeq_queue
+from scrapeq_queue import DatabaseUnavailable
 
 from scrapeq_operator import metrics
 from scrapeq_operator.cluster import ObjectRef
-from scrapeq_operator.runtime import DATABASE_ERRORS, OperatorRuntime
-from scrapeq_operator.settings import GROUP, PLURAL, RETRY_FAILED_ANNOTATION, VERSION
+from scrapeq_operator.runtime import OperatorRuntime
+from scrapeq_operator.vocabulary import GROUP, PLURAL, RETRY_FAILED_ANNOTATION, VERSION
 
 # Seconds between two runs of the timer of one annotated ScrapeJob. A run that succeeds removes
 # the annotation, which stops the timer long before this: it only matters if that removal did
@@ -74,7 +75,7 @@ async def retry_failed_rows(
     try:
         async with runtime.connection() as connection:
             requeued = await scrapeq_queue.retry_failed(connection, owner_uid=uid)
-    except DATABASE_ERRORS as error:
+    except DatabaseUnavailable as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("retry_failed").inc()
         if retry == 0:
             await _post(

@@ -9,15 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import Coroutine
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-import psycopg
-import psycopg_pool
-from scrapeq_queue.errors import DatabaseUnavailable
+from scrapeq_queue import Connection, ConnectionPool
 
 from scrapeq_operator.cluster import Cluster
-from scrapeq_operator.errors import DatabaseUnavailableError
 from scrapeq_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -29,15 +27,6 @@ POOL_TIMEOUT_SECONDS = 5.0
 # short statement, so a few connections carry thousands of ScrapeJobs.
 POOL_MAX_SIZE = 6
 
-# Everything that means "PostgreSQL is not answering right now".
-DATABASE_ERRORS: tuple[type[BaseException], ...] = (
-    DatabaseUnavailable,
-    DatabaseUnavailableError,
-    psycopg_pool.PoolTimeout,
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-)
-
 
 class OperatorRuntime:
     """The database pool, the Kubernetes client and the background tasks of one operator."""
@@ -45,43 +34,26 @@ class OperatorRuntime:
     def __init__(self, settings: OperatorSettings, cluster: Cluster) -> None:
         self.settings = settings
         self.cluster = cluster
-        self.pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[Any]] = (
-            psycopg_pool.AsyncConnectionPool(
-                settings.database_url,
-                min_size=1,
-                max_size=POOL_MAX_SIZE,
-                kwargs={"autocommit": True},
-                timeout=POOL_TIMEOUT_SECONDS,
-                check=psycopg_pool.AsyncConnectionPool.check_connection,
-                open=False,
-                name="scrapeq-operator",
-            )
+        self.pool = ConnectionPool(
+            settings.database_url,
+            max_size=POOL_MAX_SIZE,
+            timeout=POOL_TIMEOUT_SECONDS,
+            name="scrapeq-operator",
         )
         # Queues with due rows that no worker pool serves, as the autoscaler last saw them
         # (queue_coverage.py); the status sync marks their ScrapeJobs Stalled.
         self.unserved_queues: frozenset[str] = frozenset()
         self._tasks: list[asyncio.Task[None]] = []
-        self._slots = asyncio.Semaphore(POOL_MAX_SIZE)
 
     async def open(self) -> None:
-        # wait=False: a database that is down at start must not stop the operator from
-        # starting; handlers and loops retry until it is back.
-        await self.pool.open(wait=False)
+        # The pool does not wait for the database: one that is down at start must not stop
+        # the operator from starting; handlers and loops retry until it is back.
+        await self.pool.open()
 
-    @contextlib.asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A pooled autocommit connection; DatabaseUnavailableError when none can be had.
-
-        Callers first queue for one of POOL_MAX_SIZE slots, without a deadline: a thousand
-        ScrapeJobs created at once wait their turn instead of timing out in the pool, and the
-        pool's timeout then only measures whether PostgreSQL answers.
-        """
-        async with self._slots:
-            try:
-                async with self.pool.connection() as connection:
-                    yield connection
-            except psycopg_pool.PoolTimeout as error:
-                raise DatabaseUnavailableError(f"no database connection: {error}") from error
+    def connection(self) -> AbstractAsyncContextManager[Connection]:
+        """A pooled autocommit connection; DatabaseUnavailable when none can be had (callers
+        queue for one of POOL_MAX_SIZE slots without a deadline, see ConnectionPool)."""
+        return self.pool.connection()
 
     def spawn(self, name: str, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run a background loop owned by this runtime until `close`."""

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from scrapeq_operator.errors import ConfigurationError
-from scrapeq_operator.settings import (
+from scrapeq_operator.settings import AutoscalerDefaults
+from scrapeq_operator.vocabulary import (
     JOBS_PER_REPLICA_ANNOTATION,
     MAX_REPLICAS_ANNOTATION,
     MIN_REPLICAS_ANNOTATION,
     SCALE_DOWN_WINDOW_ANNOTATION,
     SCALE_TO_ZERO_COOLDOWN_ANNOTATION,
-    AutoscalerDefaults,
 )
 
 

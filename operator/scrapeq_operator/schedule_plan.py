@@ -24,7 +24,7 @@ from scrapeq_operator.job_status import (
     parse_time,
     summarize,
 )
-from scrapeq_operator.settings import GROUP, VERSION
+from scrapeq_operator.vocabulary import GROUP, VERSION
 
 # Label on every run: the name of the scheduled ScrapeJob that created it.
 SCHEDULE_LABEL: Final = f"{GROUP}/schedule"

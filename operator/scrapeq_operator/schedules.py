@@ -26,12 +26,13 @@ from typing import Any
 import kopf
 import scrapeq_queue
 from kubernetes.client.rest import ApiException
+from scrapeq_queue import DatabaseUnavailable
 
 from scrapeq_operator import metrics
 from scrapeq_operator.cluster import scrapejob_ref
 from scrapeq_operator.cron import CronError, parse_schedule
 from scrapeq_operator.job_status import format_time, parse_time, status_changes
-from scrapeq_operator.runtime import DATABASE_ERRORS, OperatorRuntime
+from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.schedule_plan import (
     DEFAULT_FAILED_RUNS_HISTORY_LIMIT,
     DEFAULT_SUCCESSFUL_RUNS_HISTORY_LIMIT,
@@ -50,7 +51,8 @@ from scrapeq_operator.schedule_plan import (
     schedule_anchor,
     schedule_status,
 )
-from scrapeq_operator.settings import GROUP, PLURAL, VERSION, OperatorSettings
+from scrapeq_operator.settings import OperatorSettings
+from scrapeq_operator.vocabulary import GROUP, PLURAL, VERSION
 
 # kopf fixes a timer's interval when the handler is registered (at import), before the
 # settings object reaches the memo; commands.py has already validated these same settings.
@@ -268,7 +270,7 @@ async def _prune(
                 logger.info("history limit: deleting run %s and its %d rows", run.name, rows)
                 await runtime.cluster.delete_scrapejob(namespace, run.name, uid=run.uid)
                 deleted.add(run.uid)
-    except DATABASE_ERRORS as error:
+    except DatabaseUnavailable as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("schedule").inc()
         logger.warning("cannot prune the run history, database unavailable: %s", error)
     return deleted

@@ -1,82 +1,41 @@
 """The operator's configuration, declared once: every knob, its default and why it has it.
 
-Values come from flags (see `commands.py`), which default to `SCRAPEQ_OPERATOR_*` environment
-variables, which default to the values below. Nothing else in the package reads the environment.
+Each field of `OperatorSettings` (and of its nested `AutoscalerDefaults`) is one option
+(`scrapeq_queue.options.option`): flag if it has one, then its `SCRAPEQ_OPERATOR_*` environment
+variable, then the default below. The table in docs/operator.md is generated from these
+declarations (`make generate`). Nothing else in the package reads the environment.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from scrapeq_queue.sealed_credentials import SealingError, SealingKeys
+from scrapeq_queue import options
+from scrapeq_queue.options import (
+    option,
+    parse_bool,
+    parse_float,
+    parse_int,
+    parse_names,
+)
+from scrapeq_queue.sealed_credentials import SealingKeys
 
 from scrapeq_operator.errors import ConfigurationError
 
-# The API group every scrapeq resource, label and annotation lives under.
-GROUP = "scrapeq.io"
-VERSION = "v1alpha1"
-PLURAL = "scrapejobs"
-
-# Finalizer that keeps a deleted ScrapeJob until its rows are cancelled in PostgreSQL.
-FINALIZER = f"{GROUP}/cancel-rows"
-# Set to "true" on a ScrapeJob to let it go even though its rows could not be cancelled
-# (for example, the database is gone for good). Rows may then be scraped after deletion.
-FORCE_DELETE_ANNOTATION = f"{GROUP}/force-delete"
-# Set (to any value) on a ScrapeJob to re-queue its failed rows once; the operator removes it
-# when done (see retry_requests.py).
-RETRY_FAILED_ANNOTATION = f"{GROUP}/retry-failed"
-
-# Worker Deployments that carry this label are scaled by the operator; its value names the pool.
-WORKER_POOL_LABEL = f"{GROUP}/worker-pool"
-# Per-Deployment overrides of the autoscaler defaults.
-QUEUE_ANNOTATION = f"{GROUP}/queue"
-MIN_REPLICAS_ANNOTATION = f"{GROUP}/min-replicas"
-MAX_REPLICAS_ANNOTATION = f"{GROUP}/max-replicas"
-JOBS_PER_REPLICA_ANNOTATION = f"{GROUP}/jobs-per-replica"
-SCALE_DOWN_WINDOW_ANNOTATION = f"{GROUP}/scale-down-stabilization-seconds"
-SCALE_TO_ZERO_COOLDOWN_ANNOTATION = f"{GROUP}/scale-to-zero-cooldown-seconds"
-# Where the autoscaler records its last decision (JSON) on the Deployment.
-DECISION_ANNOTATION = f"{GROUP}/autoscaler-decision"
-POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"
+PREFIX = "SCRAPEQ_OPERATOR_"
 
 
-def _env(environ: Mapping[str, str], name: str, default: str) -> str:
-    return environ.get(f"SCRAPEQ_OPERATOR_{name}", default)
+def parse_sealing_keys(text: str) -> SealingKeys | None:
+    """SCRAPEQ_SEALING_KEY: a key ring (SealingError, a ValueError, names what is wrong)."""
+    return SealingKeys.from_text(text.strip()) if text.strip() else None
 
 
-def _float(environ: Mapping[str, str], name: str, default: float) -> float:
-    raw = _env(environ, name, str(default))
-    try:
-        return float(raw)
-    except ValueError as error:
-        raise ConfigurationError(f"SCRAPEQ_OPERATOR_{name}={raw!r} is not a number") from error
-
-
-def _int(environ: Mapping[str, str], name: str, default: int) -> int:
-    raw = _env(environ, name, str(default))
-    try:
-        return int(raw)
-    except ValueError as error:
-        raise ConfigurationError(f"SCRAPEQ_OPERATOR_{name}={raw!r} is not an integer") from error
-
-
-def _bool(environ: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = _env(environ, name, "true" if default else "false").strip().lower()
-    if raw in {"1", "true", "yes", "on"}:
-        return True
-    if raw in {"0", "false", "no", "off"}:
-        return False
-    raise ConfigurationError(f"SCRAPEQ_OPERATOR_{name}={raw!r} is not a boolean")
-
-
-def _sealing_keys(environ: Mapping[str, str]) -> SealingKeys | None:
-    try:
-        text = environ.get("SCRAPEQ_SEALING_KEY", "").strip()
-        return SealingKeys.from_text(text) if text else None
-    except SealingError as error:
-        raise ConfigurationError(f"SCRAPEQ_SEALING_KEY: {error}") from error
+def _env(name: str) -> str:
+    return PREFIX + name.upper()
 
 
 @dataclass(frozen=True)
@@ -84,163 +43,279 @@ class AutoscalerDefaults:
     """Autoscaler policy used when a worker Deployment does not override it by annotation."""
 
     # A single busy pool should not take the cluster; Deployments raise it by annotation.
-    max_replicas: int = 10
+    max_replicas: int = option(
+        10,
+        env=_env("max_replicas"),
+        parse=parse_int,
+        help="Most replicas of a worker pool (per pool: annotation scrapeq.io/max-replicas).",
+    )
     # Zero: a pool with no work costs nothing.
-    min_replicas: int = 0
+    min_replicas: int = option(
+        0,
+        env=_env("min_replicas"),
+        parse=parse_int,
+        help="Fewest replicas of a worker pool (annotation scrapeq.io/min-replicas).",
+    )
     # One worker process renders several pages at once; 10 rows keeps each one busy.
-    jobs_per_replica: int = 10
+    jobs_per_replica: int = option(
+        10,
+        env=_env("jobs_per_replica"),
+        parse=parse_int,
+        help="Due and running rows per replica (annotation scrapeq.io/jobs-per-replica).",
+    )
     # Like the HPA's default of 5 minutes, shortened: batch backlogs drain in bursts.
-    scale_down_window_seconds: float = 120.0
+    scale_down_window_seconds: float = option(
+        120.0,
+        env=_env("scale_down_window_seconds"),
+        parse=parse_float,
+        help="Scale-down stabilisation: the highest wish of this window wins.",
+    )
     # KEDA's default cool-down before scaling to zero is 300 s.
-    scale_to_zero_cooldown_seconds: float = 300.0
+    scale_to_zero_cooldown_seconds: float = option(
+        300.0,
+        env=_env("scale_to_zero_cooldown_seconds"),
+        parse=parse_float,
+        help="Idle time before a pool goes to 0 replicas.",
+    )
 
 
 @dataclass(frozen=True)
 class OperatorSettings:
     """Everything the operator can be told; one instance per process."""
 
-    database_url: str
+    database_url: str = option(
+        "",
+        flag="--database-url",
+        env=_env("database_url"),
+        fallback_env=("DATABASE_URL",),
+        parse=str,
+        help="PostgreSQL connection string of the queue (required).",
+    )
     # Empty means every namespace (cluster-wide).
-    namespaces: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = option(
+        (),
+        flag="--namespace",
+        env=_env("namespaces"),
+        parse=parse_names,
+        help="Namespaces to watch, comma-separated; the flag may be repeated.",
+        repeatable=True,
+        shown_default="all",
+    )
     # Run the queue migrations at start (under the queue's advisory lock). When false, the
     # operator refuses to start unless the schema is already current.
-    migrate: bool = True
-    # The status sync wakes on NOTIFY at once; this sweep catches anything a lost notification
-    # (reconnect, a producer without NOTIFY) missed.
-    status_sweep_seconds: float = 30.0
+    migrate: bool = option(
+        True,
+        flag="--migrate",
+        negative_flag="--no-migrate",
+        env=_env("migrate"),
+        parse=parse_bool,
+        help="Apply queue migrations at start; without, refuse to start when the schema is "
+        "behind (see Schema).",
+        switch=True,
+    )
+    # Port of the liveness endpoint (kopf's /healthz); 0 disables it.
+    liveness_port: int = option(
+        8081,
+        flag="--liveness-port",
+        env=_env("liveness_port"),
+        parse=parse_int,
+        help="Port of kopf's /healthz (0 = off).",
+    )
+    # Port of the Prometheus /metrics endpoint; 0 disables it.
+    metrics_port: int = option(
+        9102,
+        flag="--metrics-port",
+        env=_env("metrics_port"),
+        parse=parse_int,
+        help="Port of /metrics (0 = off).",
+    )
+    # Bind address of both endpoints.
+    listen_host: str = option(
+        "0.0.0.0",
+        flag="--listen-host",
+        env=_env("listen_host"),
+        parse=str,
+        help="Address both endpoints bind to.",
+    )
+    autoscaler_enabled: bool = option(
+        True,
+        negative_flag="--no-autoscaler",
+        env=_env("autoscaler_enabled"),
+        parse=parse_bool,
+        help="Scale worker Deployments (--no-autoscaler: leave them alone).",
+        switch=True,
+    )
     # Completions send no NOTIFY (that would serialise workers' commits), so the sync also asks
     # every second which owners' rows changed: one indexed query.
-    status_poll_seconds: float = 1.0
+    status_poll_seconds: float = option(
+        1.0,
+        env=_env("status_poll_seconds"),
+        parse=parse_float,
+        help="How often the status task asks which jobs' rows changed.",
+    )
+    # The status sync wakes on NOTIFY at once; this sweep catches anything a lost notification
+    # (reconnect, a producer without NOTIFY) missed.
+    status_sweep_seconds: float = option(
+        30.0,
+        env=_env("status_sweep_seconds"),
+        parse=parse_float,
+        help="Full sweep of unfinished jobs.",
+    )
     # Debounce: collect notifications for this long so a burst of row changes costs one query.
-    status_debounce_seconds: float = 0.5
-    # At most this many ScrapeJobs are read and patched per round, so a 100k-row burst cannot
-    # flood the API server; the rest follow in the next round.
-    status_batch_size: int = 200
+    status_debounce_seconds: float = option(
+        0.5,
+        env=_env("status_debounce_seconds"),
+        parse=parse_float,
+        help="Gather a burst of NOTIFYs into one round.",
+    )
     # At most one status PATCH per unfinished ScrapeJob per this interval, counted from its
     # creation (finished phases are written at once). A job done within it costs one status
     # write in all; a 100k-URL job's ever-changing counts cost one write per interval.
-    status_min_interval_seconds: float = 3.0
+    status_min_interval_seconds: float = option(
+        3.0,
+        env=_env("status_min_interval_seconds"),
+        parse=parse_float,
+        help="Least time between status writes of an unfinished job, from its creation.",
+    )
+    # At most this many ScrapeJobs are read and patched per round, so a 100k-row burst cannot
+    # flood the API server; the rest follow in the next round.
+    status_batch_size: int = option(
+        200,
+        env=_env("status_batch_size"),
+        parse=parse_int,
+        help="Jobs read and patched per batch.",
+    )
     # Concurrent status PATCH requests in one round (each waits on the API server, not on us).
-    status_patch_concurrency: int = 16
+    status_patch_concurrency: int = option(
+        16,
+        env=_env("status_patch_concurrency"),
+        parse=parse_int,
+        help="Concurrent status PATCHes.",
+    )
     # The autoscaler's loop period; the goal is a reaction under 5 s (KEDA polls every 30 s).
-    autoscaler_interval_seconds: float = 2.0
-    autoscaler_enabled: bool = True
+    autoscaler_interval_seconds: float = option(
+        2.0,
+        env=_env("autoscaler_interval_seconds"),
+        parse=parse_float,
+        help="Autoscaler period.",
+    )
     autoscaler: AutoscalerDefaults = field(default_factory=AutoscalerDefaults)
     # A queue with due rows and no worker pool is reported (Stalled condition, Event, log)
     # once that has lasted this long: a pool created together with the first ScrapeJob (one
     # `helm install`) appears within it and is never reported.
-    unserved_queue_grace_seconds: float = 30.0
+    unserved_queue_grace_seconds: float = option(
+        30.0,
+        env=_env("unserved_queue_grace_seconds"),
+        parse=parse_float,
+        help="How long a queue has due rows and no worker pool before its ScrapeJobs are "
+        "marked Stalled (a pool installed with the first job is not reported).",
+    )
     # Delay before retrying a handler whose database call failed (the finalizer stays).
-    database_retry_seconds: float = 5.0
+    database_retry_seconds: float = option(
+        5.0,
+        env=_env("database_retry_seconds"),
+        parse=parse_float,
+        help="Retry delay of a handler that hit a database error.",
+    )
     # Delay before re-checking a ScrapeJob that cannot run yet (missing ConfigMap).
-    not_ready_retry_seconds: float = 30.0
+    not_ready_retry_seconds: float = option(
+        30.0,
+        env=_env("not_ready_retry_seconds"),
+        parse=parse_float,
+        help="Re-check delay of a job that cannot run.",
+    )
     # Delay before re-checking a ScrapeJob blocked by spec.dependsOn (how soon it starts after
     # its last dependency succeeded).
-    dependency_poll_seconds: float = 5.0
+    dependency_poll_seconds: float = option(
+        5.0,
+        env=_env("dependency_poll_seconds"),
+        parse=parse_float,
+        help="Re-check delay of a job blocked by dependsOn / urlsFrom.scrapeJob (one API "
+        "write per check).",
+    )
+    # Most URLs read from one urlsFrom ConfigMap key (a ConfigMap holds at most 1 MiB).
+    max_urls_per_job: int = option(
+        200_000,
+        env=_env("max_urls_per_job"),
+        parse=parse_int,
+        help="Largest urlsFrom list.",
+    )
     # How often each scheduled ScrapeJob (spec.schedule) checks whether a run is due: the
     # lateness of a run at worst, and the shortest useful @every (5 s, its minimum).
-    schedule_check_seconds: float = 5.0
-    # Most URLs read from one urlsFrom ConfigMap key (a ConfigMap holds at most 1 MiB).
-    max_urls_per_job: int = 200_000
+    schedule_check_seconds: float = option(
+        5.0,
+        env=_env("schedule_check_seconds"),
+        parse=parse_float,
+        help="How often each scheduled ScrapeJob checks whether a run is due.",
+    )
     # Retention (see retention.py): how often finished rows are pruned; 0 turns it off. Hourly
     # keeps each prune small (a few batches) without letting the table grow for long.
-    prune_interval_seconds: float = 3600.0
+    prune_interval_seconds: float = option(
+        3600.0,
+        env=_env("prune_interval_seconds"),
+        parse=parse_float,
+        help="Retention period (0 = never prune); see Retention.",
+    )
     # Completed and cancelled rows are deleted this many days after they finished: long enough
     # to export results and investigate a job from the past week.
-    retain_completed_days: float = 7.0
+    retain_completed_days: float = option(
+        7.0,
+        env=_env("retain_completed_days"),
+        parse=parse_float,
+        help="Completed and cancelled rows are deleted this long after they finished.",
+    )
     # Failed rows are a dead-letter queue: the newest this many per queue are kept for
     # `scrapeq jobs failed` and `scrapeq retry`, older ones deleted; 0 keeps every failed row.
-    retain_failed_last: int = 10_000
-    # Port of the liveness endpoint (kopf's /healthz); 0 disables it.
-    liveness_port: int = 8081
-    # Port of the Prometheus /metrics endpoint; 0 disables it.
-    metrics_port: int = 9102
-    # Bind address of both endpoints.
-    listen_host: str = "0.0.0.0"
-    # The key ring that seals spec.credentials into rows (SCRAPEQ_SEALING_KEY, shared with the
-    # workers); None: ScrapeJobs with credentials wait with Ready=False NoSealingKey.
-    sealing_keys: SealingKeys | None = None
+    retain_failed_last: int = option(
+        10_000,
+        env=_env("retain_failed_last"),
+        parse=parse_int,
+        help="Failed rows kept per queue, newest first (0 = keep every failed row).",
+    )
+    # The key ring that seals spec.credentials into rows, shared with the workers; without it
+    # ScrapeJobs with credentials wait with Ready=False NoSealingKey.
+    sealing_keys: SealingKeys | None = option(  # noqa: RUF009 - a field declaration, not a shared default
+        None,
+        env="SCRAPEQ_SEALING_KEY",
+        parse=parse_sealing_keys,
+        help="Comma-separated base64 AES-256 keys, newest first, that seal spec.credentials.",
+        shown_default="none",
+    )
 
     @property
     def clusterwide(self) -> bool:
         return not self.namespaces
 
     @classmethod
-    def from_environment(
-        cls, environ: Mapping[str, str] | None = None, *, validate: bool = True
+    def read(
+        cls,
+        flags: argparse.Namespace | Mapping[str, Any] | None = None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        validate: bool = True,
     ) -> OperatorSettings:
-        """Build settings from `SCRAPEQ_OPERATOR_*` variables (DATABASE_URL as a fallback).
-
-        With validate=False the caller may still lay flags on top and must validate after.
-        """
-        env = os.environ if environ is None else environ
-        database_url = env.get("SCRAPEQ_OPERATOR_DATABASE_URL") or env.get("DATABASE_URL", "")
-        namespaces = tuple(
-            name.strip() for name in _env(env, "NAMESPACES", "").split(",") if name.strip()
-        )
-        defaults = AutoscalerDefaults()
-        autoscaler = AutoscalerDefaults(
-            max_replicas=_int(env, "MAX_REPLICAS", defaults.max_replicas),
-            min_replicas=_int(env, "MIN_REPLICAS", defaults.min_replicas),
-            jobs_per_replica=_int(env, "JOBS_PER_REPLICA", defaults.jobs_per_replica),
-            scale_down_window_seconds=_float(
-                env, "SCALE_DOWN_WINDOW_SECONDS", defaults.scale_down_window_seconds
-            ),
-            scale_to_zero_cooldown_seconds=_float(
-                env, "SCALE_TO_ZERO_COOLDOWN_SECONDS", defaults.scale_to_zero_cooldown_seconds
-            ),
-        )
-        base = cls(database_url=database_url)
-        settings = cls(
-            database_url=database_url,
-            namespaces=namespaces,
-            migrate=_bool(env, "MIGRATE", base.migrate),
-            status_sweep_seconds=_float(env, "STATUS_SWEEP_SECONDS", base.status_sweep_seconds),
-            status_poll_seconds=_float(env, "STATUS_POLL_SECONDS", base.status_poll_seconds),
-            status_debounce_seconds=_float(
-                env, "STATUS_DEBOUNCE_SECONDS", base.status_debounce_seconds
-            ),
-            status_batch_size=_int(env, "STATUS_BATCH_SIZE", base.status_batch_size),
-            status_min_interval_seconds=_float(
-                env, "STATUS_MIN_INTERVAL_SECONDS", base.status_min_interval_seconds
-            ),
-            status_patch_concurrency=_int(
-                env, "STATUS_PATCH_CONCURRENCY", base.status_patch_concurrency
-            ),
-            autoscaler_interval_seconds=_float(
-                env, "AUTOSCALER_INTERVAL_SECONDS", base.autoscaler_interval_seconds
-            ),
-            autoscaler_enabled=_bool(env, "AUTOSCALER_ENABLED", base.autoscaler_enabled),
-            autoscaler=autoscaler,
-            unserved_queue_grace_seconds=_float(
-                env, "UNSERVED_QUEUE_GRACE_SECONDS", base.unserved_queue_grace_seconds
-            ),
-            database_retry_seconds=_float(
-                env, "DATABASE_RETRY_SECONDS", base.database_retry_seconds
-            ),
-            not_ready_retry_seconds=_float(
-                env, "NOT_READY_RETRY_SECONDS", base.not_ready_retry_seconds
-            ),
-            dependency_poll_seconds=_float(
-                env, "DEPENDENCY_POLL_SECONDS", base.dependency_poll_seconds
-            ),
-            schedule_check_seconds=_float(
-                env, "SCHEDULE_CHECK_SECONDS", base.schedule_check_seconds
-            ),
-            max_urls_per_job=_int(env, "MAX_URLS_PER_JOB", base.max_urls_per_job),
-            prune_interval_seconds=_float(
-                env, "PRUNE_INTERVAL_SECONDS", base.prune_interval_seconds
-            ),
-            retain_completed_days=_float(env, "RETAIN_COMPLETED_DAYS", base.retain_completed_days),
-            retain_failed_last=_int(env, "RETAIN_FAILED_LAST", base.retain_failed_last),
-            liveness_port=_int(env, "LIVENESS_PORT", base.liveness_port),
-            metrics_port=_int(env, "METRICS_PORT", base.metrics_port),
-            listen_host=_env(env, "LISTEN_HOST", base.listen_host),
-            sealing_keys=_sealing_keys(env),
+        """Flags (from a parser that `add_arguments` set up), then `SCRAPEQ_OPERATOR_*`
+        variables (DATABASE_URL as a fallback), then the defaults. A value that does not parse
+        raises ConfigurationError naming its flag or variable; so does, unless `validate` is
+        false, a combination that cannot work."""
+        settings = options.read_settings(
+            cls, flags, os.environ if environ is None else environ, error=ConfigurationError
         )
         if validate:
             settings.validate()
         return settings
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, *, validate: bool = True
+    ) -> OperatorSettings:
+        """Settings from the environment alone (see `read`)."""
+        return cls.read(None, environ, validate=validate)
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """One flag per option that has one (see docs/operator.md)."""
+        options.add_arguments(parser, OperatorSettings)
 
     def validate(self) -> None:
         """Raise ConfigurationError naming the first setting that cannot work."""

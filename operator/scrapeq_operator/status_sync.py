@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-import psycopg
-from scrapeq_queue import inspection, notifications
+from scrapeq_queue import DatabaseUnavailable, inspection, notifications
 
 from scrapeq_operator import metrics
 from scrapeq_operator.cluster import ObjectRef, is_conflict, is_not_found
@@ -34,8 +33,8 @@ from scrapeq_operator.job_status import (
     status_changes,
 )
 from scrapeq_operator.queue_coverage import STALLED_CONDITION
-from scrapeq_operator.runtime import DATABASE_ERRORS
-from scrapeq_operator.settings import GROUP, VERSION, OperatorSettings
+from scrapeq_operator.settings import OperatorSettings
+from scrapeq_operator.vocabulary import GROUP, VERSION
 
 if TYPE_CHECKING:
     from scrapeq_operator.runtime import OperatorRuntime
@@ -47,10 +46,6 @@ logger = logging.getLogger(__name__)
 CHANGE_WATERMARK_OVERLAP = timedelta(seconds=5)
 # How long an owner whose rows changed is looked for in the index before it is ignored.
 UNKNOWN_OWNER_RETRY_SECONDS = 60.0
-# Delay before reconnecting the LISTEN connection after it failed.
-LISTEN_RECONNECT_SECONDS = 2.0
-# How long one wait for a notification lasts before waiting again (it also notices a dead link).
-LISTEN_IDLE_CHECK_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -160,14 +155,23 @@ class StatusSync:
 
     async def run(self) -> None:
         """Run until cancelled; a failing round is logged and counted, never fatal."""
-        listener = asyncio.create_task(self._listen(), name="status-sync-listen")
+        # Wakes the loop on every NOTIFY, and after every reconnection (a sign that the
+        # database is back); reconnects within about a second of the server's return.
+        listener = asyncio.create_task(
+            notifications.listen_and_wake(
+                self.settings.database_url,
+                self._wake.set,
+                application_name="scrapeq-operator-status",
+            ),
+            name="status-sync-listen",
+        )
         try:
             while True:
                 try:
                     await self.sync_round()
                 except asyncio.CancelledError:
                     raise
-                except DATABASE_ERRORS as error:
+                except DatabaseUnavailable as error:
                     metrics.RECONCILE_ERRORS_TOTAL.labels("status_sync").inc()
                     logger.warning("status sync: database unavailable: %s", error)
                 except Exception:
@@ -183,25 +187,6 @@ class StatusSync:
             listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
-
-    async def _listen(self) -> None:
-        """Set the wake-up flag on every queue notification; reconnect when the link drops."""
-        while True:
-            try:
-                async with await psycopg.AsyncConnection.connect(
-                    self.settings.database_url, autocommit=True
-                ) as connection:
-                    await notifications.listen(connection)
-                    while True:
-                        if await notifications.wait_for_notification(
-                            connection, LISTEN_IDLE_CHECK_SECONDS
-                        ):
-                            self._wake.set()
-            except asyncio.CancelledError:
-                raise
-            except DATABASE_ERRORS as error:
-                logger.debug("status sync: LISTEN connection lost: %s", error)
-            await asyncio.sleep(LISTEN_RECONNECT_SECONDS)
 
     def _sweep_due(self) -> bool:
         return time.monotonic() >= self._next_sweep

@@ -43,11 +43,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import psycopg
 import scrapeq_queue
 from scrapeq_queue import (
     ClaimedJob,
     Completion,
+    Connection,
     DatabaseUnavailable,
     FollowUrl,
     QueueError,
@@ -109,9 +109,9 @@ class _Channel:
         self._database_url = database_url
         self._application_name = application_name
         self.lock = asyncio.Lock()
-        self.connection: psycopg.AsyncConnection[Any] | None = None
+        self.connection: Connection | None = None
 
-    async def connected(self) -> psycopg.AsyncConnection[Any]:
+    async def connected(self) -> Connection:
         connection = self.connection
         if connection is None or connection.closed or connection.broken:
             self.connection = connection = await scrapeq_queue.connect(
@@ -130,7 +130,7 @@ class _Channel:
                 await connection.close()
 
 
-async def _require_current_schema(connection: psycopg.AsyncConnection[Any]) -> bool:
+async def _require_current_schema(connection: Connection) -> bool:
     await scrapeq_queue.require_current_schema(connection)
     return True
 
@@ -721,7 +721,7 @@ class Worker:
 
     async def _database(
         self,
-        operation: Callable[[psycopg.AsyncConnection[Any]], Awaitable[_T]],
+        operation: Callable[[Connection], Awaitable[_T]],
         *,
         what: str,
         persistent: bool = False,
@@ -750,12 +750,7 @@ class Worker:
                     return None
                 await self._pause(self._recheck_seconds)
                 continue
-            except (
-                DatabaseUnavailable,
-                psycopg.OperationalError,
-                psycopg.InterfaceError,
-                QueueError,
-            ) as error:
+            except (DatabaseUnavailable, QueueError) as error:
                 delay = self._database_failed(what, error)
                 await channel.drop()
                 if not persistent or self._stopping.is_set():
@@ -923,7 +918,7 @@ class Worker:
                     released = await scrapeq_queue.release_jobs(
                         connection, worker_id=self.worker_id, jobs=tokens
                     )
-        except (TimeoutError, QueueError, psycopg.Error) as error:
+        except (TimeoutError, QueueError) as error:
             logger.error(
                 "could not release %d jobs (%s); their leases will expire and they will be rescued",
                 len(tokens),

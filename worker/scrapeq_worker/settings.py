@@ -1,8 +1,9 @@
 """The worker's configuration, declared once: every option with its flag, environment variable,
 default and the reason for that default.
 
-`OPTIONS` is the single table; the argument parser, the environment reader and docs/worker.md
-all follow it. Precedence: command-line flag, then environment variable, then default.
+Each field of `WorkerSettings` is one option (`scrapeq_queue.options.option`); the argument
+parser, the environment reader and the table in docs/worker.md (`make generate`) all follow it.
+Precedence: command-line flag, then environment variable, then default.
 """
 
 from __future__ import annotations
@@ -11,63 +12,31 @@ import argparse
 import importlib.metadata
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final
 from urllib.parse import urlsplit
+
+from scrapeq_queue import conninfo_without_password, options
+from scrapeq_queue.options import (
+    option,
+    options_of,
+    parse_bool,
+    parse_names,
+    parse_non_negative_int,
+    parse_positive_float,
+    parse_positive_int,
+)
 
 from .egress_proxy import UpstreamProxy
 from .network_guard import IPNetwork, parse_networks
 
 
-@dataclass(frozen=True)
-class Option:
-    """One setting: `name` is the WorkerSettings field, `flag` the CLI flag, `env` the variable."""
-
-    name: str
-    flag: str
-    env: str
-    default: Any
-    parse: Callable[[str], Any]
-    help: str
-    is_switch: bool = False
-
-
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in {"1", "true", "yes", "on"}:
-        return True
-    if value in {"0", "false", "no", "off", ""}:
-        return False
-    raise ValueError(f"not a boolean: {text!r}")
-
-
 def _queues(text: str) -> tuple[str, ...]:
-    queues = tuple(item.strip() for item in text.split(",") if item.strip())
+    queues = parse_names(text)
     if not queues:
         raise ValueError("at least one queue name is needed")
     return queues
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"must be at least 1, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(f"must be at least 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise ValueError(f"must be above 0, got {value}")
-    return value
 
 
 def _contact_url(text: str) -> str:
@@ -109,276 +78,223 @@ def _default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-OPTIONS: Final[tuple[Option, ...]] = (
-    Option(
-        "database_url",
-        "--database-url",
-        "DATABASE_URL",
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything the worker process is configured with (each field is one option)."""
+
+    database_url: str | None = option(
         None,
-        str,
-        "PostgreSQL connection string of the queue (required).",
-    ),
-    Option(
-        "queues",
-        "--queue",
-        "SCRAPEQ_QUEUES",
+        flag="--database-url",
+        env="DATABASE_URL",
+        parse=str,
+        help="PostgreSQL connection string of the queue (required).",
+    )
+    queues: tuple[str, ...] = option(
         ("default",),
-        _queues,
-        "Queues to claim from, comma-separated; the flag may be repeated.",
-    ),
+        flag="--queue",
+        env="SCRAPEQ_QUEUES",
+        parse=_queues,
+        help="Queues to claim from, comma-separated; the flag may be repeated.",
+        repeatable=True,
+    )
     # Scrapy's default is 16 requests, Crawlee's 20 pages per browser; a 2-core pod saturates
     # its CPU with about 8 rendering tabs (docs/benchmarks.md), and 8 keeps static pages, which
     # mostly wait on the network and the database, flowing.
-    Option(
-        "concurrency",
-        "--concurrency",
-        "SCRAPEQ_CONCURRENCY",
+    concurrency: int = option(
         8,
-        _positive_int,
-        "Jobs (pages) worked on at once.",
-    ),
+        flag="--concurrency",
+        env="SCRAPEQ_CONCURRENCY",
+        parse=parse_positive_int,
+        help="Jobs (pages) worked on at once.",
+    )
     # Small claims spread a burst of jobs over many workers instead of one pod hoarding it.
-    Option(
-        "batch_size",
-        "--batch-size",
-        "SCRAPEQ_BATCH_SIZE",
+    batch_size: int = option(
         4,
-        _positive_int,
-        "Most jobs claimed in one statement; the worker holds at most concurrency + one "
+        flag="--batch-size",
+        env="SCRAPEQ_BATCH_SIZE",
+        parse=parse_positive_int,
+        help="Most jobs claimed in one statement; the worker holds at most concurrency + one "
         "batch (a batch waits for page slots, so no slot waits for a claim).",
-    ),
+    )
     # Scrapy's default per domain. Politeness across pods is the operator's replica count.
-    Option(
-        "per_domain_concurrency",
-        "--per-domain-concurrency",
-        "SCRAPEQ_PER_DOMAIN_CONCURRENCY",
+    per_domain_concurrency: int = option(
         8,
-        _positive_int,
-        "Most pages of one host name fetched at once by this process.",
-    ),
+        flag="--per-domain-concurrency",
+        env="SCRAPEQ_PER_DOMAIN_CONCURRENCY",
+        parse=parse_positive_int,
+        help="Most pages of one host name fetched at once by this process.",
+    )
     # Long enough that a slow page (30 s default timeout) is renewed twice before it could lapse.
-    Option(
-        "lease_seconds",
-        "--lease-seconds",
-        "SCRAPEQ_LEASE_SECONDS",
+    lease_seconds: float = option(
         60.0,
-        _positive_float,
-        "Lease taken on each claimed job; renewed every third of it while the job runs.",
-    ),
+        flag="--lease-seconds",
+        env="SCRAPEQ_LEASE_SECONDS",
+        parse=parse_positive_float,
+        help="Lease taken on each claimed job; renewed every third of it while the job runs.",
+    )
     # NOTIFY wakes the worker at once; polling only catches delayed rows becoming due.
-    Option(
-        "poll_seconds",
-        "--poll-seconds",
-        "SCRAPEQ_POLL_SECONDS",
+    poll_seconds: float = option(
         2.0,
-        _positive_float,
-        "Idle polling interval when no NOTIFY arrives.",
-    ),
-    Option(
-        "burst",
-        "--burst",
-        "SCRAPEQ_BURST",
+        flag="--poll-seconds",
+        env="SCRAPEQ_POLL_SECONDS",
+        parse=parse_positive_float,
+        help="Idle polling interval when no NOTIFY arrives.",
+    )
+    burst: bool = option(
         False,
-        _bool,
-        "Exit 0 once no job is due and none is in flight (batch runs, benchmarks).",
-        is_switch=True,
-    ),
-    Option(
-        "allow_networks",
-        "--allow-networks",
-        "SCRAPEQ_ALLOW_NETWORKS",
+        flag="--burst",
+        env="SCRAPEQ_BURST",
+        parse=parse_bool,
+        help="Exit 0 once no job is due and none is in flight (batch runs, benchmarks).",
+        switch=True,
+    )
+    allow_networks: tuple[IPNetwork, ...] = option(
         (),
-        parse_networks,
-        "CIDRs exempt from the SSRF guard, comma-separated (e.g. 127.0.0.0/8 for a demo).",
-    ),
-    Option(
-        "page_timeout_seconds",
-        "--page-timeout",
-        "SCRAPEQ_PAGE_TIMEOUT_SECONDS",
+        flag="--allow-networks",
+        env="SCRAPEQ_ALLOW_NETWORKS",
+        parse=parse_networks,
+        help="CIDRs exempt from the SSRF guard, comma-separated (e.g. 127.0.0.0/8 for a demo).",
+    )
+    page_timeout_seconds: float = option(
         30.0,
-        _positive_float,
-        "Default per-page time budget when a job sets no timeoutSeconds.",
-    ),
+        flag="--page-timeout",
+        env="SCRAPEQ_PAGE_TIMEOUT_SECONDS",
+        parse=parse_positive_float,
+        help="Default per-page time budget when a job sets no timeoutSeconds.",
+    )
     # Crawlee retires a browser after 100 pages. A new browser and its warm tabs cost ~1.5 s of
     # CPU, a third of what 100 rendered pages cost here; the memory limit below already bounds
     # leaks, so the page limit only needs to catch slow ones: 500 keeps the cost near 10%.
-    Option(
-        "browser_recycle_pages",
-        "--browser-recycle-pages",
-        "SCRAPEQ_BROWSER_RECYCLE_PAGES",
+    browser_recycle_pages: int = option(
         500,
-        _positive_int,
-        "Pages a browser serves before it is replaced.",
-    ),
-    Option(
-        "browser_max_memory_mb",
-        "--browser-max-memory-mb",
-        "SCRAPEQ_BROWSER_MAX_MEMORY_MB",
+        flag="--browser-recycle-pages",
+        env="SCRAPEQ_BROWSER_RECYCLE_PAGES",
+        parse=parse_positive_int,
+        help="Pages a browser serves before it is replaced.",
+    )
+    browser_max_memory_mb: int = option(
         1500,
-        _positive_int,
-        "Browser memory (PSS of all its processes) that triggers a replacement.",
-    ),
+        flag="--browser-max-memory-mb",
+        env="SCRAPEQ_BROWSER_MAX_MEMORY_MB",
+        parse=parse_positive_int,
+        help="Browser memory (PSS of all its processes) that triggers a replacement.",
+    )
     # A new tab costs a renderer process (~360 ms CPU); navigating a warm one a fraction of
     # that. By default a tab serves 100 pages (its browser is recycled after 500).
-    Option(
-        "tab_reuse_pages",
-        "--tab-reuse-pages",
-        "SCRAPEQ_TAB_REUSE_PAGES",
+    tab_reuse_pages: int = option(
         100,
-        _positive_int,
-        "Jobs one browser tab serves before it is closed (1 = a new tab per job); a tab is "
+        flag="--tab-reuse-pages",
+        env="SCRAPEQ_TAB_REUSE_PAGES",
+        parse=parse_positive_int,
+        help="Jobs one browser tab serves before it is closed (1 = a new tab per job); a tab is "
         "only reused after a clean success.",
-    ),
-    Option(
-        "chromium",
-        "--chromium",
-        "SCRAPEQ_CHROMIUM",
+    )
+    chromium: str | None = option(
         None,
-        str,
-        "Chromium executable (default: chromium-headless-shell, else chromium).",
-    ),
+        flag="--chromium",
+        env="SCRAPEQ_CHROMIUM",
+        parse=str,
+        help="Chromium executable (default: chromium-headless-shell, else chromium).",
+    )
     # Chromium's sandbox needs user namespaces, which Kubernetes' default seccomp profile
     # blocks; as root it cannot run at all. The image turns it off and relies on the pod's
     # securityContext (non-root, no capabilities) instead.
-    Option(
-        "chromium_no_sandbox",
-        "--chromium-no-sandbox",
-        "SCRAPEQ_CHROMIUM_NO_SANDBOX",
+    chromium_no_sandbox: bool = option(
         False,
-        _bool,
-        "Run Chromium without its own sandbox (always on as root; the container image sets it).",
-        is_switch=True,
-    ),
-    Option(
-        "isolate_pages",
-        "--isolate-pages",
-        "SCRAPEQ_ISOLATE_PAGES",
+        flag="--chromium-no-sandbox",
+        env="SCRAPEQ_CHROMIUM_NO_SANDBOX",
+        parse=parse_bool,
+        help="Run Chromium without its own sandbox (always on as root; the container image "
+        "sets it).",
+        switch=True,
+    )
+    isolate_pages: bool = option(
         False,
-        _bool,
-        "A fresh browser context for every page, even between pages of one ScrapeJob "
+        flag="--isolate-pages",
+        env="SCRAPEQ_ISOLATE_PAGES",
+        parse=parse_bool,
+        help="A fresh browser context for every page, even between pages of one ScrapeJob "
         "(different ScrapeJobs never share one anyway; slower).",
-        is_switch=True,
-    ),
+        switch=True,
+    )
     # Set per pool (the chart passes it): without it sites see scrapeq's name but nobody to ask.
-    Option(
-        "user_agent_contact",
-        "--user-agent-contact",
-        "SCRAPEQ_USER_AGENT_CONTACT",
+    user_agent_contact: str | None = option(
         None,
-        _contact_url,
-        "http(s) URL where site owners learn about this crawler and reach its operator; both "
-        "engines send 'Mozilla/5.0 (compatible; scrapeq/<version>; +URL)' unless a job's "
+        flag="--user-agent-contact",
+        env="SCRAPEQ_USER_AGENT_CONTACT",
+        parse=_contact_url,
+        help="http(s) URL where site owners learn about this crawler and reach its operator; both "
+        "engines send `Mozilla/5.0 (compatible; scrapeq/<version>; +URL)` unless a job's "
         "headers set User-Agent.",
-    ),
-    Option(
-        "max_response_bytes",
-        "--max-response-bytes",
-        "SCRAPEQ_MAX_RESPONSE_BYTES",
+    )
+    max_response_bytes: int = option(
         10 * 1024 * 1024,
-        _positive_int,
-        "Most bytes one page may download (document plus sub-resources).",
-    ),
-    Option(
-        "max_result_bytes",
-        "--max-result-bytes",
-        "SCRAPEQ_MAX_RESULT_BYTES",
+        flag="--max-response-bytes",
+        env="SCRAPEQ_MAX_RESPONSE_BYTES",
+        parse=parse_positive_int,
+        help="Most bytes one page may download (document plus sub-resources).",
+    )
+    max_result_bytes: int = option(
         256 * 1024,
-        _positive_int,
-        "Largest stored result (JSON); bigger values are truncated.",
-    ),
+        flag="--max-result-bytes",
+        env="SCRAPEQ_MAX_RESULT_BYTES",
+        parse=parse_positive_int,
+        help="Largest stored result (JSON); bigger values are truncated.",
+    )
     # Kubernetes' default grace period is 30 s: finish in 25, release the rest, exit in time.
-    Option(
-        "drain_seconds",
-        "--drain-seconds",
-        "SCRAPEQ_DRAIN_SECONDS",
+    drain_seconds: float = option(
         25.0,
-        _positive_float,
-        "On SIGTERM, how long in-flight jobs may finish before they are released.",
-    ),
-    Option(
-        "metrics_port",
-        "--metrics-port",
-        "SCRAPEQ_METRICS_PORT",
+        flag="--drain-seconds",
+        env="SCRAPEQ_DRAIN_SECONDS",
+        parse=parse_positive_float,
+        help="On SIGTERM, how long in-flight jobs may finish before they are released.",
+    )
+    metrics_port: int = option(
         9100,
-        _non_negative_int,
-        "Port of /metrics, /healthz and /readyz (0 = no server).",
-    ),
-    Option(
-        "metrics_host",
-        "--metrics-host",
-        "SCRAPEQ_METRICS_HOST",
+        flag="--metrics-port",
+        env="SCRAPEQ_METRICS_PORT",
+        parse=parse_non_negative_int,
+        help="Port of /metrics, /healthz and /readyz (0 = no server).",
+    )
+    metrics_host: str = option(
         "0.0.0.0",
-        str,
-        "Address the metrics server listens on.",
-    ),
-    Option(
-        "json_logs",
-        "--json-logs",
-        "SCRAPEQ_JSON_LOGS",
+        flag="--metrics-host",
+        env="SCRAPEQ_METRICS_HOST",
+        parse=str,
+        help="Address the metrics server listens on.",
+    )
+    json_logs: bool = option(
         False,
-        _bool,
-        "Log one JSON object per line (with job id, queue and owner).",
-        is_switch=True,
-    ),
-    Option(
-        "log_level",
-        "--log-level",
-        "SCRAPEQ_LOG_LEVEL",
+        flag="--json-logs",
+        env="SCRAPEQ_JSON_LOGS",
+        parse=parse_bool,
+        help="Log one JSON object per line (with job id, queue and owner).",
+        switch=True,
+    )
+    log_level: str = option(
         "INFO",
-        str.upper,
-        "Log level (DEBUG, INFO, WARNING, ERROR).",
-    ),
-    Option(
-        "upstream_proxy",
-        "--upstream-proxy",
-        "SCRAPEQ_UPSTREAM_PROXY",
+        flag="--log-level",
+        env="SCRAPEQ_LOG_LEVEL",
+        parse=str.upper,
+        help="Log level (DEBUG, INFO, WARNING, ERROR).",
+    )
+    # Credentials in a flag would show in the process list: the environment is the way.
+    upstream_proxy: UpstreamProxy | None = option(  # noqa: RUF009 - a field declaration, not a shared default
         None,
-        UpstreamProxy.parse,
-        "http://[user:password@]host:port of an HTTP proxy the browser's traffic is chained to "
-        "after the SSRF guard's check (set it through the environment: a flag's credentials "
-        "would show in the process list). Never logged with its credentials.",
-    ),
-    Option(
-        "worker_id",
-        "--worker-id",
-        "SCRAPEQ_WORKER_ID",
+        flag="--upstream-proxy",
+        env="SCRAPEQ_UPSTREAM_PROXY",
+        parse=UpstreamProxy.parse,
+        help="http://[user:password@]host:port of an HTTP proxy the browser's traffic is "
+        "chained to after the SSRF guard's check (set it through the environment). Never "
+        "logged with its credentials.",
+    )
+    worker_id: str | None = option(
         None,
-        str,
-        "Name recorded on claimed rows (default: host name and PID).",
-    ),
-)
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """Everything the worker process is configured with (see OPTIONS for each meaning)."""
-
-    database_url: str | None = None
-    queues: tuple[str, ...] = ("default",)
-    concurrency: int = 8
-    batch_size: int = 4
-    per_domain_concurrency: int = 8
-    lease_seconds: float = 60.0
-    poll_seconds: float = 2.0
-    burst: bool = False
-    allow_networks: tuple[IPNetwork, ...] = ()
-    page_timeout_seconds: float = 30.0
-    browser_recycle_pages: int = 500
-    browser_max_memory_mb: int = 1500
-    tab_reuse_pages: int = 100
-    chromium: str | None = None
-    chromium_no_sandbox: bool = False
-    isolate_pages: bool = False
-    user_agent_contact: str | None = None
-    max_response_bytes: int = 10 * 1024 * 1024
-    max_result_bytes: int = 256 * 1024
-    drain_seconds: float = 25.0
-    metrics_port: int = 9100
-    metrics_host: str = "0.0.0.0"
-    json_logs: bool = False
-    log_level: str = "INFO"
-    upstream_proxy: UpstreamProxy | None = None
-    worker_id: str | None = None
+        flag="--worker-id",
+        env="SCRAPEQ_WORKER_ID",
+        parse=str,
+        help="Name recorded on claimed rows (default: host name and PID).",
+    )
 
     @property
     def resolved_worker_id(self) -> str:
@@ -389,14 +305,7 @@ class WorkerSettings:
         return user_agent(self.user_agent_contact)
 
 
-def _check_table() -> None:
-    declared = {option.name: option.default for option in OPTIONS}
-    for item in fields(WorkerSettings):
-        if item.name not in declared or declared[item.name] != item.default:
-            raise AssertionError(f"OPTIONS and WorkerSettings disagree on {item.name}")
-
-
-_check_table()
+OPTIONS: Final = options_of(WorkerSettings)
 
 
 class SettingsError(ValueError):
@@ -405,39 +314,7 @@ class SettingsError(ValueError):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add one flag per option; unset flags stay None so the environment can fill them."""
-    for option in OPTIONS:
-        if option.is_switch:
-            parser.add_argument(
-                option.flag,
-                dest=option.name,
-                action="store_const",
-                const="1",
-                default=None,
-                help=f"{option.help} [env {option.env}]",
-            )
-        elif option.name == "queues":
-            parser.add_argument(
-                option.flag,
-                dest=option.name,
-                action="append",
-                default=None,
-                metavar="NAME",
-                help=f"{option.help} [env {option.env}, default: default]",
-            )
-        else:
-            parser.add_argument(
-                option.flag,
-                dest=option.name,
-                default=None,
-                metavar=option.name.upper(),
-                help=f"{option.help} [env {option.env}, default: {_show(option.default)}]",
-            )
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, tuple):
-        return ",".join(str(item) for item in value) or "none"
-    return str(value)
+    options.add_arguments(parser, WorkerSettings)
 
 
 def settings_from(
@@ -448,31 +325,8 @@ def settings_from(
 
     Raises SettingsError naming the flag/variable of the first bad value.
     """
-    given: Mapping[str, Any]
-    if arguments is None:
-        given = {}
-    elif isinstance(arguments, argparse.Namespace):
-        given = vars(arguments)
-    else:
-        given = arguments
     environment = os.environ if environ is None else environ
-    values: dict[str, Any] = {}
-    for option in OPTIONS:
-        raw = given.get(option.name)
-        source = option.flag
-        if isinstance(raw, list):
-            raw = ",".join(raw)
-        if raw is None and option.env in environment:
-            raw = environment[option.env]
-            source = option.env
-        if raw is None:
-            values[option.name] = option.default
-            continue
-        try:
-            values[option.name] = option.parse(str(raw))
-        except ValueError as error:
-            raise SettingsError(f"{source}: {error}") from error
-    return WorkerSettings(**values)
+    return options.read_settings(WorkerSettings, arguments, environment, error=SettingsError)
 
 
 def describe(settings: WorkerSettings) -> dict[str, Any]:
@@ -481,24 +335,13 @@ def describe(settings: WorkerSettings) -> dict[str, Any]:
     for item in fields(settings):
         value = getattr(settings, item.name)
         if item.name == "database_url" and value:
-            value = _without_password(value)
+            value = conninfo_without_password(value)
         elif isinstance(value, UpstreamProxy):
             value = str(value)  # without its credentials
         elif isinstance(value, tuple):
             value = [str(entry) for entry in value]
         shown[item.name] = value
     return shown
-
-
-def _without_password(conninfo: str) -> str:
-    try:
-        import psycopg
-
-        params = psycopg.conninfo.conninfo_to_dict(conninfo)
-    except Exception:
-        return "(unparsable)"
-    params.pop("password", None)
-    return " ".join(f"{key}={value}" for key, value in params.items())
 
 
 __all__: Sequence[str] = [
