@@ -10,19 +10,21 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
-	demo cluster-up cluster-down bench bench-queue bench-worker bench-operator generate clean
+	demo cluster-up cluster-down bench bench-queue bench-worker bench-operator bench-cluster \
+	generate clean
 
 help:
 	@echo "make demo          run scrapeq end to end on local defaults"
 	@echo "make test          run the whole test suite (unit, integration, e2e)"
 	@echo "make lint          ruff and mypy (strict)"
-	@echo "make tools         build kube-apiserver, etcd and helm; print their paths"
-	@echo "make cluster-up    start a local kube-apiserver + etcd; print the KUBECONFIG export"
-	@echo "make cluster-down  stop it"
+	@echo "make tools         build the Kubernetes components, CoreDNS, etcd and helm; print their paths"
+	@echo "make cluster-up    start the local single-node cluster (real Pods); print the KUBECONFIG export"
+	@echo "make cluster-down  stop it and undo its changes to the host"
 	@echo "make generate      rewrite generated files (chart copies, dashboard, deploy/)"
 	@echo "make bench-queue   queue throughput and latency against PgQueuer and procrastinate"
 	@echo "make bench-worker  worker pages/s against a browser-per-job loop"
 	@echo "make bench-operator  1,000 ScrapeJobs + one of 100,000 URLs on the real control plane"
+	@echo "make bench-cluster   helm install, scale from zero and pages/s on real Pods"
 
 system-packages:
 	@scripts/ensure-system-packages.sh
@@ -39,10 +41,10 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 venv: $(STAMP)
 
 tools:
-	@tools/build.sh
+	@tools/build.sh node helm
 
 setup: system-packages venv
-	@tools/build.sh >/dev/null
+	@tools/build.sh node helm >/dev/null
 
 # pytest exits 5 when it collected no test: that is a failure here, never a green run.
 test: setup
@@ -83,6 +85,9 @@ bench-worker: setup
 
 bench-operator: setup
 	@$(PY) -m benchmarks.operator_scale
+
+bench-cluster: setup
+	@$(PY) -m benchmarks.cluster_pods
 
 # Regenerate every copied or rendered file from its single source (see scripts/generate.py).
 generate: venv
