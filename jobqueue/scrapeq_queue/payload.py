@@ -7,9 +7,10 @@ with reason `invalid_payload` and an error that names every problem: retrying ca
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
+
+import re2
 
 WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "networkidle2")
 # A page that needs more than ten minutes is a stuck page, not a slow one.
@@ -24,6 +25,38 @@ DEFAULT_FOLLOW_MAX_PAGES: Final = 1000
 # each is matched against every link of every page.
 MAX_FOLLOW_PATTERNS: Final = 50
 MAX_FOLLOW_PATTERN_CHARS: Final = 1024
+# What follow.include / follow.exclude patterns may not use: RE2 runs in time linear in the
+# URL's length, so it has no backreferences or lookaround (Python's `re` would take exponential
+# time on a pattern like `(a+)+$` and stall a worker's event loop).
+_RE2_HINT: Final = (
+    "patterns use RE2 syntax, which matches in linear time: no backreferences (\\1) or "
+    "lookaround ((?=...), (?!...), (?<=...), (?<!...))"
+)
+
+
+class URLPattern(Protocol):
+    """A compiled follow.include / follow.exclude pattern."""
+
+    def search(self, text: str) -> object | None: ...
+
+
+def compile_url_pattern(pattern: str) -> URLPattern:
+    """Compile a follow.include / follow.exclude pattern with RE2 (linear-time matching).
+
+    Raises ValueError naming what RE2 refused (Python's `re` syntax minus backreferences and
+    lookaround is accepted; see docs/scrapejob.md).
+    """
+    options = re2.Options()
+    # RE2 would also write every refused pattern to stderr; the caller reports it instead.
+    options.log_errors = False
+    try:
+        compiled: URLPattern = re2.compile(pattern, options)
+    except re2.error as error:
+        detail = error.args[0] if error.args else error
+        if isinstance(detail, bytes):
+            detail = detail.decode("utf-8", "replace")
+        raise ValueError(str(detail)) from error
+    return compiled
 
 
 def _is_number(value: object) -> bool:
@@ -112,7 +145,7 @@ def _check_follow(value: object) -> list[str]:
 
 
 def _check_patterns(name: str, value: object) -> list[str]:
-    """A list of regular expressions (Python syntax, searched anywhere in the URL)."""
+    """A list of regular expressions (RE2 syntax, searched anywhere in the URL)."""
     if not isinstance(value, list) or len(value) > MAX_FOLLOW_PATTERNS:
         return [f"{name} must be a list of at most {MAX_FOLLOW_PATTERNS} regular expressions"]
     problems: list[str] = []
@@ -124,10 +157,11 @@ def _check_patterns(name: str, value: object) -> list[str]:
             )
             continue
         try:
-            re.compile(pattern)
-        except re.error as error:
+            compile_url_pattern(pattern)
+        except ValueError as error:
             problems.append(
-                f"{name}[{position}] {pattern!r} is not a valid regular expression: {error}"
+                f"{name}[{position}] {pattern!r} is not a valid regular expression: {error} "
+                f"({_RE2_HINT})"
             )
     return problems
 

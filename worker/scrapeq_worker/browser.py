@@ -66,6 +66,7 @@ from .http_status import check_status, is_html
 from .job_options import JobOptions
 from .network_guard import NetworkGuard
 from .pyppeteer_compat import apply as _repair_pyppeteer
+from .settings import DEFAULT_USER_AGENT
 
 logger = logging.getLogger(__name__)
 _repair_pyppeteer()
@@ -153,6 +154,9 @@ class BrowserSettings:
     health_interval_seconds: float = 10.0
     # Chromium's own sandbox cannot run as root and needs user namespaces otherwise.
     no_sandbox: bool = False
+    # Sent by every tab (and navigator.userAgent) unless a job's headers set User-Agent; the
+    # same string as the plain-HTTP engine's (settings.user_agent).
+    user_agent: str = DEFAULT_USER_AGENT
     extra_args: tuple[str, ...] = ()
 
 
@@ -420,6 +424,7 @@ class BrowserPool:
             *CHROMIUM_FLAGS,
             *(["--no-sandbox"] if self.settings.no_sandbox or os.geteuid() == 0 else []),
             *self.settings.extra_args,
+            f"--user-agent={self.settings.user_agent}",
             f"--user-data-dir={profile}",
             "--remote-debugging-port=0",
             "about:blank",
@@ -832,7 +837,8 @@ class BrowserPool:
             watch.final_url = raw["finalUrl"]
         if raw.get("contentType"):
             watch.content_type = watch.content_type or raw["contentType"]
-        return page_from_browser(raw), raw.get("finalUrl")
+        page = page_from_browser(raw, page_url=watch.final_url, max_links=self.settings.max_links)
+        return page, raw.get("finalUrl")
 
     async def _bounded(
         self, watch: _PageWatch, awaitable: Any, deadline: float, page: Any, step: str

@@ -1,15 +1,19 @@
 """Turning a page into the job's result: named fields from CSS selectors, title, links.
 
-The same field specification runs in two places: inside Chromium for rendered pages
-(`BROWSER_EXTRACT_SCRIPT`, the real CSS engine, after the page's scripts ran) and in Python for
-`render: false` pages (`extract_static`, the standard library's `html.parser` and a documented
-subset of CSS). Both produce the same shape, so a job can switch engines without its consumer
-noticing.
+One extract spec means the same thing in both engines. Rendered pages are extracted inside
+Chromium (`BROWSER_EXTRACT_SCRIPT`, after the page's scripts ran); `render: false` pages by
+lexbor through selectolax (`extract_static`), an HTML5 parser that builds the same tree a
+browser builds (implied `<tbody>`, `<p>`/`<li>` end tags, quirks mode, `<template>` contents
+kept apart) and a CSS Selectors Level 4 engine (`:nth-child`, `+`, `~`, `:not`, `:is`, `:has`,
+attribute selectors with `i`). Everything around the selector engines is one definition used by
+both: whitespace normalisation (`WHITESPACE_CLASS`, the same characters in JavaScript and
+Python), missing elements and attributes (`null`), `all` (a list, in document order, each
+element once), the title (the text of the first `title` element), and links (raw `href`
+values resolved, filtered and deduplicated here, in Python, for both engines). A conformance
+test runs the same specs against the same pages in both and requires identical results.
 
-Static-engine selector subset: type (`div`, `*`), `#id`, `.class`, `[attr]`,
-`[attr=value]` (also `~=`, `^=`, `$=`, `*=`, `|=`), compounds of those (`a.product[href]`),
-descendant (`ul li`) and child (`ul > li`) combinators, and comma groups (`h1, h2`). Anything
-else (pseudo-classes, `+`, `~`) is rejected as bad input with a hint to use `render: true`.
+XPath is offered in neither engine: lxml's XPath would run over libxml2's tree, which is not
+the HTML5 tree Chromium builds, so one expression would not mean the same in both modes.
 
 Results are capped (`cap_result`): a stored result must stay small enough for a database row
 and a status preview; oversized values are cut and listed under `"truncated"`.
@@ -20,21 +24,28 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urljoin, urlsplit
+
+from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
 from .errors import BadInput, PermanentFailure
 
-# Default cap on one result's JSON size. Results live in a Postgres row and a preview goes into
-# a Kubernetes status (objects must stay well under 1 MiB), so a quarter of a megabyte is ample
-# for "one JSON object per page" and small enough to never hurt either.
-DEFAULT_MAX_RESULT_BYTES = 256 * 1024
 # Links kept per page (for following and for the result): enough for a listing page.
 DEFAULT_MAX_LINKS = 500
+# Candidate `<a href>` elements read per page before resolving and deduplicating: bounds the
+# work on a page of a million links while leaving room for duplicates and mailto: links.
+LINK_CANDIDATES_PER_LINK: Final = 10
 TRUNCATION_MARKER = "…[truncated]"
+# What "whitespace" means when text is normalised: JavaScript's `\s` spelled out, so that the
+# same character class (pasted into BROWSER_EXTRACT_SCRIPT) means the same in both languages
+# (Python's `\s` also matches \x1c-\x1f and \x85 and misses \ufeff).
+WHITESPACE_CLASS: Final = (
+    r"[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
+)
+_WHITESPACE: Final = re.compile(WHITESPACE_CLASS + "+")
 
 
 @dataclass(frozen=True)
@@ -111,11 +122,10 @@ class PageOutcome:
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a
-# selector, every field, the title and the links. Whitespace is collapsed the same way
-# `extract_static` does it so both engines agree.
+# selector, every field, the title and the raw links; `page_from_browser` finishes the links.
 BROWSER_EXTRACT_SCRIPT = r"""
 async (spec) => {
-  const norm = (s) => (s || '').replace(/\s+/g, ' ').trim();
+  const norm = (s) => (s || '').replace(/WHITESPACE_CLASS+/g, ' ').trim();
   if (spec.waitFor) {
     let present;
     try { present = () => document.querySelector(spec.waitFor) !== null; present(); }
@@ -142,29 +152,27 @@ async (spec) => {
     const value = (n) => f.attribute ? n.getAttribute(f.attribute) : norm(n.textContent);
     fields[f.name] = f.all ? nodes.map(value) : (nodes.length ? value(nodes[0]) : null);
   }
-  const collect = (selector) => {
+  const hrefs = (selector) => {
     const out = [];
-    const seen = new Set();
     for (const a of document.querySelectorAll(selector)) {
-      const href = a.href;
-      if (typeof href !== 'string' || !/^https?:/i.test(href)) continue;
-      const clean = href.split('#')[0];
-      if (seen.has(clean)) continue;
-      seen.add(clean);
-      out.push(clean);
-      if (out.length >= spec.maxLinks) break;
+      if (a.localName !== 'a' || !a.hasAttribute('href')) continue;
+      out.push(a.getAttribute('href'));
+      if (out.length >= spec.linkCandidates) break;
     }
     return out;
   };
   let follow = [];
   if (spec.followSelector) {
-    try { follow = collect(spec.followSelector); }
+    try { follow = hrefs(spec.followSelector); }
     catch (e) { return {badSelector: spec.followSelector, error: String(e)}; }
   }
-  return {fields, title: document.title || null, links: collect('a[href]'), follow,
+  const title = document.querySelector('title');
+  const base = document.querySelector('base[href]');
+  return {fields, title: title ? norm(title.textContent) : null, links: hrefs('a[href]'),
+          follow, baseHref: base ? base.getAttribute('href') : null,
           finalUrl: location.href, contentType: document.contentType};
 }
-"""
+""".replace("WHITESPACE_CLASS", WHITESPACE_CLASS)
 
 
 def browser_script_argument(
@@ -181,286 +189,56 @@ def browser_script_argument(
         "waitFor": wait_for,
         "waitForMs": wait_for_ms,
         "followSelector": follow_selector,
-        "maxLinks": max_links,
+        "linkCandidates": max_links * LINK_CANDIDATES_PER_LINK,
     }
 
 
-def page_from_browser(raw: Mapping[str, Any]) -> ExtractedPage:
-    """Convert the script's answer; raise BadInput for a selector Chromium rejected."""
+def page_from_browser(
+    raw: Mapping[str, Any], *, page_url: str, max_links: int = DEFAULT_MAX_LINKS
+) -> ExtractedPage:
+    """Convert the script's answer; raise BadInput for a selector Chromium rejected.
+
+    `page_url` is the URL the links are relative to when the page has no `<base href>` (the
+    script's `finalUrl` when it has one).
+    """
     if raw.get("badSelector") is not None:
         raise BadInput(
             f"invalid CSS selector {raw['badSelector']!r}: {raw.get('error')}",
             reason="bad_selector",
         )
+    base = link_base(raw.get("finalUrl") or page_url, raw.get("baseHref"))
     return ExtractedPage(
         fields=dict(raw.get("fields") or {}),
-        title=raw.get("title"),
-        links=list(raw.get("links") or []),
-        follow=list(raw.get("follow") or []),
+        title=raw.get("title") or None,
+        links=resolve_links(raw.get("links") or [], base, max_links),
+        follow=resolve_links(raw.get("follow") or [], base, max_links),
     )
 
 
-# --- the static engine: a small DOM and a CSS subset --------------------------------------
-
-_VOID_ELEMENTS = frozenset(
-    [
-        "area",
-        "base",
-        "br",
-        "col",
-        "embed",
-        "hr",
-        "img",
-        "input",
-        "link",
-        "meta",
-        "param",
-        "source",
-        "track",
-        "wbr",
-    ]
-)
-_WHITESPACE = re.compile(r"\s+")
-# Start tags that implicitly close an open element of the listed kinds (`<li>a<li>b`), the
-# common cases of the HTML parsing algorithm's "implied end tags".
-_IMPLIED_END: dict[str, frozenset[str]] = {
-    "li": frozenset({"li"}),
-    "p": frozenset({"p"}),
-    "dt": frozenset({"dt", "dd"}),
-    "dd": frozenset({"dt", "dd"}),
-    "tr": frozenset({"tr", "td", "th"}),
-    "td": frozenset({"td", "th"}),
-    "th": frozenset({"td", "th"}),
-    "option": frozenset({"option"}),
-}
+# --- what both engines share ------------------------------------------------------------------
 
 
-class _Element:
-    __slots__ = ("attrs", "children", "classes", "parent", "tag")
-
-    def __init__(self, tag: str, attrs: dict[str, str], parent: _Element | None) -> None:
-        self.tag = tag
-        self.attrs = attrs
-        self.parent = parent
-        self.children: list[_Element | str] = []
-        self.classes = frozenset(attrs.get("class", "").split())
-
-    def text(self) -> str:
-        parts: list[str] = []
-        stack: list[_Element | str] = [self]
-        while stack:
-            node = stack.pop()
-            if isinstance(node, str):
-                parts.append(node)
-            else:
-                stack.extend(reversed(node.children))
-        return "".join(parts)
-
-    def descendants(self) -> Iterator[_Element]:
-        stack = [child for child in reversed(self.children) if isinstance(child, _Element)]
-        while stack:
-            node = stack.pop()
-            yield node
-            stack.extend(child for child in reversed(node.children) if isinstance(child, _Element))
-
-
-class _TreeBuilder(HTMLParser):
-    """Builds a forgiving element tree: unknown end tags are ignored, open ones auto-close."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.root = _Element("#document", {}, None)
-        self._open: list[_Element] = [self.root]
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        closes = _IMPLIED_END.get(tag)
-        while closes and len(self._open) > 1 and self._open[-1].tag in closes:
-            self._open.pop()
-        parent = self._open[-1]
-        element = _Element(tag, {name: value or "" for name, value in attrs}, parent)
-        parent.children.append(element)
-        if tag not in _VOID_ELEMENTS:
-            self._open.append(element)
-
-    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        parent = self._open[-1]
-        parent.children.append(_Element(tag, {name: value or "" for name, value in attrs}, parent))
-
-    def handle_endtag(self, tag: str) -> None:
-        for index in range(len(self._open) - 1, 0, -1):
-            if self._open[index].tag == tag:
-                del self._open[index:]
-                return
-
-    def handle_data(self, data: str) -> None:
-        self._open[-1].children.append(data)
-
-
-@dataclass(frozen=True)
-class _Compound:
-    tag: str | None
-    ids: tuple[str, ...]
-    classes: tuple[str, ...]
-    attributes: tuple[tuple[str, str | None, str | None], ...]  # (name, operator, value)
-
-    def matches(self, element: _Element) -> bool:
-        if self.tag is not None and element.tag != self.tag:
-            return False
-        if any(element.attrs.get("id") != wanted for wanted in self.ids):
-            return False
-        if not element.classes.issuperset(self.classes):
-            return False
-        return all(_attribute_matches(element, *condition) for condition in self.attributes)
-
-
-def _attribute_matches(
-    element: _Element, name: str, operator: str | None, value: str | None
-) -> bool:
-    actual = element.attrs.get(name)
-    if actual is None:
-        return False
-    if operator is None or value is None:
-        return True
-    if operator == "=":
-        return actual == value
-    if operator == "~=":
-        return value in actual.split()
-    if operator == "^=":
-        return bool(value) and actual.startswith(value)
-    if operator == "$=":
-        return bool(value) and actual.endswith(value)
-    if operator == "*=":
-        return bool(value) and value in actual
-    return actual == value or actual.startswith(value + "-")  # "|="
-
-
-# A complex selector, right to left: [(compound, combinator-to-the-left)], combinator is
-# " " (descendant), ">" (child) or "" for the leftmost compound.
-_Complex = tuple[tuple[_Compound, str], ...]
-
-_COMPOUND = re.compile(
-    r"""(?P<tag>\*|[A-Za-z][A-Za-z0-9-]*)?
-        (?P<rest>(?:\#[\w-]+|\.[\w-]+|\[\s*[\w:-]+\s*(?:[~^$*|]?=\s*(?:"[^"]*"|'[^']*'|[^\]\s]+)\s*)?\])*)""",
-    re.VERBOSE,
-)
-_PART = re.compile(
-    r"""\#(?P<id>[\w-]+)|\.(?P<cls>[\w-]+)|
-        \[\s*(?P<attr>[\w:-]+)\s*(?:(?P<op>[~^$*|]?=)\s*(?P<val>"[^"]*"|'[^']*'|[^\]\s]+)\s*)?\]""",
-    re.VERBOSE,
-)
-
-
-def _unsupported(selector: str) -> BadInput:
-    return BadInput(
-        f"selector {selector!r} is not supported by the static engine (render: false supports "
-        "tag, #id, .class, [attr], [attr=value], descendant and child combinators and comma "
-        "groups); use render: true for full CSS",
-        reason="bad_selector",
-    )
-
-
-@functools.lru_cache(maxsize=1024)
-def compile_selector(selector: str) -> tuple[_Complex, ...]:
-    """Parse a selector of the supported subset; raise BadInput for anything else.
-
-    Cached: a crawl repeats the same few selectors on every page.
-    """
-    complexes: list[_Complex] = []
-    for group in selector.split(","):
-        text = group.strip()
-        if not text:
-            raise _unsupported(selector)
-        parts: list[tuple[_Compound, str]] = []
-        position = 0
-        combinator = ""
-        while position < len(text):
-            match = _COMPOUND.match(text, position)
-            if match is None or match.end() == position:
-                raise _unsupported(selector)
-            tag = match.group("tag")
-            ids: list[str] = []
-            classes: list[str] = []
-            attributes: list[tuple[str, str | None, str | None]] = []
-            for part in _PART.finditer(match.group("rest")):
-                if part.group("id"):
-                    ids.append(part.group("id"))
-                elif part.group("cls"):
-                    classes.append(part.group("cls"))
-                else:
-                    raw = part.group("val")
-                    if raw is not None and raw[:1] in "\"'":
-                        raw = raw[1:-1]
-                    attributes.append((part.group("attr").lower(), part.group("op"), raw))
-            compound = _Compound(
-                None if tag in (None, "*") else tag.lower(),
-                tuple(ids),
-                tuple(classes),
-                tuple(attributes),
-            )
-            parts.append((compound, combinator))
-            position = match.end()
-            gap = re.compile(r"\s*(>)?\s*").match(text, position)
-            assert gap is not None  # the pattern matches the empty string
-            if gap.end() == len(text):
-                break
-            if gap.end() == position:
-                raise _unsupported(selector)
-            combinator = ">" if gap.group(1) else " "
-            position = gap.end()
-        complexes.append(tuple(reversed(parts)))
-    return tuple(complexes)
-
-
-def _matches_complex(element: _Element, chain: _Complex) -> bool:
-    compound, combinator = chain[0]
-    if not compound.matches(element):
-        return False
-    if len(chain) == 1:
-        return True
-    rest = chain[1:]
-    ancestor = element.parent
-    if combinator == ">":
-        return (
-            ancestor is not None
-            and ancestor.tag != "#document"
-            and _matches_complex(ancestor, rest)
-        )
-    while ancestor is not None and ancestor.tag != "#document":
-        if _matches_complex(ancestor, rest):
-            return True
-        ancestor = ancestor.parent
-    return False
-
-
-def _select(
-    elements: Sequence[_Element], compiled: tuple[_Complex, ...], *, first: bool
-) -> list[_Element]:
-    found: list[_Element] = []
-    for element in elements:
-        for chain in compiled:
-            if _matches_complex(element, chain):
-                found.append(element)
-                break
-        if first and found:
-            break
-    return found
-
-
-def _normalise(text: str) -> str:
+def normalise_text(text: str) -> str:
+    """Whitespace runs become one space, ends trimmed (the browser script's `norm`)."""
     return _WHITESPACE.sub(" ", text).strip()
 
 
-def _links(
-    elements: Sequence[_Element], compiled: tuple[_Complex, ...], base_url: str, limit: int
-) -> list[str]:
+def link_base(page_url: str, base_href: str | None) -> str:
+    """The URL a page's relative links resolve against: its `<base href>` if any."""
+    return urljoin(page_url, base_href.strip()) if base_href is not None else page_url
+
+
+def resolve_links(hrefs: Iterable[str], base_url: str, limit: int) -> list[str]:
+    """Absolute http(s) URLs of `hrefs`, without fragments, each once, at most `limit`."""
     out: list[str] = []
     seen: set[str] = set()
-    for element in _select(elements, compiled, first=False):
-        href = element.attrs.get("href")
-        if href is None or element.tag != "a":
-            continue
-        absolute = urljoin(base_url, href.strip()).split("#", 1)[0]
-        if urlsplit(absolute).scheme not in ("http", "https") or absolute in seen:
+    for href in hrefs:
+        try:
+            absolute = urljoin(base_url, href.strip()).split("#", 1)[0]
+            scheme = urlsplit(absolute).scheme.lower()
+        except ValueError:
+            continue  # a malformed href (e.g. an invalid IPv6 literal) is no link
+        if scheme not in ("http", "https") or absolute in seen:
             continue
         seen.add(absolute)
         out.append(absolute)
@@ -469,7 +247,59 @@ def _links(
     return out
 
 
-_ALL_LINKS = compile_selector("a[href]")
+# --- the static engine: lexbor --------------------------------------------------------------
+
+_EMPTY_DOCUMENT: Final = LexborHTMLParser("")
+
+
+@functools.lru_cache(maxsize=1024)
+def check_selector(selector: str) -> None:
+    """Raise BadInput(reason="bad_selector") if lexbor cannot parse `selector`.
+
+    Cached: a crawl repeats the same few selectors on every page.
+    """
+    try:
+        _EMPTY_DOCUMENT.css(selector)
+    except SelectolaxError as error:
+        raise BadInput(
+            f"invalid CSS selector {selector!r}: {error}", reason="bad_selector"
+        ) from error
+
+
+def _select(document: LexborHTMLParser, selector: str, *, first: bool) -> list[LexborNode]:
+    """Matches in document order, each element once (lexbor repeats an element that matches
+    several selectors of a group; querySelectorAll does not)."""
+    found: list[LexborNode] = []
+    seen: set[int] = set()
+    for node in document.css(selector):
+        if node.mem_id in seen:
+            continue
+        seen.add(node.mem_id)
+        found.append(node)
+        if first:
+            break
+    return found
+
+
+def _attribute(node: LexborNode, name: str) -> str | None:
+    """`getAttribute(name)`: None when absent, "" for an attribute without a value."""
+    attributes = node.attributes
+    for key in (name, name.lower()):
+        if key in attributes:
+            return attributes[key] or ""
+    return None
+
+
+def _hrefs(document: LexborHTMLParser, selector: str, limit: int) -> list[str]:
+    out: list[str] = []
+    for node in _select(document, selector, first=False):
+        href = node.attributes.get("href") if node.tag == "a" else None
+        if href is None:
+            continue
+        out.append(href)
+        if len(out) >= limit:
+            break
+    return out
 
 
 def extract_static(
@@ -480,38 +310,35 @@ def extract_static(
     follow_selector: str | None = None,
     max_links: int = DEFAULT_MAX_LINKS,
 ) -> ExtractedPage:
-    """Extract fields, title and links from an HTML document without a browser.
-
-    Raises BadInput for selectors outside the supported subset.
-    """
-    compiled = [(spec, compile_selector(spec.selector)) for spec in fields]
-    follow = compile_selector(follow_selector) if follow_selector else None
-    builder = _TreeBuilder()
-    builder.feed(html)
-    builder.close()
-    # Document order, walked once; every selector then scans this list.
-    elements = list(builder.root.descendants())
+    """Extract fields, title and links from an HTML document without a browser, with the same
+    meaning as BROWSER_EXTRACT_SCRIPT. Raises BadInput for a selector lexbor cannot parse."""
+    for spec in fields:
+        check_selector(spec.selector)
+    if follow_selector:
+        check_selector(follow_selector)
+    # Scripting on, as in Chromium: `<noscript>` holds text, not elements.
+    document = LexborHTMLParser(html, scripting=True)
     page = ExtractedPage()
-    for spec, selector in compiled:
-        matches = _select(elements, selector, first=not spec.all)
+    for spec in fields:
+        matches = _select(document, spec.selector, first=not spec.all)
 
-        def value(element: _Element, spec: FieldSpec = spec) -> str | None:
+        def value(node: LexborNode, spec: FieldSpec = spec) -> str | None:
             if spec.attribute is not None:
-                return element.attrs.get(spec.attribute.lower())
-            return _normalise(element.text())
+                return _attribute(node, spec.attribute)
+            return normalise_text(node.text(deep=True))
 
         if spec.all:
-            page.fields[spec.name] = [value(element) for element in matches]
+            page.fields[spec.name] = [value(node) for node in matches]
         else:
             page.fields[spec.name] = value(matches[0]) if matches else None
-    titles = _select(elements, compile_selector("title"), first=True)
-    page.title = _normalise(titles[0].text()) if titles else None
-    page.title = page.title or None
-    base = _select(elements, compile_selector("base[href]"), first=True)
-    link_base = urljoin(base_url, base[0].attrs["href"]) if base else base_url
-    page.links = _links(elements, _ALL_LINKS, link_base, max_links)
-    if follow is not None:
-        page.follow = _links(elements, follow, link_base, max_links)
+    titles = _select(document, "title", first=True)
+    page.title = normalise_text(titles[0].text(deep=True)) or None if titles else None
+    bases = _select(document, "base[href]", first=True)
+    base = link_base(base_url, bases[0].attributes.get("href") or "" if bases else None)
+    candidates = max_links * LINK_CANDIDATES_PER_LINK
+    page.links = resolve_links(_hrefs(document, "a[href]", candidates), base, max_links)
+    if follow_selector:
+        page.follow = resolve_links(_hrefs(document, follow_selector, candidates), base, max_links)
     return page
 
 

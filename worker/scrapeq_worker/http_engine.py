@@ -1,4 +1,4 @@
-"""The plain-HTTP engine for `render: false` jobs: aiohttp plus the static extractor.
+"""The plain-HTTP engine for `render: false` jobs: aiohttp plus lexbor (extraction.py).
 
 No browser means no JavaScript, a fraction of the CPU, and hundreds of pages per second. The
 same network guard applies: every hop is checked by URL (scheme, IP literals) and aiohttp's
@@ -21,18 +21,18 @@ from .extraction import (
     DEFAULT_MAX_LINKS,
     FieldSpec,
     PageOutcome,
-    compile_selector,
+    check_selector,
     extract_static,
 )
 from .http_status import charset_of, check_status, is_html
 from .job_options import JobOptions
 from .network_guard import GuardedResolver, NetworkGuard
+from .settings import DEFAULT_USER_AGENT
 
 # Browsers stop at 20 redirects; a scraper that needs more is being led in circles.
 MAX_REDIRECTS: Final = 10
 # Bodies above this are parsed in a thread so a big page does not stall the event loop.
 _PARSE_IN_THREAD_BYTES: Final = 256 * 1024
-DEFAULT_USER_AGENT: Final = "scrapeq-worker/0.1"
 _WAIT_FOR_FIELD: Final = "\x00waitFor"
 
 
@@ -89,13 +89,11 @@ class HttpEngine:
         if self._session is None:
             await self.start()
         assert self._session is not None
-        # Reject selectors the static engine cannot run before any network traffic.
-        for spec in options.fields:
-            compile_selector(spec.selector)
-        if follow_selector:
-            compile_selector(follow_selector)
-        if options.wait_for:
-            compile_selector(options.wait_for)
+        # Reject selectors the static engine cannot parse before any network traffic.
+        selectors = (*(spec.selector for spec in options.fields), follow_selector, options.wait_for)
+        for selector in selectors:
+            if selector:
+                check_selector(selector)
         started = time.monotonic()
         deadline = started + options.timeout_seconds
         headers = {"User-Agent": self.user_agent, "Accept": "text/html,*/*;q=0.8"}

@@ -7,17 +7,29 @@ values the engines need, so the two can never disagree about what is allowed.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Final, Literal, cast
 
-from scrapeq_queue.payload import DEFAULT_FOLLOW_MAX_PAGES, validate_payload
+from scrapeq_queue.payload import (
+    DEFAULT_FOLLOW_MAX_PAGES,
+    URLPattern,
+    compile_url_pattern,
+    validate_payload,
+)
 
 from .errors import BadInput
 from .extraction import FieldSpec, parse_fields
 
 WaitUntil = Literal["load", "domcontentloaded", "networkidle0", "networkidle2"]
+
+# The wait of a row whose payload says nothing about waiting (neither waitUntil nor waitFor):
+# what the classic worker did (puppeteer's networkidle0: no request for 500 ms), so a page whose
+# scripts fill the content after `load` is read once they are done; bounded, like every wait,
+# by the job's timeoutSeconds. ScrapeJobs always say: their CRD defaults waitUntil to `load`.
+CLASSIC_WAIT_UNTIL: Final[WaitUntil] = "networkidle0"
+# With a waitFor selector the row has said what to wait for: navigation ends at `load`.
+WAIT_UNTIL_WITH_WAIT_FOR: Final[WaitUntil] = "load"
 
 
 @dataclass(frozen=True)
@@ -33,8 +45,10 @@ class FollowOptions:
     max_depth: int
     max_pages: int
     same_domain: bool = True
-    include: tuple[re.Pattern[str], ...] = ()
-    exclude: tuple[re.Pattern[str], ...] = ()
+    # RE2 patterns: matching is linear in the link's length whatever the pattern, so a
+    # user's pattern cannot stall the event loop (see scrapeq_queue.payload).
+    include: tuple[URLPattern, ...] = ()
+    exclude: tuple[URLPattern, ...] = ()
     extract: Mapping[str, Any] | None = None
 
 
@@ -67,17 +81,21 @@ def options_from_payload(payload: object, *, default_timeout_seconds: float) -> 
             max_depth=int(raw.get("maxDepth", 1)),
             max_pages=int(raw.get("maxPages", DEFAULT_FOLLOW_MAX_PAGES)),
             same_domain=bool(raw.get("sameDomain", True)),
-            include=tuple(re.compile(pattern) for pattern in raw.get("include", ())),
-            exclude=tuple(re.compile(pattern) for pattern in raw.get("exclude", ())),
+            include=tuple(compile_url_pattern(pattern) for pattern in raw.get("include", ())),
+            exclude=tuple(compile_url_pattern(pattern) for pattern in raw.get("exclude", ())),
             extract=dict(raw["extract"]) if "extract" in raw else None,
         )
     headers = options.get("headers")
     return JobOptions(
         render=bool(options.get("render", True)),
-        wait_until=cast(WaitUntil, options.get("waitUntil", "load")),
+        wait_until=cast(WaitUntil, options.get("waitUntil", _default_wait_until(options))),
         wait_for=str(options["waitFor"]).strip() if "waitFor" in options else None,
         timeout_seconds=float(options.get("timeoutSeconds", default_timeout_seconds)),
         headers=dict(headers) if headers else None,
         fields=parse_fields(options.get("extract")),
         follow=follow,
     )
+
+
+def _default_wait_until(options: Mapping[str, Any]) -> WaitUntil:
+    return WAIT_UNTIL_WITH_WAIT_FOR if "waitFor" in options else CLASSIC_WAIT_UNTIL

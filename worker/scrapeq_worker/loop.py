@@ -149,11 +149,16 @@ class Worker:
                 isolate_pages=settings.isolate_pages,
                 tab_reuse_pages=settings.tab_reuse_pages,
                 max_response_bytes=settings.max_response_bytes,
+                user_agent=settings.user_agent,
             ),
             self.guard,
             on_restart=lambda reason: self.metrics.browser_restarts.labels(reason).inc(),
         )
-        self.http = HttpEngine(self.guard, max_response_bytes=settings.max_response_bytes)
+        self.http = HttpEngine(
+            self.guard,
+            max_response_bytes=settings.max_response_bytes,
+            user_agent=settings.user_agent,
+        )
         self.scraper = Scraper(
             self.browser,
             self.http,

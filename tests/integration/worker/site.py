@@ -44,6 +44,10 @@ class HostileSite:
 
     def __init__(self) -> None:
         self.hits: collections.Counter[str] = collections.Counter()
+        # Pages a test registers: `pages[name]` is served as HTML at /page/<name>.
+        self.pages: dict[str, str] = {}
+        # The User-Agent header of every request, by path, in arrival order.
+        self.user_agents: collections.defaultdict[str, list[str]] = collections.defaultdict(list)
         self.bystander_hits = 0
         self.slow_in_flight = 0
         self.slow_in_flight_max = 0
@@ -87,6 +91,7 @@ class HostileSite:
         app.router.add_get("/to-metadata", self._to_metadata)
         app.router.add_get("/loopback-image", self._loopback_image)
         app.router.add_get("/document.pdf", self._pdf)
+        app.router.add_get("/page/{name}", self._registered)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, SITE_HOST, 0)
@@ -114,6 +119,7 @@ class HostileSite:
 
     def _count(self, request: web.Request) -> None:
         self.hits[request.path] += 1
+        self.user_agents[request.path].append(request.headers.get("User-Agent", ""))
 
     @staticmethod
     def _page(body: str) -> Any:
@@ -205,6 +211,13 @@ class HostileSite:
     async def _pdf(self, request: web.Request) -> web.Response:
         self._count(request)
         return web.Response(body=b"%PDF-1.4\n%fake\n", content_type="application/pdf")
+
+    async def _registered(self, request: web.Request) -> web.Response:
+        self._count(request)
+        body = self.pages.get(request.match_info["name"])
+        if body is None:
+            raise web.HTTPNotFound()
+        return web.Response(text=body, content_type="text/html")
 
     async def _bystander(self, request: web.Request) -> web.Response:
         self.bystander_hits += 1

@@ -101,3 +101,20 @@ def test_json_log_lines_carry_the_job_context() -> None:
     assert line["job_id"] == 42
     assert line["owner"] == "shop/laptops"
     assert line["level"] == "info"
+
+
+def test_the_user_agent_names_scrapeq_and_the_pools_contact_url() -> None:
+    default = settings_from(parse(), environ={})
+    assert default.user_agent.startswith("Mozilla/5.0 (compatible; scrapeq/")
+    assert "+" not in default.user_agent
+    pool = settings_from(parse(), environ={"SCRAPEQ_USER_AGENT_CONTACT": "https://ops.test/bot"})
+    assert pool.user_agent.endswith("; +https://ops.test/bot)")
+
+
+@pytest.mark.parametrize(
+    "contact",
+    ["ops.test/bot", "ftp://ops.test/", "https://", "https://ops.test/a b", "https://x/)"],
+)
+def test_a_contact_that_is_not_a_plain_http_url_is_refused(contact: str) -> None:
+    with pytest.raises(SettingsError, match="--user-agent-contact"):
+        settings_from(parse("--user-agent-contact", contact), environ={})

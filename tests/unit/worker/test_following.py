@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-import re
+import time
 
+import pytest
+from scrapeq_queue.payload import compile_url_pattern
+from scrapeq_worker.errors import BadInput
 from scrapeq_worker.following import followed_payload, select_links
 from scrapeq_worker.job_options import FollowOptions, options_from_payload
 
@@ -49,7 +52,9 @@ def test_same_domain_false_leaves_the_site() -> None:
 
 
 def test_include_keeps_only_matching_links_and_exclude_drops_matching_ones() -> None:
-    options = follow(include=(re.compile(r"/product/\d+"),), exclude=(re.compile(r"\?sort="),))
+    options = follow(
+        include=(compile_url_pattern(r"/product/\d+"),), exclude=(compile_url_pattern(r"\?sort="),)
+    )
     chosen = select_links(
         [*LINKS, "https://shop.example/about"], options, page_urls=["https://shop.example/"]
     )
@@ -74,3 +79,37 @@ def test_without_a_follow_extract_followed_pages_share_the_parent_payload() -> N
     assert options.follow is not None
     assert options.follow.max_pages == 1000, "a crawl is bounded by default"
     assert followed_payload({"follow": {"selector": "a"}}, options.follow) is None
+
+
+@pytest.mark.timeout(10)
+def test_a_pattern_that_backtracks_exponentially_in_python_matches_in_linear_time() -> None:
+    # Python's re needs about 2**n steps for `(a+)+$` against n a's and a non-matching end:
+    # 21 s for a 30-character path. RE2 answers at once whatever the length.
+    options = follow(include=(compile_url_pattern("(a+)+$"),))
+    links = [f"https://shop.example/{'a' * length}!" for length in (30, 5_000, 100_000)]
+    started = time.monotonic()
+    chosen = select_links([*links, "https://shop.example/aaa"], options, page_urls=links[:1])
+    assert chosen == ["https://shop.example/aaa"]
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize(
+    ("pattern", "refused_for"),
+    [
+        (r"(a)\1", "invalid escape sequence"),
+        ("/product/(?=\\d)", "invalid perl operator"),
+        ("(unclosed", "missing )"),
+    ],
+)
+def test_a_pattern_re2_cannot_run_is_refused_as_bad_input_naming_the_reason(
+    pattern: str, refused_for: str
+) -> None:
+    with pytest.raises(BadInput) as caught:
+        options_from_payload(
+            {"follow": {"selector": "a", "exclude": [pattern]}}, default_timeout_seconds=30
+        )
+    message = str(caught.value)
+    assert f"follow.exclude[0] {pattern!r} is not a valid regular expression" in message
+    assert refused_for in message
+    assert "RE2 syntax" in message
+    assert caught.value.reason == "invalid_payload"

@@ -1,4 +1,4 @@
-"""Result size caps, and what each HTTP status means for a job."""
+"""Result size caps, what each HTTP status means for a job, and the defaults a payload gets."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from scrapeq_worker.http_status import (
     is_html,
     parse_retry_after,
 )
+from scrapeq_worker.job_options import options_from_payload
 
 
 def size(value: object) -> int:
@@ -88,3 +89,20 @@ def test_html_is_recognised_by_media_type() -> None:
     assert is_html(None)
     assert not is_html("application/pdf")
     assert not is_html("image/png")
+
+
+@pytest.mark.parametrize(
+    ("payload", "wait_until"),
+    [
+        (None, "networkidle0"),
+        ({}, "networkidle0"),
+        ({"render": True, "extract": {"t": "h1"}}, "networkidle0"),
+        ({"waitFor": ".price"}, "load"),
+        ({"waitUntil": "domcontentloaded"}, "domcontentloaded"),
+        ({"waitUntil": "load", "waitFor": ".price"}, "load"),
+    ],
+)
+def test_a_row_that_says_nothing_about_waiting_waits_for_network_idle_like_the_classic_worker(
+    payload: object, wait_until: str
+) -> None:
+    assert options_from_payload(payload, default_timeout_seconds=30).wait_until == wait_until

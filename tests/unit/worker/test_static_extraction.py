@@ -1,4 +1,5 @@
-"""The static engine's CSS subset extracts what a browser would, and refuses the rest."""
+"""The static engine (lexbor) builds the tree a browser builds and runs full CSS selectors;
+the conformance test in tests/integration/worker compares it with Chromium itself."""
 
 from __future__ import annotations
 
@@ -64,10 +65,44 @@ def test_title_links_and_followed_links_are_absolute_http_urls() -> None:
     assert page.follow == ["http://site.test/shop/p/1"]
 
 
-@pytest.mark.parametrize("selector", ["a:hover", "li + li", "li ~ li", "li:nth-child(2)"])
-def test_selectors_outside_the_subset_are_bad_input(selector: str) -> None:
-    with pytest.raises(BadInput, match="use render: true"):
+def test_selectors_beyond_descendant_and_child_combinators_work() -> None:
+    assert extract(
+        {
+            "second": "ul.items > li:nth-child(2)",
+            "after_first": {"selector": "li.item:first-child + li", "attribute": "data-sku"},
+            "siblings": {"selector": "li.sale ~ li", "all": True},
+            "not_sale": {"selector": "li.item:not(.sale)", "all": True},
+        }
+    ) == {"second": "Two", "after_first": "b2", "siblings": ["Three"], "not_sale": ["One", "Three"]}
+
+
+def test_an_element_matching_several_selectors_of_a_group_is_listed_once() -> None:
+    assert extract({"items": {"selector": "li, li.sale, .item", "all": True}}) == {
+        "items": ["One", "Two", "Three"]
+    }
+
+
+def test_whitespace_the_browser_counts_is_collapsed_and_entities_are_decoded() -> None:
+    page = "<p>a&nbsp;&nbsp;b\u3000c &amp;\ufeff d\n\t e&#x2003;</p>"
+    found = extract_static(page, parse_fields({"p": "p"}), base_url="http://site.test/")
+    assert found.fields == {"p": "a b c & d e"}
+
+
+def test_an_attribute_without_a_value_is_empty_and_a_missing_one_is_null() -> None:
+    page = '<input id="q" disabled><input id="r">'
+    fields = {
+        "disabled": {"selector": "#q", "attribute": "disabled"},
+        "absent": {"selector": "#r", "attribute": "disabled"},
+    }
+    found = extract_static(page, parse_fields(fields), base_url="http://site.test/")
+    assert found.fields == {"disabled": "", "absent": None}
+
+
+@pytest.mark.parametrize("selector", ["li:nth-child(", "a[=x]", "::", "li >"])
+def test_a_selector_lexbor_cannot_parse_is_bad_input(selector: str) -> None:
+    with pytest.raises(BadInput, match="invalid CSS selector") as caught:
         extract({"x": selector})
+    assert caught.value.reason == "bad_selector"
 
 
 def test_malformed_field_specs_are_bad_input() -> None:

@@ -1,0 +1,184 @@
+"""One extract spec means the same in both engines: the same specs against the same pages,
+rendered by real Chromium through the worker's renderer and fetched by the plain-HTTP engine
+(lexbor), must give identical results (docs/worker.md, "Extraction")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import Connection, job_row, run_burst
+from .site import HostileSite
+from .test_page_semantics import insert_classic_row
+
+pytestmark = [pytest.mark.postgres, pytest.mark.chromium]
+
+# No script on these pages changes the document: whatever differs is the engines' doing.
+CATALOGUE = """<!doctype html>
+<html><head><title>
+   Caf&eacute; &amp;\tshop\u00a0 </title><base href="/shop/"></head>
+<body>
+<div id="main" class="listing wide">
+  <h1>Laptops <small>(3)</small></h1>
+  <ul class="items">
+    <li class="item" data-sku="a1" lang="en-GB">One<li class="item sale" data-sku="b2">Two
+    <li class="item" data-sku="c3" title="Third &lt;best&gt;">Three
+    <li class="item last" data-sku="D4">Four &amp; more
+  </ul>
+  <table class="specs"><tr><td>CPU</td><td>8 cores</td></tr><tr><td>RAM</td><td>16 GB</td></tr>
+  </table>
+  <p class="ws">  lots\u3000of\n\n\t whitespace&nbsp;&nbsp;here\ufeff </p>
+  <p class="mixed">before<script>var ignored = 1;</script><!-- comment -->after<template>
+    <b>template content</b></template></p>
+  <label><input type="checkbox" name="agree" checked> Agree</label>
+  <section><h2>Nested</h2><div><div><span class="deep">deep one</span></div></div>
+    <span class="deep">deep two</span></section>
+  <a class="product" href="p/1#reviews">first</a> <a class="product" href="../p/2?x=1&amp;y=2">2</a>
+  <a class="product" href="p/1">again</a><a href="mailto:sales@example.com">mail</a>
+  <a href="https://other.example/x">other</a><a href=" p/spaced ">spaced</a><a>no href</a>
+  <svg><a href="/svg-link">svg</a></svg>
+  <noscript><b>enable scripts</b></noscript>
+</div>
+</body></html>"""
+
+CATALOGUE_FIELDS: dict[str, Any] = {
+    "heading": "h1",
+    "second": "ul.items > li:nth-child(2)",
+    "odd": {"selector": "li.item:nth-child(odd)", "all": True},
+    "last_of_type": "li:last-of-type",
+    "next_to_first": {"selector": "li:first-child + li", "attribute": "data-sku"},
+    "after_sale": {"selector": "li.sale ~ li", "all": True},
+    "not_sale": {"selector": "li.item:not(.sale)", "all": True},
+    "sku_exact": "li[data-sku=c3]",
+    "sku_prefix": {"selector": '[data-sku^="b"]', "attribute": "data-sku"},
+    "sku_suffix": "[data-sku$='3']",
+    "sku_contains": {"selector": '[data-sku*="4"]', "attribute": "data-sku"},
+    "sku_case": {"selector": "[data-sku=d4 i]", "attribute": "data-sku"},
+    "class_word": {"selector": "[class~=last]", "attribute": "class"},
+    "lang": {"selector": "[lang|=en]", "attribute": "lang"},
+    "entity_attribute": {"selector": "li[title]", "attribute": "title"},
+    "entity_text": "li.last",
+    "implied_tbody": {"selector": "table.specs > tbody > tr > td:nth-child(2)", "all": True},
+    "no_tbody_child": {"selector": "table.specs > tr", "all": True},
+    "whitespace": "p.ws",
+    "script_and_template": "p.mixed",
+    "template_bold": "p.mixed b",
+    "boolean_attribute": {"selector": "input[name=agree]", "attribute": "checked"},
+    "missing_attribute": {"selector": "input[name=agree]", "attribute": "disabled"},
+    "label": "label",
+    "nested": {"selector": "section div span.deep", "all": True},
+    "direct": {"selector": "section > span.deep", "all": True},
+    "has": "section:has(> h2) h2",
+    "is_group": {"selector": ":is(h1, h2) small, h2", "all": True},
+    "group_once": {"selector": "li, li.sale, .item", "all": True},
+    "noscript": "noscript",
+    "noscript_bold": "noscript b",
+    "missing": "article.none",
+    "missing_all": {"selector": "article.none", "all": True},
+    "links_href": {"selector": "a.product", "attribute": "href", "all": True},
+}
+
+# No doctype: quirks mode, where class and id selectors ignore case (in both engines).
+QUIRKS = """<html><head><title>Quirky</title></head><body>
+<div id="Box" class="Card"><p>One</p><p>Two</p></div>
+<ul><li>a<li>b</ul></body></html>"""
+
+QUIRKS_FIELDS: dict[str, Any] = {
+    "by_class": ".card p:nth-child(2)",
+    "by_id": "#box p",
+    "items": {"selector": "ul li", "all": True},
+}
+
+
+def both_engines(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    rendered = {**payload, "render": True, "waitUntil": "load"}
+    return rendered, {**payload, "render": False}
+
+
+@pytest.mark.timeout(90)
+async def test_the_same_specs_give_identical_results_in_chromium_and_the_http_engine(
+    site: HostileSite, worker_settings: Any, connection: Connection
+) -> None:
+    site.pages["catalogue"] = CATALOGUE
+    site.pages["quirks"] = QUIRKS
+    cases = [
+        ("catalogue", {"extract": CATALOGUE_FIELDS, "follow": {"selector": "a.product"}}),
+        ("quirks", {"extract": QUIRKS_FIELDS}),
+    ]
+    rows: list[tuple[str, int, int]] = []
+    for name, payload in cases:
+        rendered, static = both_engines(payload)
+        url = site.url(f"/page/{name}")
+        rows.append(
+            (
+                name,
+                await insert_classic_row(connection, url, rendered),
+                await insert_classic_row(connection, url + "?static", static),
+            )
+        )
+
+    await run_burst(worker_settings)
+
+    for name, browser_id, http_id in rows:
+        browser = await job_row(connection, browser_id)
+        http = await job_row(connection, http_id)
+        assert browser.status == "completed", browser.last_error
+        assert http.status == "completed", http.last_error
+        assert browser.result["engine"] == "browser"
+        assert http.result["engine"] == "http"
+        assert http.result["fields"] == browser.result["fields"], name
+        assert http.result["title"] == browser.result["title"], name
+        assert http.result["links"] == browser.result["links"], name
+    catalogue = (await job_row(connection, rows[0][1])).result
+    # The values themselves, so that "identical" cannot mean "identically empty".
+    fields = catalogue["fields"]
+    assert catalogue["title"] == "Café & shop"
+    assert fields["second"] == "Two"
+    assert fields["odd"] == ["One", "Three"]
+    assert fields["next_to_first"] == "b2"
+    assert fields["after_sale"] == ["Three", "Four & more"]
+    assert fields["sku_case"] == "D4"
+    assert fields["entity_attribute"] == "Third <best>"
+    assert fields["implied_tbody"] == ["8 cores", "16 GB"]
+    assert fields["no_tbody_child"] == []
+    assert fields["whitespace"] == "lots of whitespace here"
+    assert fields["script_and_template"] == "beforevar ignored = 1;after"
+    assert fields["template_bold"] is None
+    assert fields["boolean_attribute"] == ""
+    assert fields["missing_attribute"] is None
+    assert fields["group_once"] == ["One", "Two", "Three", "Four & more"]
+    assert fields["noscript"] == "<b>enable scripts</b>"
+    assert fields["noscript_bold"] is None
+    assert fields["missing"] is None
+    assert fields["missing_all"] == []
+    page = site.url("/shop/")
+    assert catalogue["links"] == [
+        f"{page}p/1",
+        site.url("/p/2?x=1&y=2"),
+        "https://other.example/x",
+        f"{page}p/spaced",
+        site.url("/svg-link"),
+    ]
+    quirks = (await job_row(connection, rows[1][1])).result["fields"]
+    assert quirks == {"by_class": "Two", "by_id": "One", "items": ["a", "b"]}
+
+
+@pytest.mark.parametrize("selector", ["li >", "li:nth-child(", "::before-ish"])
+async def test_a_selector_either_engine_cannot_parse_fails_both_rows_as_bad_selector(
+    site: HostileSite, worker_settings: Any, connection: Connection, selector: str
+) -> None:
+    site.pages["list"] = "<ul><li>a</li></ul>"
+    rendered, static = both_engines({"extract": {"x": selector}})
+    ids = [
+        await insert_classic_row(connection, site.url("/page/list"), rendered),
+        await insert_classic_row(connection, site.url("/page/list?static"), static),
+    ]
+
+    await run_burst(worker_settings)
+
+    for job_id in ids:
+        row = await job_row(connection, job_id)
+        assert row.status == "failed"
+        assert row.last_reason == "bad_selector"
+        assert selector in (row.last_error or "")
