@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
-	demo cluster-up cluster-down bench bench-queue bench-worker bench-operator bench-cluster \
+	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \
 	generate clean
 
 help:
@@ -20,6 +20,9 @@ help:
 	@echo "make tools         build the Kubernetes components, CoreDNS, etcd and helm; print their paths"
 	@echo "make cluster-up    start the local single-node cluster (real Pods); print the KUBECONFIG export"
 	@echo "make cluster-down  stop it and undo its changes to the host"
+	@echo "make images        build the worker, operator (and node) images with podman; print them"
+	@echo "                   REGISTRY=registry.example.com/scrapeq names them for a push;"
+	@echo "                   PULL_BASES=1 builds on the official base images (registry access)"
 	@echo "make generate      rewrite generated files (chart copies, dashboard, deploy/)"
 	@echo "make bench-queue   queue throughput and latency against PgQueuer and procrastinate"
 	@echo "make bench-worker  worker pages/s against a browser-per-job loop"
@@ -73,6 +76,12 @@ cluster-up: setup
 
 cluster-down: venv
 	@$(PY) -m scrapeq dev cluster-down
+
+# Container images from worker/Dockerfile and operator/Dockerfile (+ the node's postgres and pause
+# images), with locally made stand-ins for the public base images (scrapeq/local/images.py).
+images: venv
+	@scripts/ensure-system-packages.sh node
+	@$(PY) -m scrapeq dev images $(if $(REGISTRY),--registry $(REGISTRY)) $(if $(PULL_BASES),--pull-bases)
 
 bench: bench-queue bench-worker bench-operator
 

@@ -2,6 +2,11 @@
 # Installs the Debian packages scrapeq's tests and demo run for real, when they are missing:
 # Chromium (the worker's browser), Prometheus (+ promtool), PostgreSQL 15 server binaries,
 # openssl (control-plane certificates). Needs root for apt-get; otherwise says what to run.
+#
+# Usage: scripts/ensure-system-packages.sh [node]
+#   node: also what container images and a local node need (`make images`): podman,
+#         mmdebstrap (base images from Debian packages), gcc + libc6-dev (the static pause
+#         binary), containerd (and its ctr client).
 set -euo pipefail
 
 declare -A wanted=(
@@ -11,6 +16,23 @@ declare -A wanted=(
   [postgresql-15]=/usr/lib/postgresql/15/bin/initdb
   [openssl]=/usr/bin/openssl
 )
+for group in "$@"; do
+  case "$group" in
+    node)
+      wanted+=(
+        [podman]=/usr/bin/podman
+        [mmdebstrap]=/usr/bin/mmdebstrap
+        [gcc]=/usr/bin/gcc
+        [libc6-dev]=/usr/include/stdio.h
+        [containerd]=/usr/bin/containerd
+      )
+      ;;
+    *)
+      echo "error: unknown package group '$group' (known: node)" >&2
+      exit 2
+      ;;
+  esac
+done
 missing=()
 for package in "${!wanted[@]}"; do
   [ -e "${wanted[$package]}" ] || missing+=("$package")

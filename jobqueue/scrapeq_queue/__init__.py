@@ -22,7 +22,7 @@ from scrapeq_queue.claims import (
     rescue_expired_leases,
     retry_job,
 )
-from scrapeq_queue.connections import connect
+from scrapeq_queue.connections import RECONNECT_MAX_SECONDS, connect, reconnect_delay
 from scrapeq_queue.dead_jobs import failed_jobs, retry_failed
 from scrapeq_queue.errors import DatabaseUnavailable, InvalidJob, QueueError, SchemaOutOfDate
 from scrapeq_queue.exports import (
@@ -53,7 +53,12 @@ from scrapeq_queue.migrations import (
     require_current_schema,
     schema_is_current,
 )
-from scrapeq_queue.notifications import NOTIFY_CHANNEL, listen, wait_for_notification
+from scrapeq_queue.notifications import (
+    NOTIFY_CHANNEL,
+    listen,
+    listen_and_wake,
+    wait_for_notification,
+)
 from scrapeq_queue.payload import PAYLOAD_OPTIONS, validate_payload
 from scrapeq_queue.producers import (
     cancel_jobs,
@@ -87,6 +92,7 @@ __all__ = [
     "MAX_RETRY_DELAY_SECONDS",
     "NOTIFY_CHANNEL",
     "PAYLOAD_OPTIONS",
+    "RECONNECT_MAX_SECONDS",
     "SCHEMA_VERSION",
     "AttemptRecord",
     "ClaimedJob",
@@ -126,6 +132,7 @@ __all__ = [
     "job_attempts",
     "latest_failures",
     "listen",
+    "listen_and_wake",
     "migrate",
     "normalise_url",
     "owner_progress",
@@ -134,6 +141,7 @@ __all__ = [
     "prune_finished",
     "queue_backlog",
     "queue_stats",
+    "reconnect_delay",
     "release_jobs",
     "renew_leases",
     "require_current_schema",

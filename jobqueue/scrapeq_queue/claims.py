@@ -96,38 +96,42 @@ async def claim_jobs(
 
     With `reject_invalid_payloads` (the default), rows whose payload fails validate_payload
     are failed at once with reason `invalid_payload` and an error naming the problems, and are
-    not returned: no worker ever sees a job it cannot run.
+    not returned: no worker ever sees a job it cannot run. A claim whose rows were all invalid
+    claims again, so an empty answer always means that no job was due.
     """
     if limit <= 0 or not queues:
         return []
-    cursor = await connection.execute(
-        statements.JOB_CLAIM,
-        {
-            # Each queue once: a repeated name would scan (and lock) the same rows twice.
-            "queues": list(dict.fromkeys(queues)),
-            "limit": limit,
-            "worker_id": worker_id,
-            "lease_seconds": float(lease_seconds),
-        },
-    )
-    rows = await cursor.fetchall()
-    jobs: list[ClaimedJob] = []
-    for row in rows:
-        problems = validate_payload(row[4]) if reject_invalid_payloads else []
-        if problems:
-            error = "invalid payload: " + "; ".join(problems)
-            logger.warning("job %s failed permanently: %s", row[0], error)
-            await fail_job(
-                connection,
-                row[0],
-                row[1],
-                error=error,
-                reason=INVALID_PAYLOAD_REASON,
-                duration_seconds=0.0,
-            )
-            continue
-        jobs.append(_job_from_row(row))
-    return jobs
+    while True:
+        cursor = await connection.execute(
+            statements.JOB_CLAIM,
+            {
+                # Each queue once: a repeated name would scan (and lock) the same rows twice.
+                "queues": list(dict.fromkeys(queues)),
+                "limit": limit,
+                "worker_id": worker_id,
+                "lease_seconds": float(lease_seconds),
+            },
+        )
+        rows = await cursor.fetchall()
+        jobs: list[ClaimedJob] = []
+        for row in rows:
+            problems = validate_payload(row[4]) if reject_invalid_payloads else []
+            if problems:
+                error = "invalid payload: " + "; ".join(problems)
+                logger.warning("job %s failed permanently: %s", row[0], error)
+                await fail_job(
+                    connection,
+                    row[0],
+                    row[1],
+                    error=error,
+                    reason=INVALID_PAYLOAD_REASON,
+                    duration_seconds=0.0,
+                )
+                continue
+            jobs.append(_job_from_row(row))
+        # Every round fails at least one row for good, so this ends.
+        if jobs or not rows:
+            return jobs
 
 
 @translate_database_errors

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any, Final
 
 import psycopg
@@ -10,6 +11,14 @@ from scrapeq_queue.errors import DatabaseUnavailable
 
 # Fail fast when the server is down: callers (worker loop, operator, CLI) retry on their own.
 CONNECT_TIMEOUT_SECONDS: Final = 10
+
+# Reconnect attempts after a lost database: the first after a quarter second, doubling up to
+# one second, never longer. A client that tries at least once a second is back at work within
+# about a second of the server, however long the outage was (a longer cap makes a long outage
+# cost up to the cap again once the server is back). A refused connection costs the server
+# nothing; the jitter keeps a hundred workers from arriving in the same instant.
+RECONNECT_FIRST_SECONDS: Final = 0.25
+RECONNECT_MAX_SECONDS: Final = 1.0
 
 
 async def connect(
@@ -27,6 +36,15 @@ async def connect(
         raise DatabaseUnavailable(
             f"cannot connect to {describe_conninfo(conninfo)}: {error}".strip()
         ) from error
+
+
+def reconnect_delay(failures: int) -> float:
+    """Seconds to wait before the next attempt after `failures` consecutive failures (1 for
+    the first): RECONNECT_FIRST_SECONDS doubling up to RECONNECT_MAX_SECONDS, times a jitter
+    factor between 0.5 and 1."""
+    exponent = min(max(0, failures - 1), 8)
+    ceiling = min(RECONNECT_FIRST_SECONDS * 2.0**exponent, RECONNECT_MAX_SECONDS)
+    return ceiling * random.uniform(0.5, 1.0)
 
 
 def describe_conninfo(conninfo: str) -> str:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from scrapeq.local.controlplane import REPOSITORY_ROOT, LocalControlPlane
+from scrapeq.local.images import DEFAULT_REGISTRY, build_images, load_images
 from scrapeq.local.node import POD_NETWORK, SERVICE_NETWORK, LocalNode, clean_leftovers
 from scrapeq.local.processes import LocalPartError, pid_alive, terminate_pid
 
@@ -41,6 +42,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     down = dev_commands.add_parser("cluster-down", help="stop the cluster started by cluster-up")
     down.add_argument("--state-dir", type=Path, default=_state_dir())
     down.set_defaults(handler=cluster_down)
+    images = dev_commands.add_parser(
+        "images",
+        help="build the worker and operator images (and a node's postgres and pause images) "
+        "with podman; print one reference per line",
+    )
+    images.add_argument(
+        "--registry",
+        help="registry prefix of the project's images, e.g. registry.example.com/scrapeq "
+        f"(default {DEFAULT_REGISTRY}); alone, builds only the images a user pushes",
+    )
+    images.add_argument(
+        "--load",
+        metavar="CONTAINERD_SOCKET",
+        type=Path,
+        help="import the images into the containerd at this socket (namespace k8s.io)",
+    )
+    images.add_argument(
+        "--pull-bases",
+        action="store_true",
+        help="pull the official base images (python, debian) instead of making local stand-ins "
+        "from Debian packages; needs access to their registry",
+    )
+    images.set_defaults(handler=images_command)
 
 
 def _state_dir() -> Path:
@@ -130,6 +154,29 @@ def cluster_down(args: argparse.Namespace) -> int:
 
 def load_node_images(node: LocalNode) -> None:
     """Build (when their inputs changed) and load every image the node and the chart use."""
-    from scrapeq.local.images import build_images, load_images
-
     load_images(build_images(), node.containerd_address)
+
+
+def images_command(args: argparse.Namespace) -> int:
+    # Local images go into the running node, if there is one (`make cluster-up`).
+    running = LocalNode.attach()
+    if args.load is None and args.registry is None and running is not None:
+        args.load = running.containerd_address
+        print(f"# loading into the running local node ({running.server})", file=sys.stderr)
+    # The node's stand-ins (postgres, pause) are built for local use and loading; a build for
+    # a registry makes only what a user pushes.
+    node_images = args.registry is None or args.load is not None
+    try:
+        images = build_images(args.registry, node_images=node_images, pull_bases=args.pull_bases)
+        if args.load is not None:
+            load_images(images, args.load)
+    except (ValueError, LocalPartError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        # 2: bad input (a malformed --registry); 1: a build or load failed.
+        return 2 if isinstance(error, ValueError) else 1
+    print(f"# {'image':<50} {'id':<19} size", file=sys.stderr)
+    for image in images:
+        print(f"# {image.reference:<50} {image.id[:19]} {image.size / 1e6:.0f} MB", file=sys.stderr)
+    for image in images:
+        print(image.reference)
+    return 0

@@ -16,17 +16,12 @@ import yaml
 
 from scrapeq.local.controlplane import LocalControlPlane
 from tests.conftest import KubeCluster, running
+from tests.e2e.helm_chart import CHART, KUBE_VERSION, ROOT, run, succeed
+from tests.e2e.test_chart_values import PLATFORM_VALUES
 
 pytestmark = [pytest.mark.helm, pytest.mark.controlplane, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "scrapeq"
 PRODUCTION_VALUES = CHART / "values-production.yaml"
-KUBE_VERSION = next(
-    line.split("=", 1)[1]
-    for line in (ROOT / "tools" / "versions.env").read_text().splitlines()
-    if line.startswith("KUBERNETES_VERSION=")
-)
 
 # Minimal stand-ins for the prometheus-operator CRDs, so the chart's ServiceMonitor and
 # PrometheusRule are rendered and accepted by the API server. Their schemas accept anything:
@@ -60,18 +55,6 @@ MONITORING_CRDS = [
         ("prometheusrules", "PrometheusRule"),
     )
 ]
-
-
-def run(command: list[str], *, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        command, input=stdin, capture_output=True, text=True, timeout=180, check=False
-    )
-
-
-def succeed(command: list[str], *, stdin: str | None = None) -> str:
-    result = run(command, stdin=stdin)
-    assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stderr}"
-    return result.stdout
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +93,8 @@ def rendered_kinds(manifest: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("values", [None, PRODUCTION_VALUES], ids=["defaults", "production"])
 def test_helm_lint_and_template_pass(helm_binary: Path, values: Path | None) -> None:
-    extra = ["--values", str(values)] if values else []
+    # Without the cluster the bundled database needs a password it can keep (defaults only).
+    extra = ["--values", str(values)] if values else ["--set", "database.bundled.password=x"]
     succeed(
         [str(helm_binary), "lint", str(CHART), "--strict", "--kube-version", KUBE_VERSION, *extra]
     )
@@ -137,7 +121,16 @@ def test_helm_lint_and_template_pass(helm_binary: Path, values: Path | None) -> 
 def test_every_name_fits_in_63_characters_with_a_long_release_name(helm_binary: Path) -> None:
     release = "a-release-name-that-is-much-longer-than-anyone-wouldx"  # 53: the maximum
     manifest = succeed(
-        [str(helm_binary), "template", release, str(CHART), "--kube-version", KUBE_VERSION]
+        [
+            str(helm_binary),
+            "template",
+            release,
+            str(CHART),
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            "database.bundled.password=x",
+        ]
     )
     for kind, name in rendered_kinds(manifest):
         assert len(name) <= 63, (kind, name)
@@ -197,7 +190,10 @@ def test_install_upgrade_and_uninstall_on_the_real_api_server(
             ]
         )
     release = f"sq{namespace[-8:]}"
-    succeed([*helm, "install", release, str(CHART), "--namespace", namespace])
+    notes = succeed([*helm, "install", release, str(CHART), "--namespace", namespace])
+    # The generated password (Helm reads the cluster here) and where it is.
+    assert f"Its password is in Secret {release}-scrapeq-database (key POSTGRES_PASSWORD)" in notes
+    assert "labelled release=kube-prometheus-stack" in notes
     manifest = succeed([*helm, "get", "manifest", release, "--namespace", namespace])
     installed = rendered_kinds(manifest)
     kinds = {kind for kind, _ in installed}
@@ -227,9 +223,24 @@ def test_install_upgrade_and_uninstall_on_the_real_api_server(
     )
     assert pool["metadata"]["labels"]["scrapeq.io/worker-pool"] == "default"
     assert pool["metadata"]["annotations"]["scrapeq.io/max-replicas"] == "10"
+    # The chart gives no replicas: Kubernetes defaults a new Deployment to 1, and from then on
+    # only the operator's autoscaler changes it.
+    assert pool["spec"]["replicas"] == 1
     container = pool["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert pool["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    # The autoscaler scaled the pool up (as the operator does, through the scale subresource).
+    succeed(
+        [
+            *kubectl,
+            "-n",
+            namespace,
+            "scale",
+            "deployment",
+            f"{release}-scrapeq-worker-default",
+            "--replicas=7",
+        ]
+    )
     password_before = succeed(
         [
             *kubectl,
@@ -276,6 +287,8 @@ def test_install_upgrade_and_uninstall_on_the_real_api_server(
         )
     )
     assert pool["metadata"]["annotations"]["scrapeq.io/max-replicas"] == "3"
+    # helm upgrade changed the pool's settings, not the replicas the operator had chosen.
+    assert pool["spec"]["replicas"] == 7
     dashboards = succeed(
         [*kubectl, "-n", namespace, "get", "configmap", "-l", "grafana_dashboard=1", "-o", "name"]
     )
@@ -304,12 +317,58 @@ def test_install_upgrade_and_uninstall_on_the_real_api_server(
     assert leftovers.strip() == ""
 
 
+def test_every_platform_value_renders_objects_the_api_server_accepts_strictly(
+    helm_binary: Path, kubectl: list[str], namespace: str
+) -> None:
+    """A server-side dry run with strict field validation: a value rendered into the wrong place
+    of a pod spec (an unknown field) fails here, not on the user's cluster."""
+    manifest = succeed(
+        [
+            str(helm_binary),
+            "template",
+            "platform",
+            str(CHART),
+            "--namespace",
+            namespace,
+            "--kube-version",
+            KUBE_VERSION,
+            "--values",
+            "-",
+        ],
+        stdin=yaml.safe_dump(PLATFORM_VALUES),
+    )
+    # The CRD is already on the server from other tests of this module, or is created here.
+    output = succeed(
+        [*kubectl, "apply", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", "-"],
+        stdin=manifest,
+    )
+    for accepted in (
+        "deployment.apps/platform-scrapeq-worker-spot",
+        "poddisruptionbudget.policy/platform-scrapeq-worker-spot",
+        "statefulset.apps/platform-scrapeq-database",
+        "pod/platform-scrapeq-test-operator",
+    ):
+        assert f"{accepted} created (server dry run)" in output, output
+
+
 def test_the_plain_manifests_are_accepted_by_a_server_side_dry_run(kubectl: list[str]) -> None:
     # Server-side dry-run does not create the namespace, so it must exist already.
     run([*kubectl, "create", "namespace", "scrapeq-system"])
     output = succeed([*kubectl, "apply", "-k", str(ROOT / "deploy"), "--dry-run=server"])
     assert "deployment.apps/scrapeq-operator created (server dry run)" in output
     assert "customresourcedefinition.apiextensions.k8s.io/scrapejobs.scrapeq.io" in output
+    # No helm test Pod: kubectl would create it as an ordinary Pod.
+    assert "pod/" not in output
+
+
+def test_the_plain_manifests_hold_no_helm_hook() -> None:
+    generated = (ROOT / "deploy" / "generated" / "scrapeq.yaml").read_text()
+    documents = [document for document in yaml.safe_load_all(generated) if document]
+    assert documents
+    for document in documents:
+        annotations = document["metadata"].get("annotations") or {}
+        assert "helm.sh/hook" not in annotations, document["metadata"]["name"]
+        assert document["kind"] != "Pod", document["metadata"]["name"]
 
 
 def test_generated_copies_match_their_sources() -> None:

@@ -66,6 +66,7 @@ from .http_status import check_status, is_html
 from .job_options import JobOptions
 from .network_guard import NetworkGuard
 from .pyppeteer_compat import apply as _repair_pyppeteer
+from .pyppeteer_compat import retrieve_exception
 from .settings import DEFAULT_USER_AGENT
 
 logger = logging.getLogger(__name__)
@@ -416,9 +417,15 @@ class BrowserPool:
                 + "); install Debian's chromium or chromium-headless-shell",
                 reason="browser_missing",
             )
-        workdir = Path(tempfile.mkdtemp(prefix="scrapeq-chromium-"))
-        profile = workdir / "profile"
-        profile.mkdir()
+        try:
+            workdir = Path(tempfile.mkdtemp(prefix="scrapeq-chromium-"))
+            profile = workdir / "profile"
+            profile.mkdir()
+        except OSError as error:
+            raise BrowserUnavailable(
+                f"cannot create Chromium's profile directory: {error}",
+                reason="temp_dir_unwritable",
+            ) from error
         args = [
             self.executable,
             *CHROMIUM_FLAGS,
@@ -849,10 +856,17 @@ class BrowserPool:
         and stops the former's JavaScript so the tab can be closed.
         """
         work = asyncio.ensure_future(awaitable)
+        # When the job is stopped from outside (a drain, a lost lease) the operation stops with
+        # it, and however it ends is not logged as an exception never retrieved.
+        work.add_done_callback(retrieve_exception)
         remaining = max(0.0, deadline - time.monotonic())
-        done, _ = await asyncio.wait(
-            {work, watch.abort}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-        )
+        try:
+            done, _ = await asyncio.wait(
+                {work, watch.abort}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            work.cancel()
+            raise
         if work in done and not watch.abort.done():
             return work.result()
         # A handler's verdict (crash, blocked navigation, too large) explains the failure

@@ -15,9 +15,16 @@ Shape of one worker process:
   sent one) or fail. An unexpected exception in a job is logged and retried as
   `internal_error`; it never reaches the loop.
 
-Database outages are retried with capped exponential backoff and a fresh connection; the loop
-keeps running. Claims use one connection and writes another, each behind a lock, because a
-psycopg connection interleaves statements of concurrent tasks into each other's transactions.
+Database outages are retried on a fresh connection at least once a second (the queue
+package's `reconnect_delay`), so work resumes within about a second of the server coming back;
+leases are renewed as soon as it answers again, and the rescue of other workers' expired leases
+waits until every live worker had the time to renew its own. Claims use one connection and
+writes another, each behind a lock, because a psycopg connection interleaves statements of
+concurrent tasks into each other's transactions.
+
+A worker that cannot work (no writable temporary directory, no browser, a schema behind) claims
+nothing and reports not-ready until the cause is gone (see readiness.py). A background task
+that dies stops the worker with exit status 1, so that its pod restarts.
 
 SIGTERM (or SIGINT): stop claiming, release jobs that have not started, give pages in flight
 `drain_seconds` to finish, release the rest back to pending (not counted as a retry), close
@@ -29,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
+import math
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -38,28 +45,42 @@ from typing import Any, TypeVar
 
 import psycopg
 import scrapeq_queue
-from scrapeq_queue import ClaimedJob, Completion, DatabaseUnavailable, FollowUrl, QueueError
+from scrapeq_queue import (
+    ClaimedJob,
+    Completion,
+    DatabaseUnavailable,
+    FollowUrl,
+    QueueError,
+    SchemaOutOfDate,
+)
 
 from .browser import BrowserPool, BrowserSettings
-from .errors import PermanentFailure, RetryLater, WorkerError
+from .errors import BrowserUnavailable, PermanentFailure, RetryLater, WorkerError
 from .following import followed_payload
 from .http_engine import HttpEngine
 from .job_options import options_from_payload
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
+from .readiness import RECHECK_SECONDS, Problem, Readiness, browser_problem, temp_dir_problem
 from .scraper import Scraper, ScrapeResult
 from .settings import WorkerSettings
 
 logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+# A completion waiting to be written and the future its job waits on.
+_Waiting = tuple[Completion, "asyncio.Future[bool | None]"]
 
-# Backoff after a database error: from half a second up to half a minute, with jitter so that
-# a hundred workers do not reconnect in the same instant when the database comes back.
-_BACKOFF_START_SECONDS = 0.5
-_BACKOFF_MAX_SECONDS = 30.0
 # After the drain deadline, how long releasing the leftovers may still take.
 _RELEASE_GRACE_SECONDS = 3.0
+_COMPLETION_WRITER = "worker-completions"
+# Browser failures that are the worker's, not the job's: the job goes back to the queue
+# untouched and the worker stops claiming until the cause is gone.
+_CANNOT_WORK: dict[str, Problem] = {
+    "browser_missing": "browser",
+    "browser_launch_failed": "browser",
+    "temp_dir_unwritable": "temp_dir",
+}
 
 
 @dataclass
@@ -108,6 +129,16 @@ class _Channel:
                 await connection.close()
 
 
+async def _require_current_schema(connection: psycopg.AsyncConnection[Any]) -> bool:
+    await scrapeq_queue.require_current_schema(connection)
+    return True
+
+
+def _retrieve_exception(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def _owner(job: ClaimedJob) -> str | None:
     if job.owner_namespace and job.owner_name:
         return f"{job.owner_namespace}/{job.owner_name}"
@@ -133,7 +164,9 @@ class Worker:
         *,
         metrics: WorkerMetrics | None = None,
         install_signal_handlers: bool = True,
+        recheck_seconds: float = RECHECK_SECONDS,
     ) -> None:
+        """`recheck_seconds`: how often a worker that cannot work checks again."""
         if not settings.database_url:
             raise ValueError("the worker needs a database (--database-url or DATABASE_URL)")
         self.settings = settings
@@ -168,7 +201,7 @@ class Worker:
         )
         self._install_signal_handlers = install_signal_handlers
         self._running: dict[int, _Running] = {}
-        self._completions: list[tuple[Completion, asyncio.Future[bool | None]]] = []
+        self._completions: list[_Waiting] = []
         self._completion_writer: asyncio.Task[None] | None = None
         self._pages: asyncio.Semaphore | None = None
         self._claims: _Channel | None = None
@@ -176,7 +209,25 @@ class Worker:
         self._wake: asyncio.Event | None = None
         self._stopping: asyncio.Event | None = None
         self._last_tick = time.monotonic()
-        self._backoff = _BACKOFF_START_SECONDS
+        self.readiness = Readiness(
+            self.metrics.ready,
+            self.metrics.not_ready,
+            initially="database",
+            why="not connected yet",
+        )
+        # When the readiness checks run next (None: not until a job shows a problem).
+        self._recheck_seconds = recheck_seconds
+        self._recheck_at: float | None = 0.0
+        # The local checks (temporary directory, browser) are due at start and while one fails.
+        self._local_checks_due = True
+        self._schema_verified = False
+        # A launch failed: only launching again tells whether the browser is back.
+        self._launch_failed = False
+        # Consecutive failed database operations, and when the last one failed.
+        self._database_failures = 0
+        self._last_database_failure = -math.inf
+        self._database_back: asyncio.Event | None = None
+        self._exit_status = 0
         self.metrics_server: MetricsServer | None = None
         self.jobs_finished = 0
 
@@ -187,29 +238,27 @@ class Worker:
         if self._stopping is not None and not self._stopping.is_set():
             logger.info("stop requested: draining %d in-flight jobs", len(self._running))
             self._stopping.set()
+            self.readiness.report("stopping", "draining")
         if self._wake is not None:
             self._wake.set()
 
     @property
     def live(self) -> bool:
         """The main loop made progress recently (for /healthz)."""
-        limit = max(60.0, self.settings.poll_seconds * 10, _BACKOFF_MAX_SECONDS * 2)
+        limit = max(60.0, self.settings.poll_seconds * 10, self._recheck_seconds * 3)
         return time.monotonic() - self._last_tick < limit
 
     @property
     def ready(self) -> bool:
-        """Connected to the database and taking work (for /readyz)."""
-        return (
-            self._claims is not None
-            and self._claims.usable
-            and self._stopping is not None
-            and not self._stopping.is_set()
-        )
+        """Connected to the database, able to work and taking work (for /readyz)."""
+        return self.readiness.ready
 
     async def run(self) -> int:
-        """Run until the queue is empty (burst) or a stop is requested; return 0."""
+        """Run until the queue is empty (burst) or a stop is requested. Returns 0, or 1 when
+        the worker could not work in a burst run or one of its background tasks died."""
         self._stopping = asyncio.Event()
         self._wake = asyncio.Event()
+        self._database_back = asyncio.Event()
         self._pages = asyncio.Semaphore(self.settings.concurrency)
         assert self.settings.database_url is not None
         self._claims = _Channel(self.settings.database_url, f"scrapeq-worker {self.worker_id}")
@@ -231,22 +280,34 @@ class Worker:
                     host=self.settings.metrics_host,
                     port=self.settings.metrics_port,
                     is_live=lambda: self.live,
-                    is_ready=lambda: self.ready,
+                    not_ready_because=lambda: (
+                        None if self.readiness.ready else self.readiness.describe()
+                    ),
                 )
                 await self.metrics_server.start()
             await self.http.start()
             # The browser starts with the first rendered job: a worker that only sees
             # `render: false` jobs never pays for Chromium.
-            background.append(asyncio.create_task(self._listen(), name="worker-listen"))
+            background.append(
+                asyncio.create_task(
+                    scrapeq_queue.listen_and_wake(
+                        self.settings.database_url,
+                        self._wake.set,
+                        application_name=f"scrapeq-worker-listen {self.worker_id}",
+                    ),
+                    name="worker-listen",
+                )
+            )
             background.append(asyncio.create_task(self._keep_leases(), name="worker-leases"))
+            for task in background:
+                task.add_done_callback(self._background_ended)
             await self._claim_loop()
             await self._drain()
         finally:
             for task in background:
                 task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            # A task that failed was reported when it ended (_background_ended).
+            await asyncio.gather(*background, return_exceptions=True)
             await self._abandon_all()
             await self.browser.close()
             await self.http.close()
@@ -256,8 +317,32 @@ class Worker:
                 await self.metrics_server.stop()
             for sig in handled:
                 loop.remove_signal_handler(sig)
-        logger.info("worker %s stopped after %d jobs", self.worker_id, self.jobs_finished)
-        return 0
+        logger.info(
+            "worker %s stopped after %d jobs (exit status %d)",
+            self.worker_id,
+            self.jobs_finished,
+            self._exit_status,
+        )
+        return self._exit_status
+
+    def _background_ended(self, task: asyncio.Task[Any]) -> None:
+        """The listener and the lease keeper run until the worker cancels them, and the
+        completion writer until it has nothing to write: one that ends any other way stops
+        the worker with exit status 1 (its pod restarts) instead of leaving it half working,
+        say without lease renewals, or with jobs waiting for a writer that is gone."""
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None and task.get_name() == _COMPLETION_WRITER:
+            return
+        logger.critical(
+            "background task %s ended (%r); stopping the worker",
+            task.get_name(),
+            error,
+            exc_info=error,
+        )
+        self._exit_status = 1
+        self.request_stop()
 
     # --- the claim loop ------------------------------------------------------------------------
 
@@ -268,6 +353,22 @@ class Worker:
             self._last_tick = time.monotonic()
             # Cleared before claiming: a NOTIFY or a finished job during the claim still wakes us.
             self._wake.clear()
+            if self._recheck_at is not None and time.monotonic() >= self._recheck_at:
+                await self._check_readiness()
+            if not self.readiness.can_claim or not self._schema_verified:
+                if self.settings.burst and not self.readiness.can_claim:
+                    logger.error(
+                        "burst mode: this worker cannot work (%s); exiting",
+                        self.readiness.describe(),
+                    )
+                    self._exit_status = 1
+                    return
+                # Jobs it holds but has not started go back for healthy workers at once.
+                await self._abandon_all(only_waiting=True)
+                if self._recheck_at is None:
+                    self._recheck_at = time.monotonic() + self._recheck_seconds
+                await self._pause(max(0.0, self._recheck_at - time.monotonic()))
+                continue
             free = self._free_slots()
             claimed: list[ClaimedJob] | None = []
             if free > 0:
@@ -294,6 +395,51 @@ class Worker:
                 continue  # there may be more due work for the free slots
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
+
+    async def _check_readiness(self) -> None:
+        """Run every readiness check and schedule the next round while one fails."""
+        if self._local_checks_due:
+            self.readiness.report("temp_dir", await asyncio.to_thread(temp_dir_problem))
+            self.readiness.report("browser", await self._browser_problem())
+            self._local_checks_due = self.readiness.holds("temp_dir") or self.readiness.holds(
+                "browser"
+            )
+        if not self._schema_verified:
+            verified = await self._database(
+                _require_current_schema, what="check the database schema", claims=True
+            )
+            if verified:
+                self._schema_verified = True
+                self.readiness.report("schema", None)
+        if self.readiness.can_claim and self._schema_verified:
+            self._recheck_at = None
+        elif self.readiness.can_claim:
+            # Only the database did not answer; that attempt already waited its short backoff.
+            self._recheck_at = time.monotonic()
+        else:
+            self._recheck_at = time.monotonic() + self._recheck_seconds
+
+    async def _browser_problem(self) -> str | None:
+        problem = await browser_problem(self.settings.chromium, self.browser.executable)
+        if problem is None and self._launch_failed:
+            try:
+                await self.browser.start()
+            except BrowserUnavailable as error:
+                return error.message
+            self._launch_failed = False
+        return problem
+
+    def _cannot_work(self, problem: Problem, message: str) -> None:
+        """A job showed that this worker cannot work: stop claiming until a check passes."""
+        self.readiness.report(problem, message)
+        if problem == "browser":
+            self._launch_failed = True
+        if problem == "schema":
+            self._schema_verified = False
+        else:
+            self._local_checks_due = True
+        if self._recheck_at is None:
+            self._recheck_at = time.monotonic() + self._recheck_seconds
 
     def _start(self, job: ClaimedJob) -> None:
         self.metrics.jobs_claimed.labels(job.queue).inc()
@@ -331,7 +477,11 @@ class Worker:
             # Out of the page slot: the next job renders while this outcome is written.
             self._reporting(job)
             duration = time.monotonic() - started
-            if isinstance(failure, RetryLater):
+            if isinstance(failure, BrowserUnavailable) and failure.reason in _CANNOT_WORK:
+                # The worker's fault, not the job's: back to the queue, no retry spent.
+                self._cannot_work(_CANNOT_WORK[failure.reason], failure.message)
+                await self._hand_back(job)
+            elif isinstance(failure, RetryLater):
                 await self._report_retry(job, failure, duration)
             elif isinstance(failure, PermanentFailure):
                 await self._report_failure(job, failure, duration)
@@ -378,27 +528,63 @@ class Worker:
         database stayed unavailable until the worker stopped.
         """
         future: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        # Seen even when the waiting job was cancelled meanwhile (its wait is shielded).
+        future.add_done_callback(_retrieve_exception)
         self._completions.append((completion, future))
         if self._completion_writer is None or self._completion_writer.done():
             self._completion_writer = asyncio.create_task(
-                self._write_completions(), name="worker-completions"
+                self._write_completions(), name=_COMPLETION_WRITER
             )
+            self._completion_writer.add_done_callback(self._background_ended)
         return await asyncio.shield(future)
 
     async def _write_completions(self) -> None:
-        while self._completions:
-            batch, self._completions = self._completions, []
+        batch: list[_Waiting] = []
+        try:
+            while self._completions:
+                batch, self._completions = self._completions, []
+                await self._write_batch(batch)
+        except BaseException as error:
+            # No job may wait forever for its outcome: whatever ended this writer answers
+            # every completion it had taken (the next completion starts a new writer).
+            for _, future in batch:
+                if future.done():
+                    continue
+                if isinstance(error, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(error)
+            raise
+
+    async def _write_batch(
+        self, batch: list[tuple[Completion, asyncio.Future[bool | None]]]
+    ) -> None:
+        try:
             done = await self._database(
                 lambda connection: scrapeq_queue.complete_many(
-                    connection,
-                    [completion for completion, _ in batch],  # noqa: B023 - awaited at once
+                    connection, [completion for completion, _ in batch]
                 ),
                 what=f"complete {len(batch)} jobs",
                 persistent=True,
             )
-            for completion, future in batch:
-                if not future.done():
-                    future.set_result(None if done is None else completion.job_id in done)
+        except Exception as error:
+            # Not a connection problem: the database refused this batch. One completion it
+            # cannot store must not take the others with it, so each is written on its own.
+            if len(batch) == 1:
+                batch[0][1].set_exception(error)
+                return
+            logger.warning(
+                "could not complete %d jobs together (%s: %s); completing them one by one",
+                len(batch),
+                type(error).__name__,
+                error,
+            )
+            for entry in batch:
+                await self._write_batch([entry])
+            return
+        for completion, future in batch:
+            if not future.done():
+                future.set_result(None if done is None else completion.job_id in done)
 
     def _still_ours(self, job: ClaimedJob) -> bool:
         running = self._running.get(job.id)
@@ -413,10 +599,39 @@ class Worker:
             followed_payload(job.payload, scraped.follow) if scraped.follow is not None else None
         )
         follow = [FollowUrl(url, payload=follow_payload) for url in scraped.follow_urls]
-        current: bool | None
+        try:
+            current = await self._store_result(job, scraped, duration, follow)
+        except Exception as error:
+            logger.exception("could not store the result of job %s", job.id, extra=_job_log(job))
+            await self._report_retry(
+                job,
+                RetryLater(
+                    f"could not store the result: {type(error).__name__}: {error}",
+                    reason="internal_error",
+                ),
+                duration,
+            )
+            return
+        if current:
+            self.metrics.jobs_completed.labels(job.queue).inc()
+            self.metrics.job_duration.labels(job.queue, "completed").observe(duration)
+            logger.info(
+                "completed %s in %.0f ms",
+                job.url,
+                duration * 1000,
+                extra=_job_log(job, outcome="completed", follow=len(follow)),
+            )
+        elif current is False:
+            self.metrics.jobs_fenced.labels(job.queue).inc()
+
+    async def _store_result(
+        self, job: ClaimedJob, scraped: ScrapeResult, duration: float, follow: list[FollowUrl]
+    ) -> bool | None:
+        """Complete the job; True = recorded, False = fenced out, None = not recorded before
+        the worker stopped."""
         if follow:
             # Children and parent commit together, so this one cannot join a batch.
-            current = await self._database(
+            return await self._database(
                 lambda connection: scrapeq_queue.complete_job(
                     connection,
                     job.id,
@@ -429,21 +644,9 @@ class Worker:
                 what=f"complete job {job.id}",
                 persistent=True,
             )
-        else:
-            current = await self._complete_in_batch(
-                Completion(job.id, job.attempt, scraped.result, duration)
-            )
-        if current:
-            self.metrics.jobs_completed.labels(job.queue).inc()
-            self.metrics.job_duration.labels(job.queue, "completed").observe(duration)
-            logger.info(
-                "completed %s in %.0f ms",
-                job.url,
-                duration * 1000,
-                extra=_job_log(job, outcome="completed", follow=len(follow)),
-            )
-        elif current is False:
-            self.metrics.jobs_fenced.labels(job.queue).inc()
+        return await self._complete_in_batch(
+            Completion(job.id, job.attempt, scraped.result, duration)
+        )
 
     async def _report_retry(self, job: ClaimedJob, error: RetryLater, duration: float) -> None:
         if not self._still_ours(job):
@@ -519,9 +722,11 @@ class Worker:
         """Run one queue operation on the write (or, with `claims`, the claim) connection;
         None when the database failed.
 
-        `persistent` operations (recording an outcome) are retried with backoff until they
-        succeed or the worker stops; others (claims) give up after one backoff so the loop
-        can re-evaluate.
+        `persistent` operations (recording an outcome) are retried until they succeed or the
+        worker stops; others (claims, renewals) give up after one short wait so that their
+        loop can re-evaluate. The wait after a lost connection is at most about a second
+        (`reconnect_delay`), so work resumes that soon after the database is back. A schema
+        behind this code makes the worker not ready (it stops claiming) instead.
         """
         channel = self._claims if claims else self._writes
         assert channel is not None
@@ -531,23 +736,48 @@ class Worker:
                 async with channel.lock:
                     connection = await channel.connected()
                     result = await operation(connection)
-                self._backoff = _BACKOFF_START_SECONDS
-                return result
+            except SchemaOutOfDate as error:
+                self._cannot_work("schema", str(error))
+                if not persistent or self._stopping.is_set():
+                    return None
+                await self._pause(self._recheck_seconds)
+                continue
             except (
                 DatabaseUnavailable,
                 psycopg.OperationalError,
                 psycopg.InterfaceError,
                 QueueError,
             ) as error:
-                self.metrics.database_errors.inc()
-                delay = self._backoff * random.uniform(0.5, 1.0)
-                self._backoff = min(self._backoff * 2, _BACKOFF_MAX_SECONDS)
-                logger.warning("could not %s: %s; retrying in %.1fs", what, error, delay)
+                delay = self._database_failed(what, error)
                 await channel.drop()
                 if not persistent or self._stopping.is_set():
                     await self._pause(delay)
                     return None
                 await asyncio.sleep(delay)
+                continue
+            self._database_answered()
+            return result
+
+    def _database_failed(self, what: str, error: Exception) -> float:
+        """Count a failed operation; return how long to wait before the next attempt."""
+        self.metrics.database_errors.inc()
+        self._database_failures += 1
+        self._last_database_failure = time.monotonic()
+        self.readiness.report("database", f"unavailable: {error}")
+        delay = scrapeq_queue.reconnect_delay(self._database_failures)
+        # The first failure of an outage says what happened; the retries that follow every
+        # second or so would only repeat it.
+        log = logger.warning if self._database_failures == 1 else logger.debug
+        log("could not %s: %s; retrying in %.1fs", what, error, delay)
+        return delay
+
+    def _database_answered(self) -> None:
+        if self._database_failures:
+            logger.info("the database answers again after %d failures", self._database_failures)
+            self._database_failures = 0
+            assert self._database_back is not None
+            self._database_back.set()
+        self.readiness.report("database", None)
 
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake up at once when a stop is requested."""
@@ -555,74 +785,89 @@ class Worker:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), seconds)
 
+    async def _hand_back(self, job: ClaimedJob) -> None:
+        """Release a job this worker cannot run: pending and due now, no retry counted."""
+        if not self._still_ours(job):
+            return
+        released = await self._database(
+            lambda connection: scrapeq_queue.release_jobs(
+                connection, worker_id=self.worker_id, jobs=[job.token]
+            ),
+            what=f"release job {job.id}",
+            persistent=True,
+        )
+        if released:
+            self.metrics.jobs_released.labels(job.queue).inc()
+            logger.warning(
+                "released job %s: this worker cannot work (%s)",
+                job.id,
+                self.readiness.describe(),
+                extra=_job_log(job, outcome="released"),
+            )
+
     # --- background tasks ----------------------------------------------------------------------
 
-    async def _listen(self) -> None:
-        """Hold a LISTEN connection and wake the loop on every NOTIFY; reconnect on errors."""
-        assert self._wake is not None
-        assert self._stopping is not None
-        backoff = _BACKOFF_START_SECONDS
-        while not self._stopping.is_set():
-            connection: psycopg.AsyncConnection[Any] | None = None
-            try:
-                assert self.settings.database_url is not None
-                connection = await scrapeq_queue.connect(
-                    self.settings.database_url,
-                    application_name=f"scrapeq-worker-listen {self.worker_id}",
-                )
-                await scrapeq_queue.listen(connection)
-                backoff = _BACKOFF_START_SECONDS
-                self._wake.set()  # work may have arrived while we were not listening
-                while not self._stopping.is_set():
-                    if await scrapeq_queue.wait_for_notification(connection, timeout=30.0):
-                        self._wake.set()
-            except (DatabaseUnavailable, psycopg.Error) as error:
-                logger.warning("LISTEN connection lost (%s); polling until it is back", error)
-                await self._pause(backoff * random.uniform(0.5, 1.0))
-                backoff = min(backoff * 2, _BACKOFF_MAX_SECONDS)
-            finally:
-                if connection is not None:
-                    with contextlib.suppress(Exception):
-                        await connection.close()
-
     async def _keep_leases(self) -> None:
-        """Renew in-flight leases every third of the lease; abandon jobs whose lease is gone;
-        return expired leases of dead workers to the queue once per lease period."""
+        """Renew in-flight leases every third of the lease, and at once when the database is
+        back after an outage; abandon jobs whose lease is gone; return expired leases of dead
+        workers to the queue once per lease period.
+
+        Renewing a lease that expired during an outage is sound: renewal (like completion) is
+        fenced by attempt, and succeeds only while no one has rescued the row. So after an
+        outage this worker rescues nothing until it has been connected for a whole renewal
+        interval, the time every live worker needs to renew its own leases.
+        """
         assert self._stopping is not None
+        assert self._database_back is not None
         interval = self.settings.lease_seconds / 3
         last_rescue = time.monotonic()
         while True:
-            await asyncio.sleep(interval)
-            running = [entry for entry in self._running.values() if not entry.abandoned]
-            tokens = [entry.job.token for entry in running]
-            if running:
-                renewed = await self._database(
-                    lambda connection: scrapeq_queue.renew_leases(
-                        connection,
-                        worker_id=self.worker_id,
-                        jobs=tokens,  # noqa: B023 - called before the loop moves on
-                        lease_seconds=self.settings.lease_seconds,
-                    ),
-                    what="renew leases",
-                )
-                if renewed is not None:
-                    for entry in running:
-                        if entry.job.id not in renewed and entry.job.id in self._running:
-                            logger.warning(
-                                "lease of job %s lost (cancelled or rescued); stopping it",
-                                entry.job.id,
-                                extra=_job_log(entry.job),
-                            )
-                            entry.abandoned = True
-                            if not entry.reporting:
-                                entry.task.cancel()
-            if time.monotonic() - last_rescue >= self.settings.lease_seconds:
-                last_rescue = time.monotonic()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._database_back.wait(), interval)
+            self._database_back.clear()
+            # A failed renewal is retried after the short reconnect delay, not a whole interval.
+            while not await self._renew_leases() and not self._stopping.is_set():
+                pass
+            now = time.monotonic()
+            if (
+                now - last_rescue >= self.settings.lease_seconds
+                and now - self._last_database_failure >= interval
+            ):
+                last_rescue = now
                 rescued = await self._database(
                     scrapeq_queue.rescue_expired_leases, what="rescue expired leases"
                 )
                 if rescued:
                     self.metrics.leases_rescued.inc(rescued)
+
+    async def _renew_leases(self) -> bool:
+        """Renew the leases of every job still ours; False when the database did not answer."""
+        running = [entry for entry in self._running.values() if not entry.abandoned]
+        if not running:
+            return True
+        tokens = [entry.job.token for entry in running]
+        renewed = await self._database(
+            lambda connection: scrapeq_queue.renew_leases(
+                connection,
+                worker_id=self.worker_id,
+                jobs=tokens,
+                lease_seconds=self.settings.lease_seconds,
+            ),
+            what="renew leases",
+        )
+        if renewed is None:
+            return False
+        for entry in running:
+            if entry.job.id not in renewed and entry.job.id in self._running:
+                logger.warning(
+                    "lease of job %s lost (cancelled or rescued); stopping it",
+                    entry.job.id,
+                    extra=_job_log(entry.job),
+                )
+                entry.abandoned = True
+                if not entry.reporting:
+                    entry.task.cancel()
+        return True
 
     # --- drain ---------------------------------------------------------------------------------
 

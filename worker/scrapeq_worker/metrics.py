@@ -99,6 +99,18 @@ class WorkerMetrics:
             "Queue operations that failed because the database was unavailable.",
             registry=r,
         )
+        self.ready = Gauge(
+            "scrapeq_worker_ready",
+            "1 while the worker is ready for work (what /readyz answers), else 0.",
+            registry=r,
+        )
+        self.not_ready = Gauge(
+            "scrapeq_worker_not_ready",
+            "1 for each reason the worker is not ready now: temp_dir, browser or schema (it "
+            "claims nothing), database (unreachable) or stopping (draining).",
+            ["reason"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         """The exposition text of every metric."""
@@ -115,13 +127,14 @@ class MetricsServer:
         host: str,
         port: int,
         is_live: Callable[[], bool],
-        is_ready: Callable[[], bool],
+        not_ready_because: Callable[[], str | None],
     ) -> None:
+        """`not_ready_because` answers None when ready, else the reasons, for /readyz."""
         self._metrics = metrics
         self._host = host
         self._port = port
         self._is_live = is_live
-        self._is_ready = is_ready
+        self._not_ready_because = not_ready_because
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -155,6 +168,7 @@ class MetricsServer:
         return web.Response(status=503, text="stalled\n")
 
     async def _serve_ready(self, request: web.Request) -> web.Response:
-        if self._is_ready():
+        reasons = self._not_ready_because()
+        if reasons is None:
             return web.Response(text="ready\n")
-        return web.Response(status=503, text="not ready\n")
+        return web.Response(status=503, text=f"not ready: {reasons}\n")

@@ -37,26 +37,19 @@ app.kubernetes.io/name: {{ include "scrapeq.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* An image reference: [registry/]repository then @digest (which wins) or :tag, the tag
+     defaulting to the second argument (the chart's appVersion for scrapeq's own images). */}}
 {{- define "scrapeq.image" -}}
 {{- $image := index . 0 -}}
-{{- $root := index . 1 -}}
-{{- printf "%s:%s" $image.repository (default $root.Chart.AppVersion $image.tag) -}}
-{{- end -}}
-
-{{/* The Secret and key that hold DATABASE_URL. */}}
-{{- define "scrapeq.databaseSecretName" -}}
-{{- if .Values.database.existingSecret.name -}}
-{{- .Values.database.existingSecret.name -}}
+{{- $defaultTag := index . 1 -}}
+{{- $name := $image.repository -}}
+{{- with $image.registry }}{{ $name = printf "%s/%s" (trimSuffix "/" .) $name }}{{ end -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $name $image.digest -}}
 {{- else -}}
-{{- include "scrapeq.componentName" (list . "database") -}}
-{{- end -}}
-{{- end -}}
-
-{{- define "scrapeq.databaseSecretKey" -}}
-{{- if .Values.database.existingSecret.name -}}
-{{- .Values.database.existingSecret.key -}}
-{{- else -}}
-DATABASE_URL
+{{- $tag := default $defaultTag $image.tag -}}
+{{- if not $tag }}{{ fail (printf "image %s: set image.tag or image.digest" $name) }}{{ end -}}
+{{- printf "%s:%s" $name $tag -}}
 {{- end -}}
 {{- end -}}
 
@@ -64,12 +57,54 @@ DATABASE_URL
 {{- if and .Values.database.bundled.enabled (not .Values.database.existingSecret.name) -}}true{{- end -}}
 {{- end -}}
 
-{{/* Pod and container security defaults: non-root, nothing to escalate to. */}}
+{{/* The Secret and key holding the bundled database's password: the user's Secret when
+     database.bundled.passwordSecret.name is set, else the one the chart renders. */}}
+{{- define "scrapeq.bundledPasswordSecretName" -}}
+{{- default (include "scrapeq.componentName" (list . "database")) .Values.database.bundled.passwordSecret.name -}}
+{{- end -}}
+
+{{- define "scrapeq.bundledPasswordSecretKey" -}}
+{{- if .Values.database.bundled.passwordSecret.name -}}
+{{- .Values.database.bundled.passwordSecret.key -}}
+{{- else -}}
+POSTGRES_PASSWORD
+{{- end -}}
+{{- end -}}
+
+{{/* The database environment of the operator and the workers. An external database comes as a
+     DATABASE_URL from the user's Secret. The bundled one gets a URL without the password and
+     PGPASSWORD from its Secret, which libpq (psycopg) reads: so the password can live in a
+     Secret the user made, with no key to keep in sync. */}}
+{{- define "scrapeq.databaseEnv" -}}
+{{- if include "scrapeq.bundledDatabase" . -}}
+- name: PGPASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "scrapeq.bundledPasswordSecretName" . }}
+      key: {{ include "scrapeq.bundledPasswordSecretKey" . }}
+- name: DATABASE_URL
+  value: {{ printf "postgresql://scrapeq@%s:5432/scrapeq" (include "scrapeq.componentName" (list . "database")) | quote }}
+{{- else if .Values.database.existingSecret.name -}}
+- name: DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.existingSecret.name }}
+      key: {{ .Values.database.existingSecret.key }}
+{{- else -}}
+{{- fail "no database: set database.existingSecret.name to a Secret holding DATABASE_URL, or database.bundled.enabled=true" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A pod securityContext: non-root and the runtime's seccomp profile always; uid, gid and
+     fsGroup only when set, so platforms that assign them (OpenShift's restricted SCC picks a
+     uid from the namespace's range) can leave them out with `null`. Argument: the values dict. */}}
 {{- define "scrapeq.podSecurityContext" -}}
 runAsNonRoot: true
-runAsUser: 10001
-runAsGroup: 10001
-fsGroup: 10001
+{{- range $field := list "runAsUser" "runAsGroup" "fsGroup" }}
+{{- if and (hasKey $ $field) (not (kindIs "invalid" (index $ $field))) }}
+{{ $field }}: {{ index $ $field }}
+{{- end }}
+{{- end }}
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
@@ -79,4 +114,40 @@ allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities:
   drop: [ALL]
+{{- end -}}
+
+{{/* Pod labels: the user's first, the selector labels last so they cannot be overridden.
+     Arguments: list of (user labels dict, selector labels YAML). */}}
+{{- define "scrapeq.podLabels" -}}
+{{- $user := index . 0 -}}
+{{- $selector := index . 1 | fromYaml -}}
+{{- toYaml (merge $selector (deepCopy $user)) -}}
+{{- end -}}
+
+{{/* Scheduling fields of a pod spec, each only when set: priorityClassName, nodeSelector,
+     tolerations, affinity, topologySpreadConstraints. A spread constraint without a
+     labelSelector gets the pod's own selector labels. Arguments: list of (settings dict,
+     selector labels YAML). */}}
+{{- define "scrapeq.podScheduling" -}}
+{{- $settings := index . 0 -}}
+{{- $selector := index . 1 | fromYaml -}}
+{{- with $settings.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- range $field := list "nodeSelector" "tolerations" "affinity" }}
+{{- with index $settings $field }}
+{{ $field }}:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- with $settings.topologySpreadConstraints }}
+topologySpreadConstraints:
+{{- range . }}
+{{- $constraint := deepCopy . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" $selector) }}
+{{- end }}
+  - {{- toYaml $constraint | nindent 4 }}
+{{- end }}
+{{- end }}
 {{- end -}}

@@ -176,6 +176,32 @@ async def test_a_malformed_payload_fails_the_row_permanently_with_a_clear_error(
     assert row["retry_count"] == 0
 
 
+async def test_a_claim_whose_rows_are_all_invalid_claims_again_so_empty_means_nothing_due(
+    async_connection: Connection,
+) -> None:
+    await async_connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
+        "SELECT 'https://legacy.test/' || n, 'p', '{\"rendr\": true}'::jsonb "
+        "FROM generate_series(1, 5) AS n"
+    )
+    good = await queue.enqueue(async_connection, "https://e.test/after-the-bad-ones")
+
+    first = await queue.claim_jobs(
+        async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
+    )
+    second = await queue.claim_jobs(
+        async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
+    )
+
+    assert [job.id for job in first] == [good]
+    assert second == []
+    cursor = await async_connection.execute(
+        "SELECT count(*) FROM scraping_jobs WHERE status = 'failed' "
+        "AND last_error_reason = 'invalid_payload'"
+    )
+    assert await cursor.fetchone() == (5,)
+
+
 async def test_a_stale_worker_cannot_complete_retry_or_fail_a_rescued_job(
     async_connection: Connection,
 ) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from typing import Any
 
 import psycopg
 import pytest
 import scrapeq_queue as queue
+
+from scrapeq.local.postgres import LocalPostgres
 
 pytestmark = pytest.mark.postgres
 
@@ -73,3 +77,42 @@ async def test_released_jobs_wake_workers(database_url: str, async_connection: C
         await queue.release_jobs(async_connection, worker_id="w", jobs=[jobs[0].token])
 
         assert await queue.wait_for_notification(listener, 5)
+
+
+async def test_listen_and_wake_wakes_on_a_notification_and_again_after_a_restart(
+    restartable_postgres: LocalPostgres,
+) -> None:
+    dsn = restartable_postgres.dsn()
+    await asyncio.to_thread(queue.migrate, dsn)
+    wakes = 0
+    woke = asyncio.Event()
+
+    def wake() -> None:
+        nonlocal wakes
+        wakes += 1
+        woke.set()
+
+    async def next_wake(within: float) -> int:
+        await asyncio.wait_for(woke.wait(), within)
+        woke.clear()
+        return wakes
+
+    listener = asyncio.create_task(queue.listen_and_wake(dsn, wake, application_name="test"))
+    try:
+        assert await next_wake(10) == 1  # listening: whatever was missed may be due
+        async with await queue.connect(dsn) as connection:
+            await queue.enqueue(connection, "https://e.test/1")
+        assert await next_wake(5) == 2
+
+        await asyncio.to_thread(restartable_postgres.stop_server, "immediate")
+        await asyncio.to_thread(restartable_postgres.start)
+        back = time.monotonic()
+        assert await next_wake(10) == 3  # listening again
+        assert time.monotonic() - back <= queue.RECONNECT_MAX_SECONDS + 0.5
+        async with await queue.connect(dsn) as connection:
+            await queue.enqueue(connection, "https://e.test/2")
+        assert await next_wake(5) == 4
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -92,3 +92,15 @@ async def eventually(condition: Callable[[], bool], *, within: float, what: str)
         if loop.time() >= deadline:
             raise AssertionError(f"timed out after {within:g}s waiting for {what}")
         await asyncio.sleep(0.05)
+
+
+async def poll(
+    check: Callable[[], Awaitable[bool]], *, within: float, what: str, every: float = 0.02
+) -> None:
+    """Await `check` until it is true; fail naming `what` after `within` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not await check():
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
+        await asyncio.sleep(every)

@@ -19,7 +19,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,7 +28,7 @@ from typing import Final, Literal
 import pytest
 import scrapeq_queue as queue
 
-from .conftest import Connection
+from .conftest import Connection, poll
 from .site import ALLOW_SITE, HostileSite
 
 pytestmark = [pytest.mark.postgres]
@@ -93,18 +93,6 @@ def log_tail(log_path: Path, lines: int = 30) -> str:
     """The end of a worker's log, for assertion messages."""
     text = log_path.read_text(errors="replace") if log_path.exists() else ""
     return "\n".join(text.splitlines()[-lines:])
-
-
-async def poll(
-    check: Callable[[], Awaitable[bool]], *, within: float, what: str, every: float = 0.02
-) -> None:
-    """Await `check` until it is true; fail naming `what` after `within` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not await check():
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
-        await asyncio.sleep(every)
 
 
 # --- reading what the queue recorded -----------------------------------------------------------
