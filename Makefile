@@ -29,8 +29,10 @@ help:
 	@echo "make bench-operator  1,000 ScrapeJobs + one of 100,000 URLs on the real control plane"
 	@echo "make bench-cluster   helm install, scale from zero and pages/s on real Pods"
 
+# As root (CI, the demo's usual case) also what the local node and images need; elsewhere the
+# node cannot run anyway, and the demo says so and uses local processes.
 system-packages:
-	@scripts/ensure-system-packages.sh
+	@scripts/ensure-system-packages.sh $$([ "$$(id -u)" -eq 0 ] && echo node)
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	@echo ">> preparing the virtual environment in $(VENV)/"

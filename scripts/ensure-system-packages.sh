@@ -4,9 +4,10 @@
 # openssl (control-plane certificates). Needs root for apt-get; otherwise says what to run.
 #
 # Usage: scripts/ensure-system-packages.sh [node]
-#   node: also what container images and a local node need (`make images`): podman,
-#         mmdebstrap (base images from Debian packages), gcc + libc6-dev (the static pause
-#         binary), containerd (and its ctr client).
+#   node: also what container images and the local node need (`make images`,
+#         `make cluster-up`): podman, mmdebstrap (base images from Debian packages), gcc +
+#         libc6-dev (the static pause binary), containerd (and its ctr client), runc, the CNI
+#         plugins, iptables and conntrack (kube-proxy).
 set -euo pipefail
 
 declare -A wanted=(
@@ -25,6 +26,10 @@ for group in "$@"; do
         [gcc]=/usr/bin/gcc
         [libc6-dev]=/usr/include/stdio.h
         [containerd]=/usr/bin/containerd
+        [runc]=/usr/sbin/runc
+        [containernetworking-plugins]=/usr/lib/cni/bridge
+        [iptables]=/usr/sbin/iptables
+        [conntrack]=/usr/sbin/conntrack
       )
       ;;
     *)
