@@ -73,7 +73,10 @@ build_one() {
   esac
   local module_dir="$here/$module"
   local sum_key
-  sum_key=$(sha256sum "$module_dir/go.sum" | cut -c1-12)
+  # A module with code of its own (coredns/main.go) is keyed by that code too.
+  local keyed=("$module_dir/go.sum")
+  [ ! -f "$module_dir/main.go" ] || keyed+=("$module_dir/main.go")
+  sum_key=$(cat "${keyed[@]}" | sha256sum | cut -c1-12)
   local target_dir="$cache_root/bin/${tool}-${version}-${sum_key}"
   local binary="$target_dir/$tool"
   if [ ! -x "$binary" ]; then

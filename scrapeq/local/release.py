@@ -179,8 +179,12 @@ def install_release(
 
 
 def uninstall_release(release: Release) -> None:
-    """`helm uninstall`, then delete the namespace (and with it the database's claim, which
-    Helm keeps on purpose) and recycle the node's volumes for the next install."""
+    """Delete the release's ScrapeJobs while its operator still runs (it removes their
+    finalizers and cancels their rows), `helm uninstall`, then delete the namespace (and with
+    it the database's claim, which Helm keeps on purpose) and recycle the node's volumes."""
+    release.kubectl(
+        "delete", "scrapejobs", "--all", "-n", release.namespace, "--timeout=120s", check=False
+    )
     with contextlib.suppress(LocalPartError):
         release.helm_command("uninstall", release.name, "-n", release.namespace, "--wait")
     release.kubectl("delete", "namespace", release.namespace, "--timeout=180s", check=False)

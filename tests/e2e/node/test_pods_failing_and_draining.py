@@ -34,7 +34,7 @@ def get(release: Release, kind: str, name: str) -> dict[str, object]:
 def test_scale_in_deletes_the_idle_pod_and_spares_the_busy_one(release: Release) -> None:
     with pod_network_site(slow_pages("/slow", 45)) as (site, _requested):
         urls = [f"{site}/slow-0"] + [f"{site}/quick-{number}" for number in range(7)]
-        apply_job(release, "scale-in", urls)
+        apply_job(release, "scale-in", urls, timeoutSeconds=120)
         wait_for(
             lambda: len(release.ready_pods("worker")) == 2,
             timeout=180,
@@ -68,7 +68,7 @@ def test_a_pod_deleted_mid_page_drains_within_its_grace_period_and_loses_nothing
 ) -> None:
     with pod_network_site(slow_pages("/slow", 40)) as (site, _requested):
         urls = [f"{site}/slow-{number}" for number in range(2)]
-        apply_job(release, "drain", urls)
+        apply_job(release, "drain", urls, timeoutSeconds=120)
         holder = wait_for(
             lambda: next(
                 (row[2] for row in rows_of(release, "drain") if row[1] == "processing"), None
