@@ -16,7 +16,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo          run scrapeq end to end on local defaults"
 	@echo "make test          run the whole test suite (unit, integration, e2e)"
-	@echo "make lint          ruff and mypy (strict)"
+	@echo "make lint          ruff, mypy (strict) and the import contracts (part of make test)"
 	@echo "make tools         build the Kubernetes components, CoreDNS, etcd and helm; print their paths"
 	@echo "make cluster-up    start the local single-node cluster (real Pods); print the KUBECONFIG export"
 	@echo "make cluster-down  stop it and undo its changes to the host"
@@ -51,8 +51,9 @@ tools:
 setup: system-packages venv
 	@tools/build.sh node helm >/dev/null
 
+# Lint first: it takes seconds, the suite takes minutes.
 # pytest exits 5 when it collected no test: that is a failure here, never a green run.
-test: setup
+test: setup lint
 	@set +e; $(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$status
 
@@ -69,6 +70,7 @@ lint: venv
 	@$(PY) -m ruff check .
 	@$(PY) -m ruff format --check .
 	@$(PY) -m mypy
+	@$(VENV)/bin/lint-imports --no-cache
 
 demo: setup
 	@$(PY) -m scrapeq demo $(DEMO_ARGS)

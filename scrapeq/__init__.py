@@ -5,4 +5,7 @@ demo. The components live in their own packages: `scrapeq_queue` (the queue cont
 `scrapeq_worker` and `scrapeq_operator`.
 """
 
-__version__ = "0.1.0"
+import importlib.metadata
+
+# pyproject.toml holds the version; the installed distribution's metadata carries it here.
+__version__ = importlib.metadata.version("scrapeq")

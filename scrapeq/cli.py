@@ -34,12 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in COMMAND_MODULES:
-        try:
-            module = cast(_CommandModule, importlib.import_module(module_name))
-        except ModuleNotFoundError as error:
-            if error.name != module_name:
-                raise
-            continue
+        module = cast(_CommandModule, importlib.import_module(module_name))
         module.register(subparsers)
     return parser
 

@@ -8,6 +8,7 @@
 | deploy/grafana/scrapeq-dashboard.json            | scripts/dashboard.py                |
 | charts/scrapeq/files/scrapeq-dashboard.json      | scripts/dashboard.py                |
 | deploy/generated/scrapeq.yaml                    | the chart + deploy/values.yaml      |
+| charts/scrapeq/Chart.yaml (version, appVersion)  | pyproject.toml (project.version)    |
 
 Run it as `python -m scripts.generate [--check]` from the repository root (`make generate`).
 """
@@ -16,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -35,6 +38,21 @@ def kubernetes_version() -> str:
         if line.startswith("KUBERNETES_VERSION="):
             return line.split("=", 1)[1].strip()
     raise SystemExit("KUBERNETES_VERSION is missing from tools/versions.env")
+
+
+def project_version() -> str:
+    """The release version: pyproject.toml's project.version is its only source."""
+    with (ROOT / "pyproject.toml").open("rb") as file:
+        return str(tomllib.load(file)["project"]["version"])
+
+
+def chart_metadata() -> str:
+    """Chart.yaml with its version lines set to the project's version (the chart is released
+    with the application, so the two are the same); every other line is left as written."""
+    version = project_version()
+    text = (CHART / "Chart.yaml").read_text()
+    text = re.sub(r"(?m)^version: .*$", f"version: {version}", text)
+    return re.sub(r"(?m)^appVersion: .*$", f'appVersion: "{version}"', text)
 
 
 def operator_rules() -> str:
@@ -69,6 +87,7 @@ def expected_files() -> dict[Path, str]:
     """Every generated file and the content it must have, in dependency order."""
     dashboard = json.dumps(build_dashboard(), indent=2) + "\n"
     files = {
+        CHART / "Chart.yaml": chart_metadata(),
         CHART / "files" / "scrapejobs.scrapeq.io.yaml": (
             ROOT / "crds" / "scrapejobs.scrapeq.io.yaml"
         ).read_text(),

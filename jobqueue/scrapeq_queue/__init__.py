@@ -81,6 +81,7 @@ from scrapeq_queue.rows import (
     QueueBacklog,
     QueueStats,
     ResultPreview,
+    RowOptions,
 )
 from scrapeq_queue.urls import normalise_url
 
@@ -111,6 +112,7 @@ __all__ = [
     "QueueStats",
     "ResultPreview",
     "RetryOutcome",
+    "RowOptions",
     "SchemaOutOfDate",
     "applied_versions",
     "backoff_delay_seconds",

@@ -19,6 +19,7 @@ from scrapeq_queue.errors import DatabaseUnavailable, QueueError, SchemaOutOfDat
 from scrapeq_queue.exports import (
     EXPORT_FORMATS,
     export_results,
+    owner_namespaces_named,
     owners_named,
     write_csv,
     write_jsonl,
@@ -128,16 +129,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "-n",
         "--namespace",
         default=None,
-        help=f"namespace of SCRAPEJOB (default: {DEFAULT_NAMESPACE})",
+        help=(
+            f"namespace of SCRAPEJOB (default: {DEFAULT_NAMESPACE}, or the only namespace where "
+            "a ScrapeJob of that name has rows)"
+        ),
     )
     _add_owner(export_parser, required=False)
     export_parser.add_argument("--queue", default=None, help="only rows of this queue")
-    export_parser.add_argument("--format", choices=EXPORT_FORMATS, required=True)
+    export_parser.add_argument(
+        "--format", choices=EXPORT_FORMATS, default="jsonl", help="default: jsonl (JSON Lines)"
+    )
     export_parser.add_argument(
         "--output",
         default=None,
         metavar="FILE",
-        help="write FILE instead of stdout (atomically: complete or not at all)",
+        help="write FILE instead of stdout (atomically: complete or not at all); - is stdout",
     )
     export_parser.set_defaults(handler=_run_export)
 
@@ -391,8 +397,9 @@ def _run_retry(args: argparse.Namespace) -> int:
     return _run_async(action)
 
 
-def _export_target(args: argparse.Namespace) -> tuple[str, str, bool] | str:
-    """(namespace, name, resolve to the latest uid) from the arguments, or an error message."""
+def _export_target(args: argparse.Namespace) -> tuple[str | None, str, bool] | str:
+    """(namespace, name, resolve to the latest uid) from the arguments, or an error message.
+    The namespace is None when none was given: the rows decide (see _namespace_of)."""
     if args.scrapejob is not None and args.owner is not None:
         return "give either SCRAPEJOB or --owner, not both"
     if args.owner is not None:
@@ -409,8 +416,23 @@ def _export_target(args: argparse.Namespace) -> tuple[str, str, bool] | str:
         return f"expected NAME or NAMESPACE/NAME, got {args.scrapejob!r}"
     if slash and args.namespace is not None and args.namespace != given_namespace:
         return f"{args.scrapejob!r} is in namespace {given_namespace}, not {args.namespace}"
-    namespace = given_namespace if slash else (args.namespace or DEFAULT_NAMESPACE)
+    namespace = given_namespace if slash else args.namespace
     return namespace, name, True
+
+
+async def _namespace_of(connection: Any, name: str) -> str:
+    """The namespace of a ScrapeJob named without one: `default` if it has rows there, else the
+    only namespace where a ScrapeJob of that name has rows (run in the operator's pod, no
+    kubectl context says which); QueueError when several do."""
+    namespaces = await owner_namespaces_named(connection, name=name)
+    if not namespaces or DEFAULT_NAMESPACE in namespaces:
+        return DEFAULT_NAMESPACE
+    if len(namespaces) > 1:
+        raise QueueError(
+            f"ScrapeJobs named {name} have rows in namespaces {', '.join(namespaces)}: "
+            f"name one with NAMESPACE/{name} or -n NAMESPACE"
+        )
+    return namespaces[0]
 
 
 def _run_export(args: argparse.Namespace) -> int:
@@ -418,7 +440,7 @@ def _run_export(args: argparse.Namespace) -> int:
     if isinstance(target, str):
         print(f"error: {target}", file=sys.stderr)
         return 1
-    if args.output is None:
+    if args.output is None or args.output == "-":
         return _export(args, target, sys.stdout)
     try:
         atomic = AtomicFile(Path(args.output))
@@ -432,13 +454,14 @@ def _run_export(args: argparse.Namespace) -> int:
         return 1
 
 
-def _export(args: argparse.Namespace, target: tuple[str, str, bool], output: TextIO) -> int:
-    namespace, name, resolve = target
+def _export(args: argparse.Namespace, target: tuple[str | None, str, bool], output: TextIO) -> int:
+    given_namespace, name, resolve = target
 
     async def action() -> int:
         connection = await connect(_database_url(args), application_name="scrapeq-export")
         async with connection:
             await require_current_schema(connection)
+            namespace = given_namespace or await _namespace_of(connection, name)
             owner_uid = None
             if resolve:
                 owners = await owners_named(connection, namespace=namespace, name=name)

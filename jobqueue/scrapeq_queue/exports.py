@@ -57,6 +57,15 @@ async def owners_named(
     ]
 
 
+@translate_database_errors
+async def owner_namespaces_named(
+    connection: psycopg.AsyncConnection[Any], *, name: str
+) -> list[str]:
+    """The namespaces in which a ScrapeJob called `name` has rows, sorted."""
+    cursor = await connection.execute(statements.OWNER_NAMESPACES_BY_NAME, {"owner_name": name})
+    return [str(row[0]) for row in await cursor.fetchall()]
+
+
 def result_fields(result: Any) -> dict[str, Any]:
     """The extracted fields of a stored result.
 

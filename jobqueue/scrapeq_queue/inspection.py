@@ -122,6 +122,28 @@ async def queue_backlog(
 
 
 @translate_database_errors
+async def live_queue_backlog(connection: psycopg.AsyncConnection[Any]) -> dict[str, QueueBacklog]:
+    """The backlog of every queue that has pending or in-flight rows, whoever serves it (the
+    operator reports queues that no worker pool serves). Counted through the partial indexes on
+    pending and processing rows, so bounded by the live backlog, not the history."""
+    pending = await (await connection.execute(statements.QUEUE_PENDING_STATS)).fetchall()
+    processing = await (await connection.execute(statements.QUEUE_PROCESSING_STATS)).fetchall()
+    in_flight = {queue: count for queue, count in processing}
+    backlog = {
+        queue: QueueBacklog(
+            due_pending=due,
+            delayed_pending=delayed,
+            processing=in_flight.pop(queue, 0),
+            oldest_due_age_seconds=None if oldest is None else float(oldest),
+        )
+        for queue, due, delayed, oldest in pending
+    }
+    for queue, count in in_flight.items():
+        backlog[queue] = QueueBacklog(0, 0, count, None)
+    return backlog
+
+
+@translate_database_errors
 async def busy_workers(connection: psycopg.AsyncConnection[Any], queue: str) -> dict[str, int]:
     """In-flight jobs of one queue per worker id (the pod name workers claim with)."""
     cursor = await connection.execute(statements.QUEUE_BUSY_WORKERS, {"queue": queue})

@@ -1,7 +1,7 @@
 """Schema migrations: numbered .sql files applied once each, in order, under an advisory lock.
 
 `schema.sql` next to this module is a snapshot of the schema the migrations produce (generated
-by `python -m scrapeq_queue.snapshot`); a test proves the two agree.
+by `python -m scrapeq.local.schema_snapshot`); a test proves the two agree.
 """
 
 from __future__ import annotations

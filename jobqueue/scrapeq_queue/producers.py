@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Unpack
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -17,7 +17,7 @@ from psycopg.types.json import Jsonb
 from scrapeq_queue import statements
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.payload import validate_payload
-from scrapeq_queue.rows import NewJob, Owner
+from scrapeq_queue.rows import NewJob, Owner, RowOptions
 from scrapeq_queue.urls import normalise_url
 
 # Rows per INSERT statement in enqueue_many: big enough that 100k URLs take a handful of round
@@ -37,15 +37,10 @@ async def enqueue(
     connection: psycopg.AsyncConnection[Any],
     url: str,
     *,
-    parser_type: str = DEFAULT_PARSER,
-    payload: dict[str, Any] | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = 0,
-    max_retries: int = DEFAULT_MAX_RETRIES,
     run_at: datetime | None = None,
     owner: Owner | None = None,
     dedup_key: str | None = None,
-    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+    **options: Unpack[RowOptions],
 ) -> int | None:
     """Enqueue one URL; return its id, or None when (owner, dedup_key) already exists.
 
@@ -53,16 +48,7 @@ async def enqueue(
     InvalidJob for a blank URL or a payload that validate_payload rejects.
     """
     ids = await _insert(
-        connection,
-        [NewJob(url=url, dedup_key=dedup_key)],
-        parser_type=parser_type,
-        payload=payload,
-        queue=queue,
-        priority=priority,
-        max_retries=max_retries,
-        run_at=run_at,
-        owner=owner,
-        backoff_seconds=backoff_seconds,
+        connection, [NewJob(url=url, dedup_key=dedup_key)], options, run_at=run_at, owner=owner
     )
     return ids[0] if ids else None
 
@@ -72,36 +58,21 @@ async def enqueue_many(
     connection: psycopg.AsyncConnection[Any],
     jobs: Iterable[str | NewJob],
     *,
-    parser_type: str = DEFAULT_PARSER,
-    payload: dict[str, Any] | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = 0,
-    max_retries: int = DEFAULT_MAX_RETRIES,
     run_at: datetime | None = None,
     owner: Owner | None = None,
-    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
     dedup_by_url: bool = False,
+    **options: Unpack[RowOptions],
 ) -> list[int]:
     """Enqueue many URLs (or NewJob rows) in one transaction; return the new ids.
 
-    Multi-row inserts of INSERT_CHUNK_ROWS rows: 100,000 URLs take a few seconds. Keyword
-    arguments are the defaults for every row; a NewJob overrides them per row. With
+    Multi-row inserts of INSERT_CHUNK_ROWS rows: 100,000 URLs take a few seconds. The row
+    options are the defaults for every row; a NewJob overrides them per row. With
     `dedup_by_url`, each row's dedup key is its normalised URL (unless the NewJob sets one),
     so rows already present for the same owner are skipped.
     """
     rows = [job if isinstance(job, NewJob) else NewJob(url=job) for job in jobs]
     return await _insert(
-        connection,
-        rows,
-        parser_type=parser_type,
-        payload=payload,
-        queue=queue,
-        priority=priority,
-        max_retries=max_retries,
-        run_at=run_at,
-        owner=owner,
-        backoff_seconds=backoff_seconds,
-        dedup_by_url=dedup_by_url,
+        connection, rows, options, run_at=run_at, owner=owner, dedup_by_url=dedup_by_url
     )
 
 
@@ -110,13 +81,7 @@ async def enqueue_for_owner(
     connection: psycopg.AsyncConnection[Any],
     owner: Owner,
     urls: Iterable[str],
-    *,
-    parser_type: str = DEFAULT_PARSER,
-    payload: dict[str, Any] | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = 0,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
+    **options: Unpack[RowOptions],
 ) -> int:
     """Enqueue the URLs of one ScrapeJob; return how many rows were new.
 
@@ -126,14 +91,9 @@ async def enqueue_for_owner(
     ids = await _insert(
         connection,
         [NewJob(url=url) for url in urls],
-        parser_type=parser_type,
-        payload=payload,
-        queue=queue,
-        priority=priority,
-        max_retries=max_retries,
+        options,
         run_at=None,
         owner=owner,
-        backoff_seconds=backoff_seconds,
         dedup_by_url=True,
     )
     return len(ids)
@@ -142,19 +102,20 @@ async def enqueue_for_owner(
 async def _insert(
     connection: psycopg.AsyncConnection[Any],
     rows: Sequence[NewJob],
+    options: RowOptions,
     *,
-    parser_type: str,
-    payload: dict[str, Any] | None,
-    queue: str,
-    priority: int,
-    max_retries: int,
     run_at: datetime | None,
     owner: Owner | None,
-    backoff_seconds: float,
     dedup_by_url: bool = False,
 ) -> list[int]:
+    unknown = set(options) - RowOptions.__optional_keys__
+    if unknown:
+        raise TypeError(f"unknown row options: {', '.join(sorted(unknown))}")
     if not rows:
         return []
+    payload = options.get("payload")
+    parser_type = options.get("parser_type", DEFAULT_PARSER)
+    priority = options.get("priority", 0)
     # Refuse what a worker would refuse anyway, while the producer can still be told.
     _require_valid_payload(payload)
     default_payload = Jsonb(payload if payload is not None else {})
@@ -183,9 +144,9 @@ async def _insert(
         priorities.append(priority if row.priority is None else row.priority)
         dedup_keys.append(key)
     shared = {
-        "queue": queue,
-        "max_retries": max_retries,
-        "backoff_seconds": float(backoff_seconds),
+        "queue": options.get("queue", DEFAULT_QUEUE),
+        "max_retries": options.get("max_retries", DEFAULT_MAX_RETRIES),
+        "backoff_seconds": float(options.get("backoff_seconds", DEFAULT_BACKOFF_SECONDS)),
         "run_at": run_at,
         "owner_uid": owner.uid if owner else None,
         "owner_namespace": owner.namespace if owner else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 
 @dataclass(frozen=True)
@@ -15,6 +15,19 @@ class Owner:
     uid: str
     namespace: str
     name: str
+
+
+class RowOptions(TypedDict, total=False):
+    """What every row of one enqueue call carries besides its URL. A key left out takes the
+    queue's default (producers.DEFAULT_*); a NewJob may still set its own parser_type, payload
+    and priority."""
+
+    parser_type: str
+    payload: dict[str, Any] | None
+    queue: str
+    priority: int
+    max_retries: int
+    backoff_seconds: float
 
 
 @dataclass(frozen=True)

@@ -630,6 +630,14 @@ GROUP BY owner_uid
 ORDER BY first_row_at DESC, owner_uid
 """
 
+# The namespaces in which a ScrapeJob of this name ever had rows: `scrapeq export NAME` without
+# a namespace takes the only one (run inside the operator's pod, no kubectl context says which).
+OWNER_NAMESPACES_BY_NAME: Final = """
+SELECT DISTINCT owner_namespace FROM scraping_jobs
+WHERE owner_name = %(owner_name)s::text AND owner_namespace IS NOT NULL
+ORDER BY owner_namespace
+"""
+
 # The values of one result field across an owner's completed rows, in row order: an extracted
 # field (result.fields.<name>) or, failing that, a top-level key such as "links"; a list is
 # unnested, anything else taken as one value. With the page's URL, to resolve relative links.

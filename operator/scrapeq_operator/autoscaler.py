@@ -7,6 +7,10 @@ pods a lower controller.kubernetes.io/pod-deletion-cost (from the in-flight coun
 leave in the database), so the ReplicaSet removes idle pods before busy ones. On a database
 error it holds every pool where it is. Each decision that changes something is recorded in the
 scrapeq.io/autoscaler-decision annotation, an Event and a metric.
+
+It is also the part that knows every pool, so it reports the backlog of every queue with live
+rows (not only the served ones) and which queues have due rows and no pool (queue_coverage.py):
+the status sync turns that into a Stalled condition and an Event on the affected ScrapeJobs.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from scrapeq_queue.rows import QueueBacklog
 from scrapeq_operator import metrics
 from scrapeq_operator.cluster import WorkerDeployment
 from scrapeq_operator.errors import ConfigurationError
+from scrapeq_operator.queue_coverage import QueueCoverage
 from scrapeq_operator.runtime import DATABASE_ERRORS
 from scrapeq_operator.scaling_policy import (
     PoolMemory,
@@ -80,6 +85,9 @@ class Autoscaler:
         self.runtime = runtime
         self.clock = clock
         self._pools: dict[tuple[str, str], _PoolState] = {}
+        self.coverage = QueueCoverage(settings.unserved_queue_grace_seconds)
+        # Queues whose backlog gauges were set, so that a queue that emptied reads 0.
+        self._reported_queues: set[str] = set()
 
     async def run(self) -> None:
         """Run until cancelled; a failing round is logged and counted, never fatal."""
@@ -93,17 +101,18 @@ class Autoscaler:
                 logger.exception("autoscaler round failed")
             await asyncio.sleep(self.settings.autoscaler_interval_seconds)
 
-    async def read_backlog(self, queues: list[str]) -> Mapping[str, QueueBacklog] | None:
-        """The backlog of the given queues, or None when the database cannot say."""
-        if not queues:
-            return {}
+    async def read_backlog(self, served: list[str]) -> Mapping[str, QueueBacklog] | None:
+        """The backlog of every queue with live rows plus the served ones (zero when empty),
+        or None when the database cannot say. Sets the backlog gauges of all of them."""
         try:
             async with self.runtime.connection() as connection:
-                backlog = await inspection.queue_backlog(connection, queues)
+                backlog = dict(await inspection.live_queue_backlog(connection))
         except DATABASE_ERRORS as error:
             metrics.RECONCILE_ERRORS_TOTAL.labels("autoscaler").inc()
             logger.warning("autoscaler: backlog unavailable, holding every pool: %s", error)
             return None
+        for queue in [*served, *self._reported_queues]:
+            backlog.setdefault(queue, QueueBacklog(0, 0, 0, None))
         for queue, numbers in backlog.items():
             metrics.QUEUE_BACKLOG_JOBS.labels(queue, "due").set(numbers.due_pending)
             metrics.QUEUE_BACKLOG_JOBS.labels(queue, "delayed").set(numbers.delayed_pending)
@@ -111,7 +120,34 @@ class Autoscaler:
             metrics.QUEUE_OLDEST_DUE_AGE_SECONDS.labels(queue).set(
                 numbers.oldest_due_age_seconds or 0.0
             )
+        self._reported_queues.update(backlog)
         return backlog
+
+    def _watch_coverage(
+        self, deployments: list[WorkerDeployment], backlog: Mapping[str, QueueBacklog]
+    ) -> None:
+        """Count the pools of every queue and report queues with due rows and none."""
+        pools_per_queue = dict.fromkeys(backlog, 0)
+        for deployment in deployments:
+            for queue in queues_of(deployment):
+                pools_per_queue[queue] = pools_per_queue.get(queue, 0) + 1
+        for queue, count in pools_per_queue.items():
+            metrics.QUEUE_WORKER_POOLS.labels(queue).set(count)
+        served = [queue for queue, count in pools_per_queue.items() if count]
+        change = self.coverage.update(served, backlog, self.clock())
+        for queue in change.unserved:
+            logger.warning(
+                "queue %s has %d due rows and no worker pool serves it (no Deployment labelled "
+                "%s with %s naming it%s); its ScrapeJobs are marked Stalled (NoWorkerPool)",
+                queue,
+                backlog[queue].due_pending,
+                WORKER_POOL_LABEL,
+                QUEUE_ANNOTATION,
+                "" if self.settings.clusterwide else " in the watched namespaces",
+            )
+        for queue in change.cleared:
+            logger.info("queue %s is served again (or has no due rows left)", queue)
+        self.runtime.unserved_queues = self.coverage.reported
 
     async def scale_round(self) -> list[ScalingDecision]:
         """Decide and apply the replicas of every worker pool once."""
@@ -121,6 +157,8 @@ class Autoscaler:
         backlog = await self.read_backlog(
             sorted({queue for item in deployments for queue in queues_of(item)})
         )
+        if backlog is not None:
+            self._watch_coverage(deployments, backlog)
         decisions = []
         seen: set[tuple[str, str]] = set()
         for deployment in deployments:

@@ -1,4 +1,4 @@
-"""Cron schedules for scheduled ScrapeJobs (`spec.schedule`): parsing and fire times, in UTC.
+"""Cron schedules for scheduled ScrapeJobs (`spec.schedule`): parsing and fire times.
 
 Pure functions, no I/O and no clock: callers pass the moments. The syntax is Vixie cron's five
 fields (minute hour day-of-month month day-of-week) with `*`, lists, ranges, steps (`*/n`,
@@ -9,17 +9,28 @@ CronJobs have none), `@every <duration>` such as `@every 30s` or `@every 1h30m`.
 Vixie cron's day rule is kept: when both day-of-month and day-of-week are restricted (neither
 field starts with `*`), a day matching either one fires; otherwise both must match.
 
-Every time is UTC: a schedule has no time zone (a `TZ=` prefix is rejected), so `0 3 * * *`
-fires at 03:00 UTC.
+Cron fields are read in the schedule's time zone (`spec.timeZone`, an IANA name; UTC by
+default), so `0 3 * * *` in Europe/Berlin fires at 03:00 Berlin time in winter and in summer.
+Daylight saving time, as cronie treats fixed times: a wall-clock time skipped when clocks go
+forward fires once, as much later as the clocks jumped (02:30 -> 03:30); a wall-clock time that
+occurs twice when clocks go back fires once, at its first occurrence. Both follow from reading
+a local time with fold=0 (PEP 495). The time zone database comes from the system or, where the
+image has none, from the `tzdata` package.
+
+Hand-written rather than croniter: the rules above (Vixie's day rule with `*/n` counted as
+`*`, never-firing days refused at parse time, `@every` anchored on the last run, one fire per
+wall-clock time across DST changes) are each a few lines here and unit-tested.
 """
 
 from __future__ import annotations
 
 import calendar
 import re
-from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Final
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from scrapeq_operator.errors import OperatorError
 
@@ -31,6 +42,10 @@ MIN_EVERY_INTERVAL: Final = timedelta(seconds=5)
 # rarest schedule that fires at all is Feb 29 on one weekday, and between two leap days lie at
 # most 8 years (2096 -> 2104). A schedule that never fires is rejected when parsed.
 SEARCH_DAYS: Final = 366 * 9
+
+# A clock change moves wall-clock time by at most this much (one hour almost everywhere, two
+# in a few historical zones): candidates are searched this far around the wanted moment.
+DST_MARGIN: Final = timedelta(hours=3)
 
 MACROS: Final = {
     "@yearly": "0 0 1 1 *",
@@ -90,6 +105,8 @@ class CronSchedule:
     # A field starting with `*` (including `*/n`) is unrestricted, as in Vixie cron.
     day_of_month_restricted: bool
     day_of_week_restricted: bool
+    # The time zone the fields are read in.
+    zone: tzinfo = field(default=UTC)
 
     def matches_day(self, day: date) -> bool:
         """Whether the schedule fires on some minute of `day`."""
@@ -113,14 +130,29 @@ class EverySchedule:
 Schedule = CronSchedule | EverySchedule
 
 
-def parse_schedule(text: str) -> Schedule:
-    """Parse a schedule; CronError with a message naming the bad part when it is invalid."""
+def load_time_zone(name: str) -> tzinfo:
+    """An IANA time zone by name (`UTC` included); CronError when there is none of that name."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as error:
+        raise CronError(
+            f"timeZone: unknown time zone {name!r} (an IANA name such as Europe/Berlin, "
+            f"America/New_York or UTC)"
+        ) from error
+
+
+def parse_schedule(text: str, time_zone: str | None = None) -> Schedule:
+    """Parse a schedule read in `time_zone` (UTC when None); CronError with a message naming
+    the bad part when it is invalid."""
+    zone = UTC if time_zone is None else load_time_zone(time_zone)
     stripped = " ".join(text.split())
     if not stripped:
         raise CronError("the schedule is empty")
     lowered = stripped.lower()
     if lowered.startswith(("tz=", "cron_tz=")):
-        raise CronError(f"schedule {text!r}: time zones are not supported; schedules are in UTC")
+        raise CronError(
+            f"schedule {text!r}: a TZ= prefix is not supported; set spec.timeZone instead"
+        )
     if lowered.startswith("@every"):
         return _parse_every(text, stripped[len("@every") :].strip())
     if lowered.startswith("@"):
@@ -145,6 +177,7 @@ def parse_schedule(text: str) -> Schedule:
         days_of_week=weekdays,
         day_of_month_restricted=not parts[2].startswith("*"),
         day_of_week_restricted=not parts[4].startswith("*"),
+        zone=zone,
     )
     _require_some_day(schedule, text)
     return schedule
@@ -240,16 +273,54 @@ def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
-def _at(day: date, hour: int, minute: int) -> datetime:
-    return datetime(day.year, day.month, day.day, hour, minute, tzinfo=UTC)
+def _wall_clock(moment: datetime, zone: tzinfo) -> datetime:
+    """`moment` as a naive wall-clock time in `zone`, to the minute."""
+    return moment.astimezone(zone).replace(tzinfo=None, second=0, microsecond=0)
+
+
+def _instant(wall_clock: datetime, zone: tzinfo) -> datetime:
+    """The UTC instant of a wall-clock time in `zone`: with fold=0 a skipped time lands as much
+    later as the clocks jumped, and a repeated time on its first occurrence."""
+    return wall_clock.replace(tzinfo=zone).astimezone(UTC)
+
+
+def _margin(zone: tzinfo) -> timedelta:
+    return timedelta(0) if zone is UTC else DST_MARGIN
+
+
+def _forward(schedule: CronSchedule, start: datetime) -> Iterator[datetime]:
+    """Matching wall-clock minutes from `start` (naive, inclusive) on, ascending."""
+    day = start.date()
+    for _ in range(SEARCH_DAYS):
+        if schedule.matches_day(day):
+            for hour in sorted(schedule.hours):
+                for minute in sorted(schedule.minutes):
+                    candidate = datetime(day.year, day.month, day.day, hour, minute)
+                    if candidate >= start:
+                        yield candidate
+        day += timedelta(days=1)
+    raise CronError(f"the schedule does not fire within {SEARCH_DAYS} days")  # pragma: no cover
+
+
+def _backward(schedule: CronSchedule, end: datetime) -> Iterator[datetime]:
+    """Matching wall-clock minutes up to `end` (naive, inclusive), descending."""
+    day = end.date()
+    for _ in range(SEARCH_DAYS):
+        if schedule.matches_day(day):
+            for hour in sorted(schedule.hours, reverse=True):
+                for minute in sorted(schedule.minutes, reverse=True):
+                    candidate = datetime(day.year, day.month, day.day, hour, minute)
+                    if candidate <= end:
+                        yield candidate
+        day -= timedelta(days=1)
 
 
 def next_fire(schedule: Schedule, after: datetime, *, since: datetime | None = None) -> datetime:
-    """The first fire time strictly after `after`.
+    """The first fire time strictly after `after` (in UTC).
 
     For `@every`, fire times are `since + k * interval` (k >= 1), `since` being the anchor (the
     last run, or the ScrapeJob's creation); without `since` the anchor is `after` itself. Cron
-    schedules fire on whole minutes and ignore `since`.
+    schedules fire on whole minutes of their time zone and ignore `since`.
     """
     after = _utc(after)
     if isinstance(schedule, EverySchedule):
@@ -258,19 +329,18 @@ def next_fire(schedule: Schedule, after: datetime, *, since: datetime | None = N
             return anchor + schedule.interval
         steps = (after - anchor) // schedule.interval + 1
         return anchor + steps * schedule.interval
-    start = after.replace(second=0, microsecond=0) + timedelta(minutes=1)
-    day = start.date()
-    for offset in range(SEARCH_DAYS):
-        if schedule.matches_day(day):
-            for hour in sorted(schedule.hours):
-                if offset == 0 and hour < start.hour:
-                    continue
-                for minute in sorted(schedule.minutes):
-                    if offset == 0 and hour == start.hour and minute < start.minute:
-                        continue
-                    return _at(day, hour, minute)
-        day += timedelta(days=1)
-    raise CronError(f"the schedule does not fire within {SEARCH_DAYS} days")  # pragma: no cover
+    zone, margin = schedule.zone, _margin(schedule.zone)
+    best: tuple[datetime, datetime] | None = None  # (instant, wall clock)
+    for wall_clock in _forward(schedule, _wall_clock(after, zone) - margin):
+        if best is not None and wall_clock > best[1] + margin:
+            break
+        instant = _instant(wall_clock, zone)
+        if instant > after and (best is None or instant < best[0]):
+            best = (instant, wall_clock)
+            if not margin:
+                break
+    assert best is not None  # _forward raises rather than end without a fire time
+    return best[0]
 
 
 def latest_fire(schedule: Schedule, since: datetime, now: datetime) -> datetime | None:
@@ -285,17 +355,17 @@ def latest_fire(schedule: Schedule, since: datetime, now: datetime) -> datetime 
     if isinstance(schedule, EverySchedule):
         steps = (now - since) // schedule.interval
         return since + steps * schedule.interval if steps >= 1 else None
-    end = now.replace(second=0, microsecond=0)
-    day = end.date()
-    while _at(day, 23, 59) > since:
-        if schedule.matches_day(day):
-            for hour in sorted(schedule.hours, reverse=True):
-                if day == end.date() and hour > end.hour:
-                    continue
-                for minute in sorted(schedule.minutes, reverse=True):
-                    if day == end.date() and hour == end.hour and minute > end.minute:
-                        continue
-                    candidate = _at(day, hour, minute)
-                    return candidate if candidate > since else None
-        day -= timedelta(days=1)
-    return None
+    zone, margin = schedule.zone, _margin(schedule.zone)
+    floor = _wall_clock(since, zone) - margin
+    best: tuple[datetime, datetime] | None = None
+    for wall_clock in _backward(schedule, _wall_clock(now, zone) + margin):
+        if wall_clock < floor or (best is not None and wall_clock < best[1] - margin):
+            break
+        instant = _instant(wall_clock, zone)
+        if since < instant <= now and (best is None or instant > best[0]):
+            best = (instant, wall_clock)
+            if not margin:
+                break
+        elif not margin and instant <= since:
+            break
+    return best[0] if best else None

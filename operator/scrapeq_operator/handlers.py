@@ -4,7 +4,7 @@ Scraping never happens here. Per object the operator only enqueues (create/resum
 (delete, behind a finalizer); progress is mirrored by the one operator-wide status sync task and
 workers are scaled by the one autoscaler task, both started in `start_operator`. A job with
 dependencies (spec.dependsOn, urlsFrom.scrapeJob) is enqueued only once they have Succeeded
-(dependencies.py); a scheduled job is never enqueued itself, its runs are (schedules.py).
+(depends_on.py); a scheduled job is never enqueued itself, its runs are (schedules.py).
 
 What a spec change does: nothing to run, because the CRD makes the spec immutable (the rows are
 already queued); a user deletes the ScrapeJob and creates a new one.
@@ -28,7 +28,7 @@ from scrapeq_queue.rows import Owner
 from scrapeq_operator import metrics
 from scrapeq_operator.autoscaler import Autoscaler
 from scrapeq_operator.cluster import Cluster, load_api_client, scrapejob_ref
-from scrapeq_operator.dependencies import DependencyCheck, check_dependencies
+from scrapeq_operator.depends_on import DependencyCheck, check_dependencies
 from scrapeq_operator.errors import JobBlockedError, JobNotRunnableError
 from scrapeq_operator.job_spec import (
     ConfigMapKey,
@@ -45,6 +45,7 @@ from scrapeq_operator.job_status import (
     format_time,
     make_condition,
     merge_conditions,
+    summarize,
 )
 from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import DATABASE_ERRORS, OperatorRuntime
@@ -118,13 +119,6 @@ async def scrapejobs_by_uid(body: kopf.Body, **_: Any) -> dict[str, JobRef]:
     return {ref.uid: ref}
 
 
-# Ready=False reasons of a job failed before it queued anything; the spec is immutable, so
-# these never change and the job is not looked at again.
-PERMANENT_REASONS = frozenset(
-    {"DependencyCycle", "DependencyFailed", "InvalidSpec", "NoURLs", "TooManyURLs"}
-)
-
-
 def _runtime(memo: Any) -> OperatorRuntime:
     runtime: OperatorRuntime = memo["runtime"]
     return runtime
@@ -147,13 +141,15 @@ def _already_enqueued(status: Mapping[str, Any], generation: int) -> bool:
 
 
 def _ended_unqueued(status: Mapping[str, Any], generation: int) -> bool:
-    """The job was failed before queueing anything (a cycle, a failed dependency, an invalid
-    spec): nothing can change that, since the spec is immutable."""
+    """The job was failed before queueing anything: `_not_runnable` recorded a permanent
+    JobNotRunnableError (a cycle, a failed dependency, an invalid spec, an upstream job without
+    usable URLs) as phase Failed with a Failed condition. The error alone decides permanence;
+    this reads its record back."""
     if status.get("phase") != "Failed":
         return False
     return any(
-        condition.get("type") == "Ready"
-        and condition.get("reason") in PERMANENT_REASONS
+        condition.get("type") == "Failed"
+        and condition.get("status") == "True"
         and condition.get("observedGeneration") == generation
         for condition in status.get("conditions") or []
     )
@@ -293,7 +289,7 @@ async def enqueue_scrapejob(
     options = row_options(spec)
     dependencies: DependencyCheck | None = None
     try:
-        problems = validate_payload(options.payload)
+        problems = validate_payload(options["payload"])
         if problems:
             raise JobNotRunnableError("InvalidSpec", "; ".join(problems), permanent=True)
         if dependency_names(spec):
@@ -329,12 +325,7 @@ async def enqueue_scrapejob(
                 connection,
                 Owner(uid=uid, namespace=namespace, name=name),
                 urls,
-                parser_type=options.parser_type,
-                payload=options.payload,
-                queue=options.queue,
-                priority=options.priority,
-                max_retries=options.max_retries,
-                backoff_seconds=options.backoff_seconds,
+                **options,
             )
     except DATABASE_ERRORS as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
@@ -345,7 +336,7 @@ async def enqueue_scrapejob(
             delay=settings.database_retry_seconds,
         ) from error
     metrics.JOBS_ENQUEUED_TOTAL.inc(inserted)
-    logger.info("queued %d new rows (%d URLs) on queue %s", inserted, len(urls), options.queue)
+    logger.info("queued %d new rows (%d URLs) on queue %s", inserted, len(urls), options["queue"])
     if dependencies is not None:
         names = ", ".join(dependency.name for dependency in dependencies.dependencies)
         unblocked = make_condition(
@@ -395,6 +386,7 @@ async def _not_runnable(
         )
     remove = () if blocked else ("Blocked",)
     patch.status["conditions"] = merge_conditions(conditions, updates, remove=remove)
+    patch.status.update(summarize(patch.status["conditions"]))
     patch.status["phase"] = "Failed" if error.permanent else "Pending"
     patch.status["observedGeneration"] = generation
     if error.permanent:

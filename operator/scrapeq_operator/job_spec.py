@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from scrapeq_queue import RowOptions
+
 from scrapeq_operator.errors import JobNotRunnableError
 
 # Spec fields that become options in each row's payload (the worker's contract, see
@@ -39,18 +41,6 @@ class ScrapeJobField:
 
     name: str
     field: str
-
-
-@dataclass(frozen=True)
-class RowOptions:
-    """Everything about the rows except their URLs."""
-
-    queue: str
-    priority: int
-    parser_type: str
-    max_retries: int
-    backoff_seconds: float
-    payload: dict[str, Any]
 
 
 def url_source(spec: Mapping[str, Any]) -> list[str] | ConfigMapKey | ScrapeJobField:
@@ -159,7 +149,8 @@ def decode_url_list(raw: bytes, *, where: str) -> str:
 
 
 def row_options(spec: Mapping[str, Any]) -> RowOptions:
-    """Queue, priority, parser, retries and the payload every row of the job carries."""
+    """Queue, priority, parser, retries and the payload every row of the job carries (every
+    key set, so the spec alone decides them)."""
     retries = spec.get("retries") or {}
     payload: dict[str, Any] = dict(spec.get("payload") or {})
     for name in PAYLOAD_FIELDS:

@@ -11,7 +11,13 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
+
+from scrapeq_operator.queue_coverage import (
+    NO_WORKER_POOL_REASON,
+    STALLED_CONDITION,
+    no_pool_message,
+)
 
 # Status must stay small (etcd objects are capped near 1.5 MB, and every watcher receives the
 # whole object): a few results, each cut short.
@@ -21,6 +27,18 @@ LAST_ERROR_CHARS = 1024
 
 # Reason of the Ready condition once the job's rows are in the queue.
 ENQUEUED_REASON = "Enqueued"
+
+# status.reason / status.message (the REASON and MESSAGE columns of `kubectl get`) repeat the
+# condition that best explains a job that is not progressing or did not succeed, in this
+# order; the message is cut to stay one readable line (the condition keeps all of it).
+SUMMARY_CONDITIONS: Final = (
+    ("Failed", "True"),
+    ("Ready", "False"),
+    ("Blocked", "True"),
+    (STALLED_CONDITION, "True"),
+    ("RunSkipped", "True"),
+)
+SUMMARY_MESSAGE_CHARS: Final = 120
 
 # The status keys the status sync owns; it never touches others (firstURL, Ready condition).
 SYNCED_KEYS = (
@@ -39,6 +57,8 @@ SYNCED_KEYS = (
     "preview",
     "observedGeneration",
     "conditions",
+    "reason",
+    "message",
 )
 
 
@@ -250,11 +270,14 @@ def build_status(
     allowed_failure_percent: int,
     queue: str,
     now: datetime,
+    queue_unserved: bool = False,
 ) -> dict[str, Any]:
     """The full synced part of a ScrapeJob's status (the keys in SYNCED_KEYS).
 
     Rows exist, so the job is Ready (reason Enqueued); Complete and Failed follow the phase;
-    other conditions in `previous` are carried over unchanged.
+    Stalled (NoWorkerPool) is True while rows wait on a queue that no worker pool serves
+    (`queue_unserved`) and is removed otherwise; other conditions in `previous` are carried
+    over unchanged. reason/message summarise the conditions (see summarize).
     """
     phase = decide_phase(counts, allowed_failure_percent)
     status: dict[str, Any] = {
@@ -304,10 +327,41 @@ def build_status(
         remove.append("Complete")
     else:
         remove.extend(("Complete", "Failed"))
+    if queue_unserved and counts.pending + counts.retrying > 0:
+        updates.append(
+            make_condition(
+                STALLED_CONDITION,
+                True,
+                NO_WORKER_POOL_REASON,
+                no_pool_message(queue),
+                generation=generation,
+                now=now,
+            )
+        )
+    else:
+        remove.append(STALLED_CONDITION)
     status["conditions"] = merge_conditions(
         previous.get("conditions") or [], updates, remove=remove
     )
+    status.update(summarize(status["conditions"]))
     return status
+
+
+def summarize(conditions: Sequence[Mapping[str, Any]]) -> dict[str, str | None]:
+    """status.reason and status.message: the first condition of SUMMARY_CONDITIONS present in
+    `conditions`, its message cut to one line; both None for a job that progresses normally."""
+    found = {(str(item.get("type")), str(item.get("status"))): item for item in conditions}
+    for key in SUMMARY_CONDITIONS:
+        condition = found.get(key)
+        if condition is not None:
+            message = " ".join(str(condition.get("message") or "").split())
+            if len(message) > SUMMARY_MESSAGE_CHARS:
+                message = message[: SUMMARY_MESSAGE_CHARS - 1] + "…"
+            return {
+                "reason": str(condition.get("reason") or "") or None,
+                "message": message or None,
+            }
+    return {"reason": None, "message": None}
 
 
 def status_changes(previous: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[str, Any]:

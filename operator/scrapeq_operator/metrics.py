@@ -23,6 +23,13 @@ QUEUE_OLDEST_DUE_AGE_SECONDS = Gauge(
     ["queue"],
     registry=REGISTRY,
 )
+QUEUE_WORKER_POOLS = Gauge(
+    "scrapeq_operator_queue_worker_pools",
+    "Worker pools (Deployments labelled scrapeq.io/worker-pool) serving a queue, for every queue "
+    "with live rows or a pool; 0 means its rows wait for a pool that does not exist.",
+    ["queue"],
+    registry=REGISTRY,
+)
 POOL_DESIRED_REPLICAS = Gauge(
     "scrapeq_operator_pool_desired_replicas",
     "Replicas the autoscaler wants for a worker pool (namespace/deployment).",

@@ -57,6 +57,9 @@ class OperatorRuntime:
                 name="scrapeq-operator",
             )
         )
+        # Queues with due rows that no worker pool serves, as the autoscaler last saw them
+        # (queue_coverage.py); the status sync marks their ScrapeJobs Stalled.
+        self.unserved_queues: frozenset[str] = frozenset()
         self._tasks: list[asyncio.Task[None]] = []
         self._slots = asyncio.Semaphore(POOL_MAX_SIZE)
 

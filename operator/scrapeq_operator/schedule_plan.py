@@ -22,6 +22,7 @@ from scrapeq_operator.job_status import (
     make_condition,
     merge_conditions,
     parse_time,
+    summarize,
 )
 from scrapeq_operator.settings import GROUP, VERSION
 
@@ -32,6 +33,7 @@ SCHEDULED_TIME_ANNOTATION: Final = f"{GROUP}/scheduled-time"
 # Spec fields of the parent that say when to run; a run gets the rest of the spec.
 SCHEDULE_FIELDS: Final = (
     "schedule",
+    "timeZone",
     "concurrencyPolicy",
     "successfulRunsHistoryLimit",
     "failedRunsHistoryLimit",
@@ -56,8 +58,11 @@ SCHEDULE_STATUS_KEYS: Final = (
     "nextScheduleTime",
     "active",
     "lastSuccessfulTime",
+    "appliedSchedule",
     "observedGeneration",
     "conditions",
+    "reason",
+    "message",
 )
 
 _FINISHED_PHASES: Final = {Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.CANCELLED.value}
@@ -157,15 +162,45 @@ def _age_key(run: Run) -> tuple[datetime, str]:
     return (run.scheduled_at or datetime.min.replace(tzinfo=UTC), run.name)
 
 
+def applied_schedule(
+    previous: Mapping[str, Any],
+    *,
+    schedule_text: str,
+    time_zone: str | None,
+    suspended: bool,
+    created_at: datetime | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """status.appliedSchedule: the schedule, time zone and suspension in effect, and since when.
+
+    Unchanged since the last check: kept as it was. Changed on the live object (schedule,
+    timeZone or suspend): in effect from now, so fire times before the change, such as those
+    that passed while suspended, are not caught up. None recorded yet: in effect since the
+    ScrapeJob was created.
+    """
+    wanted = {"schedule": schedule_text, "timeZone": time_zone or "UTC", "suspend": suspended}
+    earlier = previous.get("appliedSchedule") or {}
+    if earlier and all(earlier.get(key) == value for key, value in wanted.items()):
+        return dict(earlier)
+    since = now if earlier or created_at is None else created_at
+    return {**wanted, "since": format_time(since)}
+
+
 def schedule_anchor(
     status: Mapping[str, Any], created_at: datetime | None, runs: Sequence[Run], now: datetime
 ) -> datetime:
-    """Where to count fire times from: the latest run started, else the parent's creation.
+    """Where to count fire times from: the latest run started, else the parent's creation, but
+    never before the current schedule took effect (status.appliedSchedule.since).
 
     The runs themselves count as well as status.lastScheduleTime: the status a check sees may
     predate the previous check's patch, and the runs listed from the API server never do.
     """
-    moments = [parse_time(status.get("lastScheduleTime")), created_at]
+    applied = status.get("appliedSchedule") or {}
+    moments = [
+        parse_time(status.get("lastScheduleTime")),
+        created_at,
+        parse_time(applied.get("since")),
+    ]
     moments += [run.scheduled_at for run in runs]
     known = [moment for moment in moments if moment is not None]
     return max(known) if known else now
@@ -262,6 +297,7 @@ def schedule_status(
     plan: Plan,
     runs_after: Sequence[Run],
     suspended: bool,
+    applied: Mapping[str, Any],
     generation: int,
     now: datetime,
 ) -> dict[str, Any]:
@@ -291,7 +327,8 @@ def schedule_status(
             "Ready",
             True,
             SCHEDULED_REASON,
-            f"runs on schedule {schedule_text!r} (UTC), concurrencyPolicy {policy.value}",
+            f"runs on schedule {schedule_text!r} ({applied.get('timeZone', 'UTC')}), "
+            f"concurrencyPolicy {policy.value}",
             generation=generation,
             now=now,
         )
@@ -315,31 +352,37 @@ def schedule_status(
     last_schedule = parse_time(previous.get("lastScheduleTime"))
     if plan.start is not None and (last_schedule is None or plan.start > last_schedule):
         last_schedule = plan.start
+    conditions = merge_conditions(previous.get("conditions") or [], updates, remove=remove)
     return {
         "phase": (Phase.SUSPENDED if suspended else Phase.SCHEDULED).value,
         "lastScheduleTime": format_time(last_schedule) if last_schedule else None,
         "nextScheduleTime": format_time(next_time) if next_time else None,
         "active": active or None,
         "lastSuccessfulTime": format_time(last_success) if last_success else None,
+        "appliedSchedule": dict(applied),
         "observedGeneration": generation,
-        "conditions": merge_conditions(previous.get("conditions") or [], updates, remove=remove),
+        "conditions": conditions,
+        **summarize(conditions),
     }
 
 
 def invalid_schedule_status(
     *, previous: Mapping[str, Any], message: str, generation: int, now: datetime
 ) -> dict[str, Any]:
-    """The parent's status when its schedule cannot be parsed: Failed, for good (the spec is
-    immutable), with Ready=False InvalidSchedule; no run is ever started."""
+    """The parent's status when its schedule or time zone cannot be used: Failed, with
+    Ready=False InvalidSchedule; no run is started until the spec is fixed."""
     not_ready = make_condition(
         "Ready", False, INVALID_SCHEDULE_REASON, message, generation=generation, now=now
     )
+    conditions = merge_conditions(previous.get("conditions") or [], [not_ready])
     return {
         "phase": Phase.FAILED.value,
         "lastScheduleTime": previous.get("lastScheduleTime"),
         "nextScheduleTime": None,
         "active": None,
         "lastSuccessfulTime": previous.get("lastSuccessfulTime"),
+        "appliedSchedule": previous.get("appliedSchedule"),
         "observedGeneration": generation,
-        "conditions": merge_conditions(previous.get("conditions") or [], [not_ready]),
+        "conditions": conditions,
+        **summarize(conditions),
     }

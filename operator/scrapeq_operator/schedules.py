@@ -41,6 +41,7 @@ from scrapeq_operator.schedule_plan import (
     ConcurrencyPolicy,
     Plan,
     Run,
+    applied_schedule,
     invalid_schedule_status,
     owned_runs,
     plan_check,
@@ -116,11 +117,12 @@ async def check_schedule(
     generation = int(meta.get("generation") or 1)
     now = datetime.now(UTC)
     schedule_text = str(spec.get("schedule", ""))
+    time_zone = spec.get("timeZone")
     try:
-        schedule = parse_schedule(schedule_text)
+        schedule = parse_schedule(schedule_text, time_zone)
     except CronError as error:
-        message = f"spec.schedule: {error}"
-        if _condition(status, "Ready").get("reason") != INVALID_SCHEDULE_REASON:
+        message = f"spec.{'timeZone' if str(error).startswith('timeZone') else 'schedule'}: {error}"
+        if _condition(status, "Ready").get("message") != message:
             await _event(runtime, body, "Warning", INVALID_SCHEDULE_REASON, message)
         _apply(
             patch,
@@ -140,7 +142,18 @@ async def check_schedule(
         logger.warning("cannot list the runs of this schedule: %s", error)
         return
     runs = owned_runs(listed, uid)
-    anchor = schedule_anchor(status, parse_time(meta.get("creationTimestamp")), runs, now)
+    created_at = parse_time(meta.get("creationTimestamp"))
+    applied = applied_schedule(
+        status,
+        schedule_text=schedule_text,
+        time_zone=time_zone,
+        suspended=suspended,
+        created_at=created_at,
+        now=now,
+    )
+    if applied != status.get("appliedSchedule") and status.get("appliedSchedule"):
+        logger.info("schedule changed to %s; in effect from now", applied)
+    anchor = schedule_anchor({**status, "appliedSchedule": applied}, created_at, runs, now)
     plan = plan_check(
         schedule,
         policy,
@@ -167,6 +180,7 @@ async def check_schedule(
         plan=plan,
         runs_after=runs_after,
         suspended=suspended,
+        applied=applied,
         generation=generation,
         now=now,
     )

@@ -116,6 +116,10 @@ class OperatorSettings:
     autoscaler_interval_seconds: float = 2.0
     autoscaler_enabled: bool = True
     autoscaler: AutoscalerDefaults = field(default_factory=AutoscalerDefaults)
+    # A queue with due rows and no worker pool is reported (Stalled condition, Event, log)
+    # once that has lasted this long: a pool created together with the first ScrapeJob (one
+    # `helm install`) appears within it and is never reported.
+    unserved_queue_grace_seconds: float = 30.0
     # Delay before retrying a handler whose database call failed (the finalizer stays).
     database_retry_seconds: float = 5.0
     # Delay before re-checking a ScrapeJob that cannot run yet (missing ConfigMap).
@@ -195,6 +199,9 @@ class OperatorSettings:
             ),
             autoscaler_enabled=_bool(env, "AUTOSCALER_ENABLED", base.autoscaler_enabled),
             autoscaler=autoscaler,
+            unserved_queue_grace_seconds=_float(
+                env, "UNSERVED_QUEUE_GRACE_SECONDS", base.unserved_queue_grace_seconds
+            ),
             database_retry_seconds=_float(
                 env, "DATABASE_RETRY_SECONDS", base.database_retry_seconds
             ),
@@ -248,6 +255,9 @@ class OperatorSettings:
                 self.retain_completed_days
             ),
             "failed-row retention (SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST)": self.retain_failed_last,
+            "unserved-queue grace (SCRAPEQ_OPERATOR_UNSERVED_QUEUE_GRACE_SECONDS)": (
+                self.unserved_queue_grace_seconds
+            ),
         }
         for what, value in not_negative.items():
             if value < 0:

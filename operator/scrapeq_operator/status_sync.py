@@ -33,6 +33,7 @@ from scrapeq_operator.job_status import (
     patch_due,
     status_changes,
 )
+from scrapeq_operator.queue_coverage import STALLED_CONDITION
 from scrapeq_operator.runtime import DATABASE_ERRORS
 from scrapeq_operator.settings import GROUP, VERSION, OperatorSettings
 
@@ -153,6 +154,9 @@ class StatusSync:
         self._unknown: dict[str, float] = {}
         # uid -> when its status was last patched (unfinished jobs only), for patch_due.
         self._last_patch_at: dict[str, datetime] = {}
+        # The unserved queues (runtime.unserved_queues) the last round saw: when they change,
+        # the unfinished jobs of the queues that changed are looked at again at once.
+        self._unserved: frozenset[str] = frozenset()
 
     async def run(self) -> None:
         """Run until cancelled; a failing round is logged and counted, never fatal."""
@@ -218,6 +222,15 @@ class StatusSync:
                 since = (self._watermark or now) - CHANGE_WATERMARK_OVERLAP
                 changed = await inspection.owners_changed_since(connection, since)
             candidates.update(owner.uid for owner in changed)
+            unserved = self.runtime.unserved_queues
+            if unserved != self._unserved:
+                flipped = unserved ^ self._unserved
+                candidates.update(
+                    ref.uid
+                    for ref in self.directory.all()
+                    if ref.queue in flipped and not ref.finished
+                )
+                self._unserved = unserved
             if self._sweep_due():
                 candidates.update(ref.uid for ref in self.directory.all() if not ref.finished)
                 self._next_sweep = time.monotonic() + self.settings.status_sweep_seconds
@@ -295,6 +308,7 @@ class StatusSync:
                 allowed_failure_percent=ref.allowed_failure_percent,
                 queue=ref.queue,
                 now=now,
+                queue_unserved=ref.queue in self._unserved,
             )
             synced = {key: wanted[key] for key in SYNCED_KEYS}
             if ref.first_url:
@@ -345,6 +359,14 @@ class StatusSync:
             metrics.STATUS_PATCHES_TOTAL.labels("applied").inc()
             if changes.get("phase") == Phase.FAILED.value:
                 await self._announce_failure(ref, counts)
+            stalled = _condition(wanted, STALLED_CONDITION)
+            if stalled and not _condition(ref.status, STALLED_CONDITION):
+                await self.runtime.cluster.announce(
+                    _scrapejob(ref),
+                    type_="Warning",
+                    reason=str(stalled["reason"]),
+                    message=str(stalled["message"]),
+                )
             return 1
 
         results = await asyncio.gather(*(patch_one(ref) for ref in refs))
@@ -356,8 +378,17 @@ class StatusSync:
         if counts.last_error:
             message += f"; last error: {counts.last_error}"
         await self.runtime.cluster.announce(
-            ObjectRef(f"{GROUP}/{VERSION}", "ScrapeJob", ref.namespace, ref.name, ref.uid),
-            type_="Warning",
-            reason="URLsFailed",
-            message=message,
+            _scrapejob(ref), type_="Warning", reason="URLsFailed", message=message
         )
+
+
+def _scrapejob(ref: JobRef) -> ObjectRef:
+    return ObjectRef(f"{GROUP}/{VERSION}", "ScrapeJob", ref.namespace, ref.name, ref.uid)
+
+
+def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    """The condition of this type that is True, if any."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == type_ and condition.get("status") == "True":
+            return dict(condition)
+    return None

@@ -20,8 +20,9 @@ DOCKERFILES = {
 
 
 def instruction(dockerfile: Path, keyword: str) -> list[str]:
-    """Every argument of `keyword` instructions in the final stage, in order."""
-    final_stage = dockerfile.read_text().rsplit("\nFROM ", 1)[-1]
+    """Every argument of `keyword` instructions in the final stage, in order (continuation
+    lines joined)."""
+    final_stage = dockerfile.read_text().rsplit("\nFROM ", 1)[-1].replace("\\\n", " ")
     return [
         line.split(None, 1)[1]
         for line in final_stage.splitlines()
@@ -54,7 +55,13 @@ def test_the_image_runs_its_scrapeq_subcommand_as_a_non_root_user(component: str
 def test_the_worker_runs_under_tini_to_reap_chromium_zombies() -> None:
     entrypoint = json.loads(instruction(DOCKERFILES["worker"], "ENTRYPOINT")[-1])
     assert entrypoint[:2] == ["/usr/bin/tini", "--"]
-    assert "tini" in DOCKERFILES["worker"].read_text()
+    installed = [
+        word
+        for command in instruction(DOCKERFILES["worker"], "RUN")
+        if "apt-get install" in command
+        for word in command.split()
+    ]
+    assert "tini" in installed, "the final stage must install the tini package it runs"
 
 
 def test_the_chart_does_not_override_the_images_entry_points() -> None:

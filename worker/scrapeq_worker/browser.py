@@ -1,6 +1,6 @@
 """The browser pool: one long-lived headless Chromium per worker process, a fresh tab per job.
 
-Launching a browser per job costs several times a new tab in a warm browser (FIELD_NOTES), so
+Launching a browser per job costs about 3 times a new tab in a warm browser (docs/worker.md), so
 the worker keeps one Chromium running and opens a tab (or an incognito context, with
 `isolate_pages`) for each job. Everything a hostile or broken page can do is contained here:
 
@@ -74,7 +74,8 @@ _repair_pyppeteer()
 
 # The real binaries first: Debian's /usr/bin/chromium-headless-shell is a `sh -e` wrapper that
 # does not `exec`, so signalling it would leave the browser running. headless-shell starts in a
-# third of the time and uses half the memory of full Chromium (FIELD_NOTES).
+# third of the time and uses half the memory of full Chromium (0.12 s and ~160 MB against
+# 0.36 to 0.47 s and ~310 MB: docs/worker.md, "Measured browser costs").
 EXECUTABLE_CANDIDATES: Final = (
     "/usr/lib/chromium/chromium-headless-shell",
     "/usr/bin/chromium-headless-shell",
@@ -131,7 +132,7 @@ def find_chromium(preferred: str | None = None) -> str | None:
 
 @dataclass(frozen=True)
 class BrowserSettings:
-    """How the pool runs Chromium. Defaults follow Crawlee's pool (FIELD_NOTES)."""
+    """How the pool runs Chromium. The 15 s timeouts follow Crawlee's pool (docs/worker.md)."""
 
     executable: str | None = None
     # Chromium leaks a little with every page; a fresh browser now and then keeps it bounded
@@ -145,7 +146,7 @@ class BrowserSettings:
     # One incognito context per job (~51 MB and ~170 ms more per page) instead of a tab.
     isolate_pages: bool = False
     # Jobs one tab serves before it is closed. A new tab costs a renderer process (~200 ms of
-    # wall time, ~360 ms CPU: FIELD_NOTES); navigating a warm tab costs a fraction of that.
+    # wall time, ~360 ms CPU: docs/worker.md); navigating a warm tab costs ~80 ms.
     # A tab is only reused after a clean success, and never with isolate_pages. 1 = a new tab
     # for every job.
     tab_reuse_pages: int = 100
@@ -269,9 +270,10 @@ class _Tab:
 class _PageWatch:
     """Per-page state the CDP event handlers fill in while the page loads."""
 
-    def __init__(self, url: str, main_frame_id: str) -> None:
+    def __init__(self, url: str, main_frame_id: str, timeout_seconds: float) -> None:
         self.url = url
         self.main_frame_id = main_frame_id
+        self.timeout_seconds = timeout_seconds  # the job's whole budget, for messages
         loop = asyncio.get_running_loop()
         # Set (once) by any handler that decides the job must end now.
         self.abort: asyncio.Future[WorkerError] = loop.create_future()
@@ -722,7 +724,7 @@ class BrowserPool:
     ) -> PageOutcome:
         page = tab.page
         client = tab.client
-        watch = _PageWatch(url, page.mainFrame._id)
+        watch = _PageWatch(url, page.mainFrame._id, options.timeout_seconds)
         tab.watch = watch
         deadline = started + options.timeout_seconds
         setup: list[Any] = []
@@ -876,7 +878,10 @@ class BrowserPool:
             await work
         if watch.abort.done():
             raise watch.abort.result()
-        hung = not await self._answers(page)
+        # Until the server has answered the document there is no script of its to hang: a slow
+        # server is a timeout to retry, never a page to give up on. (While a navigation is
+        # pending, a probe can go unanswered on a busy machine too.)
+        hung = watch.status is not None and not await self._answers(page)
         if hung:
             await self._terminate_scripts(page)
             raise PermanentFailure(
@@ -885,8 +890,8 @@ class BrowserPool:
                 reason="script_hang",
             )
         raise RetryLater(
-            f"timed out after {deadline - (deadline - remaining):.0f}s trying to {step} "
-            f"{watch.url}",
+            f"timed out trying to {step} {watch.url}: the job's {watch.timeout_seconds:g}s "
+            "timeout ran out",
             reason="timeout",
         )
 
@@ -1049,14 +1054,12 @@ async def _quietly(awaitable: Any) -> None:
 
 async def _kill_group(process: asyncio.subprocess.Process, profile_marker: str) -> None:
     """Kill the browser's process group and any straggler that still uses its profile."""
+    # Even when the leader has exited, its children may live on in its group.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
     if process.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(process.wait(), 5.0)
-    else:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
     for pid in browser_processes(process.pid, profile_marker):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

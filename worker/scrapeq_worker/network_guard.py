@@ -52,9 +52,10 @@ _NAMED_DENIED: tuple[tuple[IPNetwork, str], ...] = tuple(
     )
 )
 
-# IPv6 ranges that embed an IPv4 address a gateway will connect to: check the embedded one too.
+# NAT64 addresses embed the IPv4 address a gateway will connect to: check the embedded one too.
+# (6to4, 2002::/16, is recognised by `IPv6Address.sixtofour`; Python calls 2002::/16 global, so
+# without unwrapping 2002:c0a8:0101:: would pass as public while it reaches 192.168.1.1.)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_SIX_TO_FOUR = ipaddress.ip_network("2002::/16")
 
 # How long a resolution is trusted. Short, so a name that moves is re-checked soon.
 DNS_CACHE_SECONDS = 30.0

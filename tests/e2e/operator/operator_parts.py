@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import psycopg
 import scrapeq_queue
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from scrapeq.local.processes import LocalPartError, free_port, terminate, wait_until
 
@@ -107,6 +108,25 @@ def poll(condition: Callable[[], Any], *, timeout: float, what: str, interval: f
         time.sleep(interval)
 
 
+def wait_for_status(
+    kubectl: Kubectl,
+    namespace: str,
+    name: str,
+    wanted: Callable[[dict[str, Any]], Any],
+    *,
+    what: str,
+    timeout: float = 30,
+) -> dict[str, Any]:
+    """Poll a ScrapeJob until `wanted(status)` holds; return that status."""
+
+    def status_if_wanted() -> dict[str, Any] | None:
+        status = dict(kubectl.get("scrapejob", name, namespace).get("status") or {})
+        return status if wanted(status) else None
+
+    found: dict[str, Any] = poll(status_if_wanted, timeout=timeout, what=what)
+    return found
+
+
 @dataclass
 class OperatorProcess:
     """`python -m scrapeq operator` running against the test cluster and database."""
@@ -185,6 +205,16 @@ class OperatorProcess:
             f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5
         ) as response:
             return str(response.read().decode())
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The current value of one sample of the operator's metrics (0 before it exists)."""
+        for family in text_string_to_metric_families(self.metrics()):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
+                    return float(sample.value)
+        return 0.0
 
     def log_tail(self, characters: int = 6000) -> str:
         try:

@@ -7,7 +7,6 @@ it stops and starts.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -60,7 +59,7 @@ def test_the_finalizer_waits_for_the_database_then_cancels_the_rows(
     operator_factory: Callable[..., OperatorProcess],
 ) -> None:
     database_url = restartable_postgres.dsn()
-    operator_factory(database_url)
+    operator = operator_factory(database_url)
     uid = _create_queued_job(kubectl, namespace, database_url, "patient")
 
     restartable_postgres.stop_server("immediate")
@@ -70,14 +69,17 @@ def test_the_finalizer_waits_for_the_database_then_cancels_the_rows(
         timeout=30,
         what="a CancelPending event",
     )
-    # Several retries (1 s apart in tests) happen while the database stays down; the object
-    # must survive all of them.
-    observe_until = time.monotonic() + 4
-    while time.monotonic() < observe_until:
+
+    # Several retries (1 s apart in tests, each counted as a failed cancel) happen while the
+    # database stays down; the object must survive all of them.
+    def three_failed_cancels_survived() -> bool:
         body = kubectl.get("scrapejob", "patient", namespace)
         assert body["metadata"]["deletionTimestamp"]
         assert "scrapeq.io/cancel-rows" in body["metadata"]["finalizers"]
-        time.sleep(0.25)
+        failed = operator.metric("scrapeq_operator_reconcile_errors_total", component="cancel")
+        return failed >= 3
+
+    poll(three_failed_cancels_survived, timeout=30, what="three failed cancel attempts")
 
     restartable_postgres.start()
     poll(

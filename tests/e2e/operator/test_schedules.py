@@ -11,7 +11,6 @@ FAST_OPERATOR_ENVIRONMENT).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -204,12 +203,19 @@ def test_forbid_starts_no_second_run_while_the_first_is_active(
         what="the first run's row",
     )
 
-    # Three more fire times come and go: still one run, and the schedule says why.
-    deadline = time.monotonic() + 16
-    while time.monotonic() < deadline:
+    # Two more fire times come and go, each skipped with an Event of its own (the message
+    # names the fire time): still one run, and the schedule says why.
+    def two_fire_times_skipped() -> bool:
         names = [item["metadata"]["name"] for item in runs(kubectl, namespace, "stuck")]
         assert names == [first_name]
-        time.sleep(0.5)
+        skips = {
+            message
+            for _, reason, message in events(kubectl, namespace, "stuck")
+            if reason == "RunSkipped"
+        }
+        return len(skips) >= 2
+
+    poll(two_fire_times_skipped, timeout=30, interval=0.5, what="two skipped fire times")
 
     status = kubectl.get("scrapejob", "stuck", namespace)["status"]
     assert status["active"] == [first_name]
@@ -310,6 +316,17 @@ def test_a_suspended_schedule_starts_no_run(
         namespace,
         scrapejob("paused", url="https://paused.example.com/", schedule="@every 5s", suspend=True),
     )
+    # The same schedule, not suspended: its runs show when fire times have passed.
+    apply_in(
+        kubectl,
+        namespace,
+        scrapejob(
+            "control",
+            url="https://control.example.com/",
+            schedule="@every 5s",
+            concurrencyPolicy="Allow",
+        ),
+    )
     status = poll(
         lambda: (
             (s := kubectl.get("scrapejob", "paused", namespace).get("status", {})).get("phase")
@@ -321,8 +338,11 @@ def test_a_suspended_schedule_starts_no_run(
     )
     assert condition(status, "Ready")["reason"] == "Suspended"
     assert "nextScheduleTime" not in status
-    # Two fire times later there is still no run.
-    deadline = time.monotonic() + 11
-    while time.monotonic() < deadline:
+
+    # Two fire times later (the control has started two runs) there is still no run.
+    def control_ran_twice() -> bool:
         assert runs(kubectl, namespace, "paused") == []
-        time.sleep(0.5)
+        return len(runs(kubectl, namespace, "control")) >= 2
+
+    poll(control_ran_twice, timeout=30, interval=0.5, what="two runs of the control schedule")
+    assert runs(kubectl, namespace, "paused") == []

@@ -90,7 +90,7 @@ def test_an_applied_scrapejob_is_queued_completed_and_shown_succeeded(
 
     table = kubectl.run("get", "scrapejobs", "-n", namespace).stdout
     (header, row) = table.splitlines()
-    assert header.split() == ["NAME", "PHASE", "DONE", "FAILED", "AGE"]
+    assert header.split() == ["NAME", "PHASE", "DONE", "FAILED", "REASON", "AGE", "MESSAGE"]
     assert row.split()[:4] == ["laptops", "Succeeded", f"{len(URLS)}/{len(URLS)}", "0"]
     wide = kubectl.run("get", "scrapejobs", "-n", namespace, "-o", "wide").stdout
     assert URLS[0] in wide

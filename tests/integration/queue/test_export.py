@@ -314,6 +314,34 @@ async def test_a_scrapejob_name_without_a_namespace_is_looked_up_in_default(
     assert "exported 1 result(s) of default/laptops" in captured.err
 
 
+async def test_a_name_without_a_namespace_takes_the_only_namespace_that_has_it(
+    database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await completed_row(async_connection, "https://e.test/shop", {"fields": {"v": 2}})
+
+    # No --format: JSON Lines; `--output -` is stdout.
+    assert await cli("export", "--database-url", database_url, "laptops", "--output", "-") == 0
+
+    captured = capsys.readouterr()
+    (line,) = captured.out.splitlines()
+    assert json.loads(line)["url"] == "https://e.test/shop"
+    assert "exported 1 result(s) of shop/laptops" in captured.err
+
+
+async def test_a_name_without_a_namespace_found_in_several_namespaces_is_refused(
+    database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    news = queue.Owner(uid="uid-news-laptops", namespace="news", name="laptops")
+    await completed_row(async_connection, "https://e.test/news", {"fields": {"v": 1}}, owner=news)
+    await completed_row(async_connection, "https://e.test/shop", {"fields": {"v": 2}})
+
+    assert await cli("export", "--database-url", database_url, "laptops") == 1
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "ScrapeJobs named laptops have rows in namespaces news, shop" in captured.err
+
+
 async def test_exporting_a_scrapejob_with_no_rows_is_an_error_and_writes_no_file(
     database_url: str,
     async_connection: Connection,

@@ -670,3 +670,33 @@ async def test_enqueue_refuses_a_payload_a_worker_would_reject(
         )
     cursor = await async_connection.execute("SELECT count(*) FROM scraping_jobs")
     assert await cursor.fetchone() == (0,)
+
+
+async def test_enqueue_refuses_an_unknown_row_option(async_connection: Connection) -> None:
+    options: dict[str, Any] = {"max_retry": 0}  # a typo of max_retries
+    with pytest.raises(TypeError, match="unknown row options: max_retry"):
+        await queue.enqueue(async_connection, "https://e.test/", **options)
+    with pytest.raises(TypeError, match="unknown row options: max_retry"):
+        await queue.enqueue_for_owner(
+            async_connection, queue.Owner("uid-1", "ns", "job"), ["https://e.test/"], **options
+        )
+    cursor = await async_connection.execute("SELECT count(*) FROM scraping_jobs")
+    assert await cursor.fetchone() == (0,)
+
+
+async def test_row_options_apply_to_every_row_unless_a_new_job_overrides_them(
+    async_connection: Connection,
+) -> None:
+    options: queue.RowOptions = {"queue": "q", "priority": 7, "max_retries": 1}
+    await queue.enqueue_many(
+        async_connection,
+        ["https://e.test/a", queue.NewJob("https://e.test/b", priority=9)],
+        **options,
+    )
+    cursor = await async_connection.execute(
+        "SELECT url_to_scrape, queue, priority, max_retries FROM scraping_jobs ORDER BY id"
+    )
+    assert await cursor.fetchall() == [
+        ("https://e.test/a", "q", 7, 1),
+        ("https://e.test/b", "q", 9, 1),
+    ]

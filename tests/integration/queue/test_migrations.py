@@ -10,7 +10,8 @@ import psycopg
 import pytest
 import scrapeq_queue as queue
 from scrapeq_queue.migrations import available_migrations
-from scrapeq_queue.snapshot import SNAPSHOT_PATH, dump_schema, render_snapshot
+
+from scrapeq.local.schema_snapshot import SNAPSHOT_PATH, dump_schema, render_snapshot
 
 pytestmark = pytest.mark.postgres
 
@@ -30,7 +31,7 @@ def test_migrations_reproduce_the_schema_snapshot(postgres_server: str) -> None:
             connection.execute(SNAPSHOT_PATH.read_bytes())
 
         assert render_snapshot(migrated) == SNAPSHOT_PATH.read_text(encoding="utf-8"), (
-            "schema.sql is stale: run `python -m scrapeq_queue.snapshot`"
+            "schema.sql is stale: run `python -m scrapeq.local.schema_snapshot`"
         )
         assert dump_schema(loaded) == dump_schema(migrated)
         assert queue.migrate(loaded) == [], "a database loaded from schema.sql is current"

@@ -100,8 +100,17 @@ HOSTILE_CASES = [
         {"timeoutSeconds": 3},
         "failed",
         "timeout",
-        "timed out",
+        "the job's 3s timeout ran out",
         id="never-finishes-loading",
+    ),
+    pytest.param(
+        "/stall",
+        {"timeoutSeconds": 3},
+        "failed",
+        "timeout",
+        "the job's 3s timeout ran out",
+        # A server that never answers the document is slow, not a page whose script hangs.
+        id="server-never-answers",
     ),
     pytest.param(
         "/huge",
@@ -240,30 +249,46 @@ async def test_a_non_html_document_is_recorded_not_rendered(
 
 async def crash_renderer_showing(endpoint: str, url_part: str) -> None:
     """Crash the renderer of the tab whose URL contains `url_part`, from outside the worker,
-    through the browser's DevTools endpoint (CDP Page.crash)."""
+    through the browser's DevTools endpoint (CDP Page.crash), and return once Chromium reports
+    the crash (`Target.targetCrashed`): a request sent and not waited for may never be handled
+    before this connection closes."""
     async with websocket_connect(endpoint, max_size=None) as cdp:
-        await cdp.send('{"id": 1, "method": "Target.getTargets"}')
-        targets: list[dict[str, Any]] = []
-        while not targets:
-            message = json.loads(await cdp.recv())
-            if message.get("id") == 1:
-                targets = message["result"]["targetInfos"]
+
+        async def call(method: str, params: dict[str, Any], session: str | None = None) -> Any:
+            request_id = next(ids)
+            message: dict[str, Any] = {"id": request_id, "method": method, "params": params}
+            if session is not None:
+                message["sessionId"] = session
+            await cdp.send(json.dumps(message))
+            if method == "Page.crash":
+                return None  # the renderer dies instead of answering
+            while True:
+                answer = json.loads(await cdp.recv())
+                if answer.get("id") == request_id:
+                    assert "error" not in answer, answer
+                    return answer["result"]
+                events.append(answer)
+
+        ids = iter(range(1, 1000))
+        events: list[dict[str, Any]] = []
+        # Crash events for every target from here on (setDiscoverTargets reports them).
+        await call("Target.setDiscoverTargets", {"discover": True})
+        targets = (await call("Target.getTargets", {}))["targetInfos"]
         [target] = [t for t in targets if t["type"] == "page" and url_part in t["url"]]
-        await cdp.send(
-            json.dumps(
-                {
-                    "id": 2,
-                    "method": "Target.attachToTarget",
-                    "params": {"targetId": target["targetId"], "flatten": True},
-                }
-            )
+        attached = await call(
+            "Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}
         )
-        session = None
-        while session is None:
-            message = json.loads(await cdp.recv())
-            if message.get("id") == 2:
-                session = message["result"]["sessionId"]
-        await cdp.send(json.dumps({"id": 3, "method": "Page.crash", "sessionId": session}))
+        await call("Page.crash", {}, session=attached["sessionId"])
+
+        def crashed(event: dict[str, Any]) -> bool:
+            return (
+                event.get("method") == "Target.targetCrashed"
+                and event["params"]["targetId"] == target["targetId"]
+            )
+
+        async with asyncio.timeout(30):
+            while not any(crashed(event) for event in events):
+                events.append(json.loads(await cdp.recv()))
 
 
 async def test_a_renderer_crash_fails_only_its_own_job(

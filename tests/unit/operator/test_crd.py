@@ -50,8 +50,37 @@ def test_every_spec_and_status_field_has_a_description() -> None:
     assert undocumented == []
 
 
-def test_printer_columns_show_phase_done_failed_and_age() -> None:
+def test_printer_columns_show_phase_progress_reason_and_more_with_wide() -> None:
     (version,) = _load()["spec"]["versions"]
-    names = [column["name"] for column in version["additionalPrinterColumns"]]
-    assert names[:4] == ["Phase", "Done", "Failed", "Age"]
+    columns = version["additionalPrinterColumns"]
+    default = [column["name"] for column in columns if not column.get("priority")]
+    wide = [column["name"] for column in columns if column.get("priority") == 1]
+    assert default == ["Phase", "Done", "Failed", "Reason", "Age", "Message"]
+    assert wide == ["Queue", "URL", "Schedule", "Last Schedule"]
     assert version["subresources"] == {"status": {}}
+
+
+# Fields of a scheduled ScrapeJob that may change on a live object (docs/scrapejob.md).
+MUTABLE_SPEC_FIELDS = {
+    "schedule",
+    "timeZone",
+    "suspend",
+    "concurrencyPolicy",
+    "successfulRunsHistoryLimit",
+    "failedRunsHistoryLimit",
+}
+
+
+def test_every_spec_field_but_the_operational_ones_is_guarded_by_the_immutability_rule() -> None:
+    (version,) = _load()["spec"]["versions"]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    (rule,) = [
+        item["rule"]
+        for item in spec["x-kubernetes-validations"]
+        if item["message"].startswith("spec is immutable")
+    ]
+    for name in set(spec["properties"]) - MUTABLE_SPEC_FIELDS:
+        clause = f"(has(self.{name}) ? has(oldSelf.{name}) && self.{name} == oldSelf.{name}"
+        assert clause in rule, name
+    for name in MUTABLE_SPEC_FIELDS:
+        assert f"self.{name}" not in rule

@@ -1,4 +1,5 @@
-"""Cron schedules: what parses, what is rejected and why, and when a schedule fires (UTC)."""
+"""Cron schedules: what parses, what is rejected and why, and when a schedule fires (UTC and
+IANA time zones across daylight saving changes)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ def at(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
-def fires_after(schedule: str, start: str, count: int) -> list[str]:
-    """The next `count` fire times after `start`, as 'YYYY-MM-DD HH:MM' strings."""
-    parsed = parse_schedule(schedule)
+def fires_after(schedule: str, start: str, count: int, zone: str | None = None) -> list[str]:
+    """The next `count` fire times after `start` (UTC), as UTC 'YYYY-MM-DD HH:MM' strings."""
+    parsed = parse_schedule(schedule, zone)
     moment = at(start)
     times = []
     for _ in range(count):
@@ -143,8 +144,8 @@ def test_extra_whitespace_between_fields_is_fine() -> None:
         ("@every 1d", "@every needs a duration"),
         ("@every 4s", "@every 4s is shorter than the minimum of 5s"),
         ("@every 0s", "shorter than the minimum"),
-        ("TZ=Europe/Paris 0 3 * * *", "time zones are not supported; schedules are in UTC"),
-        ("CRON_TZ=UTC 0 3 * * *", "time zones are not supported"),
+        ("TZ=Europe/Paris 0 3 * * *", "a TZ= prefix is not supported; set spec.timeZone instead"),
+        ("CRON_TZ=UTC 0 3 * * *", "set spec.timeZone instead"),
     ],
 )
 def test_an_invalid_schedule_is_rejected_naming_the_bad_part(text: str, message: str) -> None:
@@ -330,3 +331,70 @@ def test_nothing_is_due_when_now_is_not_after_since() -> None:
     moment = at("2026-03-01 10:00")
     assert latest_fire(schedule, moment, moment) is None
     assert latest_fire(schedule, moment, moment - timedelta(minutes=5)) is None
+
+
+# --- time zones -----------------------------------------------------------------------------------
+
+
+def test_a_daily_time_in_a_time_zone_keeps_its_wall_clock_time_across_summer_time() -> None:
+    # Europe/Berlin is UTC+1 in winter and UTC+2 from 2026-03-29 (clocks go forward at 02:00).
+    assert fires_after("0 9 * * *", "2026-03-27 12:00", 3, zone="Europe/Berlin") == [
+        "2026-03-28 08:00",
+        "2026-03-29 07:00",
+        "2026-03-30 07:00",
+    ]
+
+
+def test_a_time_skipped_when_clocks_go_forward_fires_once_as_much_later() -> None:
+    # 02:30 does not exist in Berlin on 2026-03-29: it fires at 03:30 local (01:30 UTC).
+    assert fires_after("30 2 * * *", "2026-03-28 12:00", 2, zone="Europe/Berlin") == [
+        "2026-03-29 01:30",
+        "2026-03-30 00:30",
+    ]
+
+
+def test_a_skipped_time_and_the_real_time_it_lands_on_fire_once() -> None:
+    # 02:30 (skipped) lands on 03:30, which is also in the schedule: one fire, not two.
+    assert fires_after("30 2,3 * * *", "2026-03-28 23:00", 2, zone="Europe/Berlin") == [
+        "2026-03-29 01:30",
+        "2026-03-30 00:30",
+    ]
+
+
+def test_a_time_that_occurs_twice_when_clocks_go_back_fires_at_its_first_occurrence() -> None:
+    # New York falls back from 02:00 EDT to 01:00 EST on 2026-11-01: 01:30 happens twice
+    # (05:30 and 06:30 UTC); it fires once, at 05:30 UTC.
+    assert fires_after("30 1 * * *", "2026-10-31 12:00", 2, zone="America/New_York") == [
+        "2026-11-01 05:30",
+        "2026-11-02 06:30",
+    ]
+
+
+def test_an_hourly_schedule_in_a_zone_fires_every_wall_clock_hour_once() -> None:
+    fires = fires_after("0 * * * *", "2026-11-01 03:30", 4, zone="America/New_York")
+    # 00:00 EDT = 04:00 UTC, 01:00 EDT = 05:00 UTC, (01:00 EST repeated: skipped), 02:00 EST...
+    assert fires == ["2026-11-01 04:00", "2026-11-01 05:00", "2026-11-01 07:00", "2026-11-01 08:00"]
+
+
+def test_the_latest_fire_in_a_zone_is_the_last_wall_clock_match_before_now() -> None:
+    schedule = parse_schedule("0 9 * * *", "Europe/Berlin")
+    assert latest_fire(schedule, at("2026-03-28 00:00"), at("2026-03-30 12:00")) == at(
+        "2026-03-30 07:00"
+    )
+    assert latest_fire(schedule, at("2026-03-30 07:00"), at("2026-03-30 12:00")) is None
+    skipped = parse_schedule("30 2 * * *", "Europe/Berlin")
+    assert latest_fire(skipped, at("2026-03-29 00:00"), at("2026-03-29 02:00")) == at(
+        "2026-03-29 01:30"
+    )
+
+
+def test_an_unknown_time_zone_is_rejected_with_its_name() -> None:
+    with pytest.raises(CronError, match="unknown time zone 'Europe/Berln'"):
+        parse_schedule("0 3 * * *", "Europe/Berln")
+
+
+def test_every_ignores_the_time_zone() -> None:
+    schedule = parse_schedule("@every 1h", "Asia/Kolkata")
+    assert next_fire(schedule, at("2026-01-01 00:00"), since=at("2026-01-01 00:00")) == at(
+        "2026-01-01 01:00"
+    )

@@ -47,17 +47,25 @@ def test_a_url_list_with_bad_lines_names_them() -> None:
     assert "line 3" in caught.value.message
 
 
-def test_an_empty_url_list_cannot_run() -> None:
+def test_an_empty_url_list_cannot_run_until_its_configmap_is_fixed() -> None:
     with pytest.raises(JobNotRunnableError) as caught:
         parse_url_list("# nothing\n\n", max_urls=10, where="ConfigMap l key k")
     assert caught.value.reason == "NoURLs"
+    assert not caught.value.permanent  # a ConfigMap can change: the job is retried
 
 
-def test_a_url_list_over_the_limit_cannot_run() -> None:
+def test_a_url_list_over_the_limit_cannot_run_until_its_configmap_is_fixed() -> None:
     text = "\n".join(f"https://e.example/{n}" for n in range(11))
     with pytest.raises(JobNotRunnableError) as caught:
         parse_url_list(text, max_urls=10, where="ConfigMap l key k")
     assert caught.value.reason == "TooManyURLs"
+    assert not caught.value.permanent
+
+
+def test_a_spec_without_any_url_source_fails_for_good() -> None:
+    with pytest.raises(JobNotRunnableError) as caught:
+        url_source({"parserType": "html"})
+    assert (caught.value.reason, caught.value.permanent) == ("NoURLs", True)
 
 
 def test_row_options_carry_the_scrape_settings_in_the_payload() -> None:
@@ -74,9 +82,13 @@ def test_row_options_carry_the_scrape_settings_in_the_payload() -> None:
         "payload": {"headers": {"X-Trace": "1"}, "render": True},
     }
     options = row_options(spec)
-    assert (options.queue, options.priority, options.parser_type) == ("fast", 5, "product")
-    assert (options.max_retries, options.backoff_seconds) == (2, 7.0)
-    assert options.payload == {
+    assert (options["queue"], options["priority"], options["parser_type"]) == (
+        "fast",
+        5,
+        "product",
+    )
+    assert (options["max_retries"], options["backoff_seconds"]) == (2, 7.0)
+    assert options["payload"] == {
         "headers": {"X-Trace": "1"},
         "render": False,
         "waitUntil": "load",
@@ -97,7 +109,7 @@ def test_row_payload_passes_the_queue_payload_validation() -> None:
         "extract": {"price": {"selector": ".price", "attribute": "content", "all": False}},
         "follow": {"selector": "a.product", "maxDepth": 1, "maxPages": 500},
     }
-    assert validate_payload(row_options(spec).payload) == []
+    assert validate_payload(row_options(spec)["payload"]) == []
 
 
 def test_a_gzip_url_list_is_decompressed() -> None:

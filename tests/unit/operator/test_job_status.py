@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,78 +18,63 @@ from scrapeq_operator.job_status import (
     progress_text,
     status_changes,
 )
+from scrapeq_queue import OwnerProgress, ResultPreview
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 
-@dataclass(frozen=True)
-class Preview:
-    url: str
-    result: Any
-
-
-@dataclass(frozen=True)
-class Counts:
-    total: int = 0
-    pending: int = 0
-    retrying: int = 0
-    processing: int = 0
-    succeeded: int = 0
-    failed: int = 0
-    cancelled: int = 0
-    last_error: str | None = None
-    first_started_at: datetime | None = None
-    last_finished_at: datetime | None = None
-    preview: Sequence[Preview] = field(default=())
+def preview(url: str, result: Any) -> ResultPreview:
+    """A recent result as the queue reports it (only its URL and result reach the status)."""
+    return ResultPreview(job_id=1, url=url, result=result, finished_at=NOW)
 
 
 def test_a_job_without_rows_is_pending() -> None:
-    assert decide_phase(Counts(), 0) is Phase.PENDING
+    assert decide_phase(OwnerProgress(), 0) is Phase.PENDING
 
 
 def test_a_job_whose_rows_all_wait_for_a_first_attempt_is_pending() -> None:
-    assert decide_phase(Counts(total=3, pending=3), 0) is Phase.PENDING
+    assert decide_phase(OwnerProgress(total=3, pending=3), 0) is Phase.PENDING
 
 
 def test_a_job_with_a_row_in_flight_is_running() -> None:
-    assert decide_phase(Counts(total=3, pending=2, processing=1), 0) is Phase.RUNNING
+    assert decide_phase(OwnerProgress(total=3, pending=2, processing=1), 0) is Phase.RUNNING
 
 
 def test_a_job_with_a_retry_pending_is_running_not_complete() -> None:
-    counts = Counts(total=2, succeeded=1, retrying=1)
+    counts = OwnerProgress(total=2, succeeded=1, retrying=1)
     assert decide_phase(counts, 100) is Phase.RUNNING
 
 
 def test_a_job_whose_rows_all_succeeded_is_succeeded() -> None:
-    assert decide_phase(Counts(total=3, succeeded=3), 0) is Phase.SUCCEEDED
+    assert decide_phase(OwnerProgress(total=3, succeeded=3), 0) is Phase.SUCCEEDED
 
 
 def test_one_failed_row_fails_the_job_by_default() -> None:
-    assert decide_phase(Counts(total=100, succeeded=99, failed=1), 0) is Phase.FAILED
+    assert decide_phase(OwnerProgress(total=100, succeeded=99, failed=1), 0) is Phase.FAILED
 
 
 def test_failures_within_the_allowed_percentage_still_succeed() -> None:
-    assert decide_phase(Counts(total=100, succeeded=95, failed=5), 5) is Phase.SUCCEEDED
-    assert decide_phase(Counts(total=100, succeeded=94, failed=6), 5) is Phase.FAILED
+    assert decide_phase(OwnerProgress(total=100, succeeded=95, failed=5), 5) is Phase.SUCCEEDED
+    assert decide_phase(OwnerProgress(total=100, succeeded=94, failed=6), 5) is Phase.FAILED
 
 
 def test_cancelled_rows_make_a_finished_job_cancelled() -> None:
-    assert decide_phase(Counts(total=3, succeeded=1, cancelled=2), 0) is Phase.CANCELLED
+    assert decide_phase(OwnerProgress(total=3, succeeded=1, cancelled=2), 0) is Phase.CANCELLED
 
 
 def test_done_counts_every_finished_row_out_of_all_rows() -> None:
-    assert progress_text(Counts(total=120, succeeded=30, failed=7, pending=83)) == "37/120"
+    assert progress_text(OwnerProgress(total=120, succeeded=30, failed=7, pending=83)) == "37/120"
 
 
 def test_a_succeeded_status_has_counts_times_and_a_complete_condition() -> None:
     started = NOW - timedelta(minutes=5)
     finished = NOW - timedelta(seconds=2)
-    counts = Counts(
+    counts = OwnerProgress(
         total=2,
         succeeded=2,
         first_started_at=started,
         last_finished_at=finished,
-        preview=(Preview("https://a.example/", {"title": "A"}),),
+        preview=(preview("https://a.example/", {"title": "A"}),),
     )
     status = build_status(
         counts, previous={}, generation=1, allowed_failure_percent=0, queue="default", now=NOW
@@ -109,7 +92,7 @@ def test_a_succeeded_status_has_counts_times_and_a_complete_condition() -> None:
 
 def test_a_running_status_has_no_completion_time_and_no_terminal_condition() -> None:
     status = build_status(
-        Counts(total=2, processing=1, pending=1),
+        OwnerProgress(total=2, processing=1, pending=1),
         previous={},
         generation=1,
         allowed_failure_percent=0,
@@ -123,7 +106,7 @@ def test_a_running_status_has_no_completion_time_and_no_terminal_condition() -> 
 
 def test_a_failed_status_names_the_last_error() -> None:
     status = build_status(
-        Counts(total=1, failed=1, last_error="HTTP 500 from https://x.example/"),
+        OwnerProgress(total=1, failed=1, last_error="HTTP 500 from https://x.example/"),
         previous={},
         generation=1,
         allowed_failure_percent=0,
@@ -134,6 +117,39 @@ def test_a_failed_status_names_the_last_error() -> None:
     assert status["lastError"] == "HTTP 500 from https://x.example/"
     (failed,) = [c for c in status["conditions"] if c["type"] == "Failed"]
     assert "HTTP 500" in failed["message"]
+    assert status["reason"] == "URLsFailed"
+    assert status["message"] == "1 of 1 URLs failed; last error: HTTP 500 from https://x.example/"
+
+
+def _shop_status(counts: OwnerProgress, previous: dict[str, Any], unserved: bool) -> dict[str, Any]:
+    return build_status(
+        counts,
+        previous=previous,
+        generation=1,
+        allowed_failure_percent=0,
+        queue="shop",
+        now=NOW,
+        queue_unserved=unserved,
+    )
+
+
+def test_rows_waiting_on_a_queue_no_pool_serves_make_the_job_stalled_until_one_does() -> None:
+    stalled = _shop_status(OwnerProgress(total=2, pending=2), {}, unserved=True)
+    (condition,) = [c for c in stalled["conditions"] if c["type"] == "Stalled"]
+    assert (condition["status"], condition["reason"]) == ("True", "NoWorkerPool")
+    assert "no worker pool serves queue shop" in condition["message"]
+    assert stalled["reason"] == "NoWorkerPool"
+    assert stalled["message"].startswith("no worker pool serves queue shop")
+    assert len(stalled["message"]) <= 120
+
+    served = _shop_status(OwnerProgress(total=2, pending=2), stalled, unserved=False)
+    assert "Stalled" not in {c["type"] for c in served["conditions"]}
+    assert (served["reason"], served["message"]) == (None, None)
+
+
+def test_a_job_whose_rows_are_all_in_flight_is_not_stalled() -> None:
+    status = _shop_status(OwnerProgress(total=1, processing=1), {}, unserved=True)
+    assert "Stalled" not in {c["type"] for c in status["conditions"]}
 
 
 def test_queued_rows_turn_a_not_ready_job_ready() -> None:
@@ -146,7 +162,7 @@ def test_queued_rows_turn_a_not_ready_job_ready() -> None:
         "lastTransitionTime": "2026-11-30T08:00:00Z",
     }
     status = build_status(
-        Counts(total=2, pending=2),
+        OwnerProgress(total=2, pending=2),
         previous={"conditions": [not_ready]},
         generation=1,
         allowed_failure_percent=0,
@@ -169,7 +185,7 @@ def test_conditions_set_by_others_are_kept() -> None:
         "lastTransitionTime": "2026-11-30T08:00:00Z",
     }
     status = build_status(
-        Counts(total=2, succeeded=2),
+        OwnerProgress(total=2, succeeded=2),
         previous={"conditions": [other]},
         generation=1,
         allowed_failure_percent=0,
@@ -181,9 +197,9 @@ def test_conditions_set_by_others_are_kept() -> None:
 
 
 def test_previews_are_few_and_short() -> None:
-    previews = [Preview(f"https://e.example/{n}", "x" * 5000) for n in range(10)]
+    previews = tuple(preview(f"https://e.example/{n}", "x" * 5000) for n in range(10))
     status = build_status(
-        Counts(total=10, succeeded=10, preview=previews),
+        OwnerProgress(total=10, succeeded=10, preview=previews),
         previous={},
         generation=1,
         allowed_failure_percent=0,
@@ -245,7 +261,7 @@ def test_a_changed_condition_gets_a_new_transition_time() -> None:
 
 def test_an_identical_status_needs_no_patch() -> None:
     status = build_status(
-        Counts(total=2, succeeded=2),
+        OwnerProgress(total=2, succeeded=2),
         previous={},
         generation=1,
         allowed_failure_percent=0,
@@ -253,7 +269,7 @@ def test_an_identical_status_needs_no_patch() -> None:
         now=NOW,
     )
     again = build_status(
-        Counts(total=2, succeeded=2),
+        OwnerProgress(total=2, succeeded=2),
         previous=status,
         generation=1,
         allowed_failure_percent=0,

@@ -3,6 +3,9 @@ that an interval of 0 turns the loop off."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from typing import Any, cast
 
 import pytest
@@ -48,7 +51,39 @@ def test_a_bad_retention_value_names_the_variable(name: str, value: str, message
         OperatorSettings.from_environment({**DATABASE, name: value})
 
 
-async def test_an_interval_of_zero_turns_the_retention_loop_off() -> None:
+class RecordingRuntime:
+    """Stands in for the operator's runtime: counts the connections asked for, gives none."""
+
+    def __init__(self) -> None:
+        self.connections_asked = 0
+        self.asked = asyncio.Event()
+
+    def connection(self) -> Any:
+        self.connections_asked += 1
+        self.asked.set()
+        raise RuntimeError("no database in a unit test")
+
+
+async def test_an_interval_of_zero_turns_the_retention_loop_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     settings = OperatorSettings(database_url="postgresql://db/x", prune_interval_seconds=0)
-    # Turned off, the loop returns before it needs anything from the runtime.
-    await Retention(settings, cast(Any, None)).run()
+    runtime = RecordingRuntime()
+    caplog.set_level(logging.INFO, logger="scrapeq_operator.retention")
+    await asyncio.wait_for(Retention(settings, cast(Any, runtime)).run(), 5)
+    assert runtime.connections_asked == 0
+    assert "retention: off" in caplog.text
+
+
+async def test_a_positive_interval_prunes_at_once_and_keeps_running() -> None:
+    settings = OperatorSettings(database_url="postgresql://db/x", prune_interval_seconds=3600)
+    runtime = RecordingRuntime()
+    loop = asyncio.create_task(Retention(settings, cast(Any, runtime)).run())
+    try:
+        await asyncio.wait_for(runtime.asked.wait(), 5)
+        assert runtime.connections_asked == 1
+        assert not loop.done()  # a failed pass waits for the next interval
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop

@@ -13,6 +13,7 @@ from scrapeq_operator.schedule_plan import (
     SCHEDULED_TIME_ANNOTATION,
     ConcurrencyPolicy,
     Run,
+    applied_schedule,
     history_to_prune,
     invalid_schedule_status,
     owned_runs,
@@ -216,6 +217,7 @@ def status_after(plan: Any, runs_after: list[Run], **overrides: Any) -> dict[str
         "plan": plan,
         "runs_after": runs_after,
         "suspended": False,
+        "applied": {"schedule": "* * * * *", "timeZone": "UTC", "suspend": False},
         "generation": 1,
         "now": T0 + timedelta(minutes=1, seconds=2),
     }
@@ -254,6 +256,7 @@ def test_a_skipped_run_is_recorded_in_a_condition_until_a_run_starts() -> None:
     assert skipped["status"] == "True"
     assert skipped["reason"] == "ConcurrencyForbidden"
     assert active.name in skipped["message"]
+    assert status["reason"] == "ConcurrencyForbidden"
     assert "2026-03-01T10:01:00Z" in skipped["message"]
 
     later = check(ConcurrencyPolicy.FORBID, [run(0, "Succeeded")])
@@ -277,3 +280,57 @@ def test_an_invalid_schedule_fails_the_job_with_ready_false() -> None:
     (ready,) = status["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSchedule")
     assert "61 is out of range" in ready["message"]
+    assert status["reason"] == "InvalidSchedule"
+    assert status["message"] == "spec.schedule: minute: 61 is out of range 0-59"
+
+
+def applied(previous: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    arguments: dict[str, Any] = {
+        "schedule_text": "0 * * * *",
+        "time_zone": None,
+        "suspended": False,
+        "created_at": T0,
+        "now": T0 + timedelta(days=2),
+    }
+    arguments.update(changes)
+    return applied_schedule({"appliedSchedule": previous} if previous else {}, **arguments)
+
+
+def test_the_first_check_applies_the_schedule_since_the_job_was_created() -> None:
+    first = applied({})
+    assert first == {
+        "schedule": "0 * * * *",
+        "timeZone": "UTC",
+        "suspend": False,
+        "since": "2026-03-01T10:00:00Z",
+    }
+    assert applied(first) == first
+
+
+def test_a_changed_schedule_time_zone_or_suspension_applies_from_the_check_that_sees_it() -> None:
+    first = applied({})
+    for change in (
+        {"schedule_text": "0 3 * * *"},
+        {"time_zone": "Europe/Berlin"},
+        {"suspended": True},
+    ):
+        assert applied(first, **change)["since"] == "2026-03-03T10:00:00Z", change
+
+
+def test_fire_times_before_a_schedule_change_are_not_caught_up() -> None:
+    # Suspended for two days, then resumed: the hourly fire times in between are not started.
+    resumed = {"appliedSchedule": {"since": "2026-03-03T10:00:30Z"}}
+    now = datetime(2026, 3, 3, 10, 0, 40, tzinfo=UTC)
+    anchor = schedule_anchor(resumed, T0, [run(0, "Succeeded")], now)
+    assert anchor == datetime(2026, 3, 3, 10, 0, 30, tzinfo=UTC)
+    plan = plan_check(
+        parse_schedule("0 * * * *"),
+        ConcurrencyPolicy.FORBID,
+        anchor=anchor,
+        now=now,
+        runs=[run(0, "Succeeded")],
+        successful_limit=3,
+        failed_limit=1,
+        suspended=False,
+    )
+    assert plan.start is None

@@ -26,6 +26,10 @@ from scrapeq_worker.network_guard import NetworkGuard, denial_reason, parse_netw
         ("::", "unspecified"),
         ("::ffff:127.0.0.1", "loopback"),
         ("64:ff9b::a9fe:a9fe", "link-local (cloud metadata)"),
+        # 6to4 (2002:V4ADDR::/48) reaches the IPv4 address it embeds, through a relay.
+        ("2002:a9fe:a9fe::1", "link-local (cloud metadata)"),
+        ("2002:c0a8:0101::1", "private"),
+        ("2002:7f00:0001::", "loopback"),
         ("198.18.0.1", "not globally routable"),
     ],
 )
@@ -33,7 +37,9 @@ def test_internal_addresses_are_denied_with_a_named_reason(address: str, label: 
     assert denial_reason(ipaddress.ip_address(address)) == label
 
 
-@pytest.mark.parametrize("address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111"])
+@pytest.mark.parametrize(
+    "address", ["93.184.216.34", "8.8.8.8", "2606:4700:4700::1111", "2002:0808:0808::1"]
+)
 def test_public_addresses_pass(address: str) -> None:
     assert denial_reason(ipaddress.ip_address(address)) is None
 
@@ -44,6 +50,16 @@ def test_the_allow_list_exempts_exactly_its_networks() -> None:
     guard.check_address(ipaddress.ip_address("::1"), url="http://[::1]/")
     with pytest.raises(BlockedRequest, match=r"127\.0\.0\.1 is a loopback address"):
         guard.check_address(ipaddress.ip_address("127.0.0.1"), url="http://127.0.0.1/")
+
+
+def test_a_6to4_address_wrapping_an_internal_one_is_blocked() -> None:
+    guard = NetworkGuard()
+    with pytest.raises(
+        BlockedRequest, match=r"2002:a9fe:a9fe::1 is a link-local \(cloud metadata\)"
+    ):
+        guard.check_address(
+            ipaddress.ip_address("2002:a9fe:a9fe::1"), url="http://[2002:a9fe:a9fe::1]/"
+        )
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from scrapeq_operator.dependencies import MAX_GRAPH_JOBS, check_dependencies
+from scrapeq_operator.depends_on import MAX_GRAPH_JOBS, check_dependencies
 from scrapeq_operator.job_spec import ScrapeJobField, dependency_names, url_source
 
 

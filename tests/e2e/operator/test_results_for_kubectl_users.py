@@ -1,0 +1,75 @@
+"""Results for a user with only Kubernetes access: `kubectl exec deploy/<release>-operator --
+scrapeq export NAME` runs `scrapeq export` in the operator's pod, with nothing but the pod's
+environment (DATABASE_URL from the chart's Secret, no kubeconfig, no namespace). The real node
+test runs it through kubectl exec; here the same command runs with the same environment on the
+real parts (kube-apiserver, PostgreSQL, the operator process), after a ScrapeJob succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from tests.e2e.operator.operator_parts import (
+    REPOSITORY_ROOT,
+    Kubectl,
+    OperatorProcess,
+    poll,
+    scrapejob,
+    work_rows,
+)
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
+
+
+def _operator_pod_environment(database_url: str) -> dict[str, str]:
+    """What the operator's container has: PATH and friends, DATABASE_URL, no kubeconfig."""
+    kept = {key: value for key, value in os.environ.items() if key in {"PATH", "HOME", "LANG"}}
+    return {**kept, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1"}
+
+
+@pytest.mark.timeout(120)
+def test_a_succeeded_jobs_results_stream_as_json_lines_from_the_operators_environment(
+    kubectl: Kubectl,
+    namespace: str,
+    database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    operator_factory(database_url)
+    urls = ["https://shop.example.com/a", "https://shop.example.com/b"]
+    manifest = scrapejob("laptops", urls=urls)
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.create(manifest)
+    poll(
+        lambda: (
+            len(work_rows(database_url)) == 0
+            and kubectl.get("scrapejob", "laptops", namespace).get("status", {}).get("phase")
+            == "Succeeded"
+        ),
+        timeout=60,
+        what="the job to be worked and Succeeded",
+        interval=0.5,
+    )
+
+    # The documented command, as `kubectl exec deploy/scrapeq-operator -- scrapeq export
+    # laptops` runs it: no namespace (the rows say which), JSON Lines to stdout.
+    exported = subprocess.run(
+        [sys.executable, "-m", "scrapeq", "export", "laptops", "--output", "-"],
+        cwd=REPOSITORY_ROOT,
+        env=_operator_pod_environment(database_url),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert exported.returncode == 0, exported.stderr
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert sorted(line["url"] for line in lines) == urls
+    assert all(line["fields"] == {"title": f"page {line['url']}"} for line in lines)
+    assert f"exported 2 result(s) of {namespace}/laptops" in exported.stderr
