@@ -10,6 +10,7 @@ Prometheus on the host scrapes the pods at their addresses.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 
 from scrapeq.demo.run import EXAMPLE_SHOP, NAMESPACE, Demo, DemoError, say
@@ -98,6 +99,17 @@ class PodDemo(Demo):
             say("kubectl get pods -l app.kubernetes.io/component=worker\n" + shown)
             self._update_targets()
         return len(pods)
+
+    def show_results(self) -> None:
+        super().show_results()
+        self.watch_scale_down()
+
+    def watch_scale_down(self, timeout_seconds: float = 180.0) -> None:
+        """Show the worker pods until the autoscaler has taken the idle pool back to zero."""
+        say("the queue is empty: the operator scales the workers back to zero after a cool-down")
+        deadline = time.monotonic() + timeout_seconds
+        while self.follow_replicas() and time.monotonic() < deadline:
+            time.sleep(1)
 
     def _update_targets(self) -> None:
         if self.prometheus is None or self.release is None:

@@ -41,7 +41,13 @@ from typing import TypedDict
 
 from scrapeq.local.certificates import issue_certificate, make_authority, make_service_account_keys
 from scrapeq.local.controlplane import REPOSITORY_ROOT, tool_path, write_kubeconfig
-from scrapeq.local.processes import LocalPartError, pid_alive, terminate_pid, wait_until
+from scrapeq.local.processes import (
+    LocalPartError,
+    pid_alive,
+    terminate,
+    terminate_pid,
+    wait_until,
+)
 
 # Machine-wide: the record of the running node and the sysctls to restore. /run is emptied on
 # boot, when every process the record names is gone too.
@@ -96,8 +102,17 @@ SYSCTLS = (
     "net/bridge/bridge-nf-call-iptables",
     "net/bridge/bridge-nf-call-ip6tables",
 )
-# Paths the kubelet creates outside its root directory whatever it is told.
-FIXED_PATHS = (Path("/var/lib/kubelet"), Path("/var/log/containers"), Path("/var/log/pods"))
+# Paths created outside the node's directories whatever they are told: the kubelet's
+# device-plugin and log directories, the CNI library's result cache, containerd's shim sockets
+# and the network namespaces' mount directory. Removed by `stop` when they did not exist before.
+FIXED_PATHS = (
+    Path("/var/lib/kubelet"),
+    Path("/var/log/containers"),
+    Path("/var/log/pods"),
+    Path("/var/lib/cni"),
+    Path("/run/containerd"),
+    Path("/run/netns"),
+)
 
 # Start order; `stop` goes backwards.
 COMPONENTS = (
@@ -140,6 +155,10 @@ class LocalNode:
     node_ip: str = field(default="", init=False)
     hostname: str = field(default="", init=False)
     pids: dict[str, int] = field(default_factory=dict, init=False)
+    # The processes this object started (a node attached to knows only their pids).
+    _children: dict[str, subprocess.Popen[bytes]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     # -- where things are --------------------------------------------------------------------
 
@@ -219,10 +238,16 @@ class LocalNode:
         if self.kubeconfig.exists() and self.pids.get("kubelet"):
             self._delete_pods()
         for component in reversed(COMPONENTS):
-            pid = self.pids.pop(component, None)
-            if pid is not None:
-                terminate_pid(pid, grace=10)
+            self._stop_component(component)
         clean_leftovers()
+
+    def _stop_component(self, component: str) -> None:
+        pid = self.pids.pop(component, None)
+        child = self._children.pop(component, None)
+        if child is not None:
+            terminate(child, grace=10)
+        elif pid is not None:
+            terminate_pid(pid, grace=10)
 
     def __enter__(self) -> LocalNode:
         self.start()
@@ -449,6 +474,7 @@ state = "{RECORD_DIR / "containerd-state"}"
         )
         log.close()
         self.pids[component] = process.pid
+        self._children[component] = process
         return process.pid
 
     def _binary(self, tool: str) -> str:
@@ -682,8 +708,7 @@ state = "{RECORD_DIR / "containerd-state"}"
     def _delete_pods(self) -> None:
         """Delete every pod through the API while the kubelet runs, so that each sandbox is
         stopped properly (the bridge plugin releases its address and iptables rules)."""
-        if self.pids.get("kube-controller-manager"):
-            terminate_pid(self.pids.pop("kube-controller-manager"))
+        self._stop_component("kube-controller-manager")
         self._kubectl(
             "delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force",
             "--wait=false", check=False,

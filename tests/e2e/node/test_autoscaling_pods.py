@@ -4,10 +4,19 @@ cool-down."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from scrapeq.local.release import Release, pod_network_site, product_page
-from tests.e2e.node.node_parts import apply_job, delete_job, succeeded, wait_for
+from scrapeq.local.release import CHART, Release, pod_network_site, product_page
+from tests.e2e.node.node_parts import (
+    apply_job,
+    completed_attempts,
+    delete_job,
+    slow_pages,
+    succeeded,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.node, pytest.mark.helm, pytest.mark.timeout(900)]
 
@@ -47,3 +56,38 @@ def test_a_scrapejob_scales_worker_pods_up_from_zero_and_back_to_zero(release: R
         what="the worker pods to be gone after the cool-down",
     )
     delete_job(release, "scale-from-zero")
+
+
+def test_helm_upgrade_leaves_the_replicas_of_a_pool_the_operator_scaled_up(
+    release: Release,
+) -> None:
+    with pod_network_site(slow_pages("/slow", 15)) as (site, _requested):
+        apply_job(
+            release, "busy-during-upgrade", [f"{site}/slow-{n}" for n in range(8)],
+            timeoutSeconds=120,
+        )  # fmt: skip
+        wait_for(
+            lambda: deployment_replicas(release) == 2,
+            timeout=120,
+            what="the operator to scale the pool to 2 for an 8-row backlog",
+        )
+        release.helm_command(
+            "upgrade", release.name, str(CHART), "-n", release.namespace, "--reuse-values",
+            "--wait", "--timeout", "300s",
+        )  # fmt: skip
+        # The chart renders no replicas for an autoscaled pool: the upgrade keeps the 2.
+        assert deployment_replicas(release) == 2
+        succeeded(release, "busy-during-upgrade")
+        assert all(
+            count == 1 for count in completed_attempts(release, "busy-during-upgrade").values()
+        )
+        delete_job(release, "busy-during-upgrade")
+
+
+def deployment_replicas(release: Release) -> int:
+    body = json.loads(
+        release.kubectl(
+            "get", "deployment", release.worker_deployment, "-n", release.namespace, "-o", "json"
+        ).stdout
+    )
+    return int(body["spec"].get("replicas") or 0)
