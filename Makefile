@@ -35,12 +35,12 @@ system-packages:
 	@scripts/ensure-system-packages.sh $$([ "$$(id -u)" -eq 0 ] && echo node)
 
 $(STAMP): pyproject.toml requirements/constraints.txt
-	@echo ">> preparing the virtual environment in $(VENV)/"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip > $(VENV)/install.log 2>&1 \
-		|| { cat $(VENV)/install.log; exit 1; }
-	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[dev]' \
-		>> $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@scripts/with-progress.sh "[1/2] upgrading pip in $(VENV)/" 15 $(VENV)/install-pip.log -- \
+		$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@scripts/with-progress.sh "[2/2] installing scrapeq and its pinned packages into $(VENV)/" 90 \
+		$(VENV)/install.log -- \
+		$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)

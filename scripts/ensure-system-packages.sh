@@ -58,6 +58,10 @@ else
   SUDO=
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+progress="$(dirname "$0")/with-progress.sh"
+log_dir=$(mktemp -d)
+$SUDO "$progress" "[1/2] apt-get update" 20 "$log_dir/update.log" -- apt-get update -qq
+$SUDO "$progress" "[2/2] apt-get install ${missing[*]}" 120 "$log_dir/install.log" -- \
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+rm -rf "$log_dir"
 echo ">> installed ${missing[*]}" >&2

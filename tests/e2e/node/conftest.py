@@ -56,7 +56,9 @@ def kube_node() -> Iterator[LocalNode]:
 def release(kube_node: LocalNode, helm_binary: Path) -> Iterator[Release]:
     """scrapeq installed once for the session with values-local.yaml, every pod Ready."""
     try:
-        installed = install_release(kube_node, helm_binary, name="scrapeq", namespace="scrapeq-e2e")
+        # Not "scrapeq": the README's quick start installs that name, and the chart names its
+        # cluster-wide objects after the release.
+        installed = install_release(kube_node, helm_binary, name="e2e", namespace="scrapeq-e2e")
     except LocalPartError as error:
         pytest.fail(f"helm install with values-local.yaml failed: {error}", pytrace=False)
     try:

@@ -51,7 +51,7 @@ def test_the_demo_runs_the_examples_on_worker_pods_that_scale_from_zero(
     assert re.search(r"scrapeq-worker-default-\w+-\w+\s+(Pending|Running)", output), output[-4000:]
     product = PRODUCTS[1]
     assert f'{{"name": "{product.name}", "price": "{product.price}"}}' in output
-    assert output.rstrip().endswith("stopped.")
+    assert result.stdout.rstrip().endswith("stopped.")
     namespaces = subprocess.run(
         ["kubectl", f"--kubeconfig={kube_node.kubeconfig}", "get", "namespace", "scrapeq-demo"],
         capture_output=True, text=True, timeout=60, check=False,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from scrapeq.local.release import Release, pod_network_site, product_page
+from scrapeq.local.release import Release, SitePage, pod_network_site, product_page
 from tests.e2e.node.node_parts import (
     apply_job,
     completed_attempts,
@@ -32,8 +32,15 @@ def get(release: Release, kind: str, name: str) -> dict[str, object]:
 
 
 def test_scale_in_deletes_the_idle_pod_and_spares_the_busy_one(release: Release) -> None:
-    with pod_network_site(slow_pages("/slow", 45)) as (site, _requested):
-        urls = [f"{site}/slow-0"] + [f"{site}/quick-{number}" for number in range(7)]
+    def answer(path: str) -> SitePage:
+        page = product_page(path)
+        # One long page keeps its pod busy; the others keep both pods busy until the second
+        # pod is Ready, then end, so the backlog drops to that one row and the pool scales in.
+        page.delay_seconds = 60 if path.startswith("/slow") else 10
+        return page
+
+    with pod_network_site(answer) as (site, _requested):
+        urls = [f"{site}/slow-0"] + [f"{site}/medium-{number}" for number in range(7)]
         apply_job(release, "scale-in", urls, timeoutSeconds=120)
         wait_for(
             lambda: len(release.ready_pods("worker")) == 2,

@@ -101,7 +101,8 @@ def test_the_readme_quick_start_runs_as_written_on_a_real_node(
                     shell(command.replace("> laptops.jsonl", f"> {exported}"))
                 else:
                     shell(command)
-            assert sorted(set(requested)) == ["/item/1", "/item/2", "/item/3"]
+            pages = {path for path in requested if path.startswith("/item/")}
+            assert pages == {"/item/1", "/item/2", "/item/3"}
         lines = [json.loads(line) for line in exported.read_text().splitlines()]
         titles = sorted(line["fields"]["title"] for line in lines)
         assert titles == ["Laptop 1", "Laptop 2", "Laptop 3"], lines
