@@ -10,15 +10,16 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
-	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator generate clean
+	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \
+	generate clean
 
 help:
 	@echo "make demo          run scrapeq end to end on local defaults"
 	@echo "make test          run the whole test suite (unit, integration, e2e)"
 	@echo "make lint          ruff, mypy (strict) and the import contracts (part of make test)"
-	@echo "make tools         build kube-apiserver, etcd and helm; print their paths"
-	@echo "make cluster-up    start a local kube-apiserver + etcd; print the KUBECONFIG export"
-	@echo "make cluster-down  stop it"
+	@echo "make tools         build the Kubernetes components, CoreDNS, etcd and helm; print their paths"
+	@echo "make cluster-up    start the local single-node cluster (real Pods); print the KUBECONFIG export"
+	@echo "make cluster-down  stop it and undo its changes to the host"
 	@echo "make images        build the worker, operator (and node) images with podman; print them"
 	@echo "                   REGISTRY=registry.example.com/scrapeq names them for a push;"
 	@echo "                   PULL_BASES=1 builds on the official base images (registry access)"
@@ -26,26 +27,29 @@ help:
 	@echo "make bench-queue   queue throughput and latency against PgQueuer and procrastinate"
 	@echo "make bench-worker  worker pages/s against a browser-per-job loop"
 	@echo "make bench-operator  1,000 ScrapeJobs + one of 100,000 URLs on the real control plane"
+	@echo "make bench-cluster   helm install, scale from zero and pages/s on real Pods"
 
+# As root (CI, the demo's usual case) also what the local node and images need; elsewhere the
+# node cannot run anyway, and the demo says so and uses local processes.
 system-packages:
-	@scripts/ensure-system-packages.sh
+	@scripts/ensure-system-packages.sh $$([ "$$(id -u)" -eq 0 ] && echo node)
 
 $(STAMP): pyproject.toml requirements/constraints.txt
-	@echo ">> preparing the virtual environment in $(VENV)/"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@$(PY) -m pip install -q --disable-pip-version-check --upgrade pip > $(VENV)/install.log 2>&1 \
-		|| { cat $(VENV)/install.log; exit 1; }
-	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[dev]' \
-		>> $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@scripts/with-progress.sh "[1/2] upgrading pip in $(VENV)/" 15 $(VENV)/install-pip.log -- \
+		$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	@scripts/with-progress.sh "[2/2] installing scrapeq and its pinned packages into $(VENV)/" 90 \
+		$(VENV)/install.log -- \
+		$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
 
 tools:
-	@tools/build.sh
+	@tools/build.sh node helm
 
 setup: system-packages venv
-	@tools/build.sh >/dev/null
+	@tools/build.sh node helm >/dev/null
 
 # Lint first: it takes seconds, the suite takes minutes.
 # pytest exits 5 when it collected no test: that is a failure here, never a green run.
@@ -94,6 +98,9 @@ bench-worker: setup
 
 bench-operator: setup
 	@$(PY) -m benchmarks.operator_scale
+
+bench-cluster: setup
+	@$(PY) -m benchmarks.cluster_pods
 
 # Regenerate every copied or rendered file from its single source (see scripts/generate.py).
 generate: venv

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs the Debian packages scrapeq's tests and demo run for real, when they are missing:
 # Chromium (the worker's browser), Prometheus (+ promtool), PostgreSQL 15 server binaries,
-# openssl (control-plane certificates). Needs root for apt-get; otherwise says what to run.
+# openssl (control-plane certificates), tinyproxy (the upstream-proxy tests). Needs root for apt-get; otherwise says what to run.
 #
 # Usage: scripts/ensure-system-packages.sh [node]
-#   node: also what container images and a local node need (`make images`): podman,
-#         mmdebstrap (base images from Debian packages), gcc + libc6-dev (the static pause
-#         binary), containerd (and its ctr client).
+#   node: also what container images and the local node need (`make images`,
+#         `make cluster-up`): podman, mmdebstrap (base images from Debian packages), gcc +
+#         libc6-dev (the static pause binary), containerd (and its ctr client), runc, the CNI
+#         plugins, iptables and conntrack (kube-proxy).
 set -euo pipefail
 
 declare -A wanted=(
@@ -15,6 +16,8 @@ declare -A wanted=(
   [prometheus]=/usr/bin/prometheus
   [postgresql-15]=/usr/lib/postgresql/15/bin/initdb
   [openssl]=/usr/bin/openssl
+  # A real forward proxy with authentication for the workers' upstream-proxy tests.
+  [tinyproxy]=/usr/bin/tinyproxy
 )
 for group in "$@"; do
   case "$group" in
@@ -25,6 +28,10 @@ for group in "$@"; do
         [gcc]=/usr/bin/gcc
         [libc6-dev]=/usr/include/stdio.h
         [containerd]=/usr/bin/containerd
+        [runc]=/usr/sbin/runc
+        [containernetworking-plugins]=/usr/lib/cni/bridge
+        [iptables]=/usr/sbin/iptables
+        [conntrack]=/usr/sbin/conntrack
       )
       ;;
     *)
@@ -53,6 +60,10 @@ else
   SUDO=
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+progress="$(dirname "$0")/with-progress.sh"
+log_dir=$(mktemp -d)
+$SUDO "$progress" "[1/2] apt-get update" 20 "$log_dir/update.log" -- apt-get update -qq
+$SUDO "$progress" "[2/2] apt-get install ${missing[*]}" 120 "$log_dir/install.log" -- \
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+rm -rf "$log_dir"
 echo ">> installed ${missing[*]}" >&2

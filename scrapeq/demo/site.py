@@ -128,16 +128,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class DemoShop:
-    """The demo shop on 127.0.0.1, served from a background thread."""
+    """The demo shop on `host` (127.0.0.1 by default), served from a background thread."""
 
-    def __init__(self, port: int = 0) -> None:
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+    def __init__(self, port: int = 0, host: str = "127.0.0.1") -> None:
+        self._host = host
+        self._server = http.server.ThreadingHTTPServer((host, port), _Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="demo-shop")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://{self._host}:{self._server.server_address[1]}"
 
     def start(self) -> DemoShop:
         self._thread.start()

@@ -1,4 +1,9 @@
-"""`scrapeq dev …`: start and stop the local real parts from a shell (`make cluster-up`)."""
+"""`scrapeq dev …`: start and stop the local real parts from a shell (`make cluster-up`).
+
+`cluster-up` starts the single-node cluster that runs real Pods (scrapeq.local.node); with
+`--api-only` (or where the node cannot run: not root, packages missing) it starts only
+etcd + kube-apiserver on loopback, as the API-only tests do.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,12 @@ import json
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from scrapeq.local.controlplane import REPOSITORY_ROOT, LocalControlPlane
 from scrapeq.local.images import DEFAULT_REGISTRY, build_images, load_images
+from scrapeq.local.node import POD_NETWORK, SERVICE_NETWORK, LocalNode, clean_leftovers
 from scrapeq.local.processes import LocalPartError, pid_alive, terminate_pid
 
 # Where `make cluster-up` keeps the control plane's state, kubeconfig and process ids.
@@ -22,9 +29,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     dev = subparsers.add_parser("dev", help="start and stop local real parts for development")
     dev_commands = dev.add_subparsers(dest="dev_command", metavar="DEV_COMMAND", required=True)
     up = dev_commands.add_parser(
-        "cluster-up", help="start etcd + kube-apiserver on loopback; print the KUBECONFIG export"
+        "cluster-up",
+        help="start the local single-node cluster (Pods run); print the KUBECONFIG export",
     )
     up.add_argument("--state-dir", type=Path, default=_state_dir())
+    up.add_argument(
+        "--api-only",
+        action="store_true",
+        help="only etcd + kube-apiserver on loopback (no kubelet: Deployments get no Pods)",
+    )
     up.set_defaults(handler=cluster_up)
     down = dev_commands.add_parser("cluster-down", help="stop the cluster started by cluster-up")
     down.add_argument("--state-dir", type=Path, default=_state_dir())
@@ -59,6 +72,40 @@ def _state_dir() -> Path:
 
 
 def cluster_up(args: argparse.Namespace) -> int:
+    if not args.api_only:
+        return node_up(args.state_dir.parent / "node")
+    return api_only_up(args)
+
+
+def node_up(state_dir: Path) -> int:
+    """Start the single-node cluster with every image it needs loaded; print the export."""
+    running = LocalNode.attach()
+    if running is not None and running.state_dir == state_dir:
+        print(f"# the local node is already running (state in {state_dir})", file=sys.stderr)
+        print(f"export KUBECONFIG={running.kubeconfig}")
+        return 0
+    node = LocalNode(state_dir=state_dir, progress=_say)
+    started = time.monotonic()
+    try:
+        node.start(load_images=load_node_images)
+    except LocalPartError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"# node {node.hostname} is Ready at {node.server} after"
+        f" {time.monotonic() - started:.0f}s (pods {POD_NETWORK}, services {SERVICE_NETWORK})",
+        file=sys.stderr,
+    )
+    print(f"# logs in {state_dir / 'logs'}; stop it with: make cluster-down", file=sys.stderr)
+    print(f"export KUBECONFIG={node.kubeconfig}")
+    return 0
+
+
+def _say(message: str) -> None:
+    print(f">> {message}", file=sys.stderr, flush=True)
+
+
+def api_only_up(args: argparse.Namespace) -> int:
     state_dir: Path = args.state_dir
     pid_file = state_dir / "pids.json"
     if pid_file.exists() and all(pid_alive(pid) for pid in json.loads(pid_file.read_text())):
@@ -83,6 +130,14 @@ def cluster_up(args: argparse.Namespace) -> int:
 
 
 def cluster_down(args: argparse.Namespace) -> int:
+    node = LocalNode.attach()
+    if node is not None:
+        print(f">> stopping the local node (state in {node.state_dir}) …", file=sys.stderr)
+        node.stop()
+        print("# stopped the local node and undid its changes to the host", file=sys.stderr)
+    else:
+        # A node that crashed or was killed still left mounts, chains and sysctls behind.
+        clean_leftovers()
     state_dir: Path = args.state_dir
     pid_file = state_dir / "pids.json"
     if pid_file.exists():
@@ -97,7 +152,17 @@ def cluster_down(args: argparse.Namespace) -> int:
     return 0
 
 
+def load_node_images(node: LocalNode) -> None:
+    """Build (when their inputs changed) and load every image the node and the chart use."""
+    load_images(build_images(), node.containerd_address)
+
+
 def images_command(args: argparse.Namespace) -> int:
+    # Local images go into the running node, if there is one (`make cluster-up`).
+    running = LocalNode.attach()
+    if args.load is None and args.registry is None and running is not None:
+        args.load = running.containerd_address
+        print(f"# loading into the running local node ({running.server})", file=sys.stderr)
     # The node's stand-ins (postgres, pause) are built for local use and loading; a build for
     # a registry makes only what a user pushes.
     node_images = args.registry is None or args.load is not None

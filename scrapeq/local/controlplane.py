@@ -22,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scrapeq.local.certificates import issue_certificate, make_authority, make_service_account_keys
 from scrapeq.local.processes import LocalPartError, free_port, terminate, wait_until
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
@@ -42,11 +43,12 @@ def tool_path(tool: str) -> Path:
         return Path(override)
     if not BUILD_SCRIPT.exists():
         raise LocalPartError(f"{BUILD_SCRIPT} is missing; run from a scrapeq checkout")
+    # A first build takes minutes: its progress goes to our stderr, so nobody waits in silence.
     result = subprocess.run(
-        [str(BUILD_SCRIPT), tool], capture_output=True, text=True, check=False, timeout=3600
+        [str(BUILD_SCRIPT), tool], stdout=subprocess.PIPE, text=True, check=False, timeout=3600
     )
     if result.returncode != 0:
-        raise LocalPartError(f"building {tool} failed:\n{result.stderr[-4000:]}")
+        raise LocalPartError(f"building {tool} failed (its output is above)")
     return Path(result.stdout.strip().splitlines()[-1])
 
 
@@ -169,41 +171,7 @@ class LocalControlPlane:
         self._apiserver = process
 
     def _write_kubeconfig(self, certs: Path) -> None:
-        def encoded(name: str) -> str:
-            return base64.b64encode((certs / name).read_bytes()).decode()
-
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "scrapeq-local",
-                    "cluster": {
-                        "server": self.server,
-                        "certificate-authority-data": encoded("ca.crt"),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": "scrapeq-admin",
-                    "user": {
-                        "client-certificate-data": encoded("admin.crt"),
-                        "client-key-data": encoded("admin.key"),
-                    },
-                }
-            ],
-            "contexts": [
-                {
-                    "name": "scrapeq-local",
-                    "context": {"cluster": "scrapeq-local", "user": "scrapeq-admin"},
-                }
-            ],
-            "current-context": "scrapeq-local",
-        }
-        # JSON is valid YAML, and kubectl and the Python client both read it.
-        self.kubeconfig.write_text(json.dumps(config, indent=2))
-        self.kubeconfig.chmod(0o600)
+        write_kubeconfig(self.kubeconfig, self.server, certs, "admin")
 
     def _wait_ready(self, certs: Path) -> None:
         context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
@@ -239,6 +207,44 @@ class LocalControlPlane:
         self.stop()
 
 
+def write_kubeconfig(path: Path, server: str, certs: Path, user: str) -> None:
+    """Write a kubeconfig for `server` that authenticates with `<user>.crt`/`<user>.key` from
+    `certs` (signed by `certs/ca.crt`, which also verifies the server)."""
+
+    def encoded(name: str) -> str:
+        return base64.b64encode((certs / name).read_bytes()).decode()
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "scrapeq-local",
+                "cluster": {"server": server, "certificate-authority-data": encoded("ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": f"scrapeq-{user}",
+                "user": {
+                    "client-certificate-data": encoded(f"{user}.crt"),
+                    "client-key-data": encoded(f"{user}.key"),
+                },
+            }
+        ],
+        "contexts": [
+            {
+                "name": "scrapeq-local",
+                "context": {"cluster": "scrapeq-local", "user": f"scrapeq-{user}"},
+            }
+        ],
+        "current-context": "scrapeq-local",
+    }
+    # JSON is valid YAML, and kubectl and the Python client both read it.
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+
+
 def _exited(process: subprocess.Popen[bytes], name: str, log_tail: str) -> str | None:
     code = process.poll()
     if code is None:
@@ -254,53 +260,19 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
         return False
 
 
-def _openssl(*arguments: str) -> None:
-    result = subprocess.run(
-        ["openssl", *arguments], capture_output=True, text=True, check=False, timeout=60
-    )
-    if result.returncode != 0:
-        raise LocalPartError(f"openssl {arguments[0]} failed: {result.stderr.strip()}")
-
-
 def _make_certificates(directory: Path) -> None:
     """Create the CA, serving, admin-client and service-account key material with openssl."""
-    if shutil.which("openssl") is None:
-        raise LocalPartError("openssl is needed to create control-plane certificates")
     if (directory / "admin.crt").exists():
         return
-    ca_key, ca_crt = str(directory / "ca.key"), str(directory / "ca.crt")
-    _openssl("genrsa", "-out", ca_key, "2048")
-    _openssl(
-        "req", "-x509", "-new", "-key", ca_key, "-days", "365",
-        "-subj", "/CN=scrapeq-local-ca", "-out", ca_crt,
+    make_authority(directory, "scrapeq-local-ca")
+    issue_certificate(
+        directory,
+        "apiserver",
+        "/CN=kube-apiserver",
+        server_names=[
+            "127.0.0.1", "10.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+            "kubernetes.default.svc",
+        ],
     )  # fmt: skip
-    extensions = directory / "apiserver.ext"
-    extensions.write_text(
-        "basicConstraints=CA:FALSE\n"
-        "keyUsage=digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=serverAuth\n"
-        "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
-        "DNS:kubernetes.default,DNS:kubernetes.default.svc\n"
-    )
-    _signed_certificate(directory, "apiserver", "/CN=kube-apiserver", extensions)
-    client_extensions = directory / "client.ext"
-    client_extensions.write_text(
-        "basicConstraints=CA:FALSE\n"
-        "keyUsage=digitalSignature,keyEncipherment\n"
-        "extendedKeyUsage=clientAuth\n"
-    )
-    _signed_certificate(directory, "admin", "/O=system:masters/CN=scrapeq-admin", client_extensions)
-    sa_key = str(directory / "service-account.key")
-    _openssl("genrsa", "-out", sa_key, "2048")
-    _openssl("rsa", "-in", sa_key, "-pubout", "-out", str(directory / "service-account.pub"))
-
-
-def _signed_certificate(directory: Path, name: str, subject: str, extensions: Path) -> None:
-    key, csr, crt = (str(directory / f"{name}.{suffix}") for suffix in ("key", "csr", "crt"))
-    _openssl("genrsa", "-out", key, "2048")
-    _openssl("req", "-new", "-key", key, "-subj", subject, "-out", csr)
-    _openssl(
-        "x509", "-req", "-in", csr, "-CA", str(directory / "ca.crt"),
-        "-CAkey", str(directory / "ca.key"), "-CAcreateserial", "-days", "365",
-        "-extfile", str(extensions), "-out", crt,
-    )  # fmt: skip
+    issue_certificate(directory, "admin", "/O=system:masters/CN=scrapeq-admin", client=True)
+    make_service_account_keys(directory)

@@ -1,5 +1,7 @@
-"""`make demo` in --once mode: every example ScrapeJob reaches its expected phase and the
-extracted values match the demo shop."""
+"""`make demo` with local processes (`--processes`, what it falls back to where the node cannot
+run) in --once mode: every example ScrapeJob reaches its expected phase and the extracted values
+match the demo shop; Ctrl-C stops an interactive demo. The demo on real Pods is tested in
+tests/e2e/node/test_demo_on_pods.py."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ def test_the_demo_runs_every_example_to_its_expected_phase_and_leaves_nothing_ru
     environment = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     environment.pop("SCRAPEQ_USE_EXISTING_CLUSTER", None)
     result = subprocess.run(
-        [sys.executable, "-m", "scrapeq", "demo", "--once", "--timeout", "300"],
+        [sys.executable, "-m", "scrapeq", "demo", "--processes", "--once", "--timeout", "300"],
         cwd=ROOT,
         env=environment,
         capture_output=True,
@@ -83,7 +85,7 @@ def test_ctrl_c_stops_an_interactive_demo_and_everything_it_started(tmp_path: Pa
     output_file = tmp_path / "demo.out"
     with output_file.open("wb") as output:
         demo = subprocess.Popen(
-            [sys.executable, "-m", "scrapeq", "demo", "--timeout", "300"],
+            [sys.executable, "-m", "scrapeq", "demo", "--processes", "--timeout", "300"],
             cwd=ROOT,
             env=environment,
             stdout=output,

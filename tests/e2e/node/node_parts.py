@@ -1,0 +1,77 @@
+"""Test helpers for the real node on top of scrapeq.local.release."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from scrapeq.local.release import (  # noqa: F401 - re-exported for the node tests
+    Release,
+    SitePage,
+    install_release,
+    pod_network_site,
+    pod_ready,
+    product_page,
+    uninstall_release,
+)
+from tests.e2e.operator.operator_parts import poll, scrapejob
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
+    """Poll `condition` every half second until it returns something true; return that."""
+    return poll(condition, timeout=timeout, what=what, interval=0.5)
+
+
+def slow_pages(slow_prefix: str, seconds: float) -> Callable[[str], SitePage]:
+    """Product pages; those under `slow_prefix` take `seconds` to answer."""
+
+    def answer(path: str) -> SitePage:
+        page = product_page(path)
+        if path.startswith(slow_prefix):
+            page.delay_seconds = seconds
+        return page
+
+    return answer
+
+
+def apply_job(release: Release, name: str, urls: list[str], **spec: Any) -> None:
+    """Apply a ScrapeJob extracting each page's h1 into the release's namespace."""
+    manifest = scrapejob(name, urls=urls, extract={"title": {"selector": "h1"}}, **spec)
+    manifest["metadata"]["namespace"] = release.namespace
+    release.kubectl("apply", "-f", "-", stdin=json.dumps(manifest))
+
+
+def delete_job(release: Release, name: str) -> None:
+    release.kubectl("delete", "scrapejob", name, "-n", release.namespace, "--wait=true")
+
+
+def rows_of(release: Release, name: str) -> list[tuple[str, str, str | None]]:
+    """(url, status, processed_by) of every row of one ScrapeJob."""
+    rows = release.sql(
+        "SELECT url_to_scrape, status::text, processed_by FROM scraping_jobs"
+        " WHERE owner_name = %s AND owner_namespace = %s",
+        name,
+        release.namespace,
+    )
+    return [(row[0], row[1], row[2]) for row in rows]
+
+
+def completed_attempts(release: Release, name: str) -> dict[str, int]:
+    """How many attempts of each URL of one ScrapeJob ended `completed` (exactly 1 is right)."""
+    rows = release.sql(
+        "SELECT j.url_to_scrape, count(a.job_id) FILTER (WHERE a.outcome = 'completed')"
+        " FROM scraping_jobs j LEFT JOIN scrapeq_attempts a ON a.job_id = j.id"
+        " WHERE j.owner_name = %s AND j.owner_namespace = %s GROUP BY j.url_to_scrape",
+        name,
+        release.namespace,
+    )
+    return {row[0]: int(row[1]) for row in rows}
+
+
+def succeeded(release: Release, name: str, timeout: float = 300) -> None:
+    wait_for(
+        lambda: release.scrapejob_status(name).get("phase") == "Succeeded",
+        timeout=timeout,
+        what=f"ScrapeJob {name} to succeed",
+    )

@@ -1,0 +1,49 @@
+"""Prometheus scrapes the operator and worker pods by their pod addresses, and the dashboard's
+backlog and throughput panels return data from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from scrapeq.local.prometheus import LocalPrometheus
+from scrapeq.local.release import Release, pod_network_site
+from scripts.dashboard import PANEL_VARIABLES, PANELS
+from tests.e2e.node.node_parts import apply_job, delete_job, slow_pages, wait_for
+from tests.e2e.operator.operator_parts import poll
+
+pytestmark = [pytest.mark.node, pytest.mark.helm, pytest.mark.prometheus, pytest.mark.timeout(600)]
+
+CHECKED_PANELS = ("Backlog by queue and state", "Throughput")
+
+
+def test_prometheus_scrapes_the_pods_and_the_backlog_and_throughput_panels_have_data(
+    release: Release, prometheus: LocalPrometheus
+) -> None:
+    with pod_network_site(slow_pages("/slow", 2)) as (site, _requested):
+        apply_job(release, "metrics", [f"{site}/slow-{number}" for number in range(16)])
+        workers = wait_for(
+            lambda: release.ready_pods("worker"),
+            timeout=180,
+            what="Ready worker pods",
+        )
+        operator = release.pods("operator")[0]
+        targets = [f"{operator['status']['podIP']}:9102"] + [
+            f"{pod['status']['podIP']}:9100" for pod in workers
+        ]
+        prometheus.set_targets(targets)
+        poll(
+            lambda: len(prometheus.query("up == 1")) == len(targets),
+            timeout=60,
+            what=f"Prometheus to scrape every pod: {targets}",
+        )
+        for panel in PANELS:
+            if panel.title not in CHECKED_PANELS:
+                continue
+            for legend, expression in panel.queries:
+                if legend in {"retried", "failed"}:
+                    continue  # a healthy run retries and fails nothing
+                query = expression
+                for variable, value in PANEL_VARIABLES.items():
+                    query = query.replace(variable, value)
+                prometheus.wait_for_sample(query, timeout=90)
+        delete_job(release, "metrics")

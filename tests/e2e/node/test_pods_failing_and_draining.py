@@ -1,0 +1,207 @@
+"""Real pods failing and going away: scale-in spares the busy pod (pod-deletion-cost reaches the
+real ReplicaSet controller), a deleted pod drains within its grace period, a killed worker
+container's rows come back through lease rescue, the operator pod and the PostgreSQL pod can be
+replaced mid-run, and a pod that rendered hundreds of pages leaves no zombie behind tini."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from scrapeq.local.release import Release, SitePage, pod_network_site, product_page
+from tests.e2e.node.node_parts import (
+    apply_job,
+    completed_attempts,
+    delete_job,
+    rows_of,
+    slow_pages,
+    succeeded,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.node, pytest.mark.helm, pytest.mark.timeout(900)]
+
+
+def get(release: Release, kind: str, name: str) -> dict[str, object]:
+    body: dict[str, object] = json.loads(
+        release.kubectl("get", kind, name, "-n", release.namespace, "-o", "json").stdout
+    )
+    return body
+
+
+def test_scale_in_deletes_the_idle_pod_and_spares_the_busy_one(release: Release) -> None:
+    def answer(path: str) -> SitePage:
+        page = product_page(path)
+        # One long page keeps its pod busy; the others keep both pods busy until the second
+        # pod is Ready, then end, so the backlog drops to that one row and the pool scales in.
+        page.delay_seconds = 60 if path.startswith("/slow") else 10
+        return page
+
+    with pod_network_site(answer) as (site, _requested):
+        urls = [f"{site}/slow-0"] + [f"{site}/medium-{number}" for number in range(7)]
+        apply_job(release, "scale-in", urls, timeoutSeconds=120)
+        wait_for(
+            lambda: len(release.ready_pods("worker")) == 2,
+            timeout=180,
+            what="two Ready worker pods for an 8-row backlog",
+        )
+        busy = wait_for(
+            lambda: next(
+                (row[2] for row in rows_of(release, "scale-in") if row[1] == "processing"
+                 and row[0].endswith("/slow-0")),
+                None,
+            ),
+            timeout=120,
+            what="a pod to hold the slow page",
+        )  # fmt: skip
+        # The quick pages finish; the backlog is the one slow row, so the pool scales to 1.
+        remaining = wait_for(
+            lambda: (pods := release.pods("worker")) and len(pods) == 1 and pods,
+            timeout=120,
+            what="the pool to scale in to one pod",
+        )
+        assert remaining[0]["metadata"]["name"] == busy, (
+            "the busy pod was deleted, not the idle one"
+        )
+        succeeded(release, "scale-in")
+        assert all(count == 1 for count in completed_attempts(release, "scale-in").values())
+        delete_job(release, "scale-in")
+
+
+def test_a_pod_deleted_mid_page_drains_within_its_grace_period_and_loses_nothing(
+    release: Release,
+) -> None:
+    with pod_network_site(slow_pages("/slow", 40)) as (site, _requested):
+        urls = [f"{site}/slow-{number}" for number in range(2)]
+        apply_job(release, "drain", urls, timeoutSeconds=120)
+        holder = wait_for(
+            lambda: next(
+                (row[2] for row in rows_of(release, "drain") if row[1] == "processing"), None
+            ),
+            timeout=180,
+            what="a pod to start a slow page",
+        )
+        started = time.monotonic()
+        release.kubectl(
+            "delete", "pod", holder, "-n", release.namespace, "--wait=true", "--timeout=120s"
+        )
+        drained_in = time.monotonic() - started
+        pod = get(release, "deployment", release.worker_deployment)
+        grace = pod["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert drained_in < grace, f"the pod took {drained_in:.0f}s to exit (grace {grace}s)"
+        # Its slow page did not finish in the drain window: released, then done by a new pod.
+        succeeded(release, "drain")
+        assert completed_attempts(release, "drain") == {url: 1 for url in urls}
+        delete_job(release, "drain")
+
+
+def test_a_killed_worker_container_restarts_and_its_rows_come_back_through_lease_rescue(
+    release: Release,
+) -> None:
+    with pod_network_site(slow_pages("/slow", 10)) as (site, _requested):
+        urls = [f"{site}/slow-{number}" for number in range(4)]
+        apply_job(release, "killed", urls)
+        holder = wait_for(
+            lambda: next(
+                (row[2] for row in rows_of(release, "killed") if row[1] == "processing"), None
+            ),
+            timeout=180,
+            what="a pod to claim rows",
+        )
+        before = get(release, "pod", holder)
+        restarts = before["status"]["containerStatuses"][0]["restartCount"]
+        # SIGKILL the worker process (tini's child): the container ends as on an OOM kill.
+        release.kubectl(
+            "exec", holder, "-n", release.namespace, "--", "python3", "-c",
+            "import os, signal\n"
+            "for pid in os.listdir('/proc'):\n"
+            "    if pid.isdigit() and pid != '1':\n"
+            "        command = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+            "        if b'scrapeq' in command and b'worker' in command:\n"
+            "            os.kill(int(pid), signal.SIGKILL)\n",
+            check=False,
+        )  # fmt: skip
+        wait_for(
+            lambda: (
+                get(release, "pod", holder)["status"]["containerStatuses"][0]["restartCount"]
+                > restarts
+            ),
+            timeout=120,
+            what="the kubelet to restart the killed worker container",
+        )
+        succeeded(release, "killed", timeout=400)
+        assert completed_attempts(release, "killed") == {url: 1 for url in urls}
+        delete_job(release, "killed")
+
+
+def test_a_replaced_operator_pod_continues_the_status_without_creating_rows_twice(
+    release: Release,
+) -> None:
+    with pod_network_site(slow_pages("/slow", 3)) as (site, _requested):
+        urls = [f"{site}/slow-{number}" for number in range(10)]
+        apply_job(release, "operator-replaced", urls)
+        wait_for(
+            lambda: any(row[1] == "completed" for row in rows_of(release, "operator-replaced")),
+            timeout=180,
+            what="the first row to complete",
+        )
+        operator = release.pods("operator")[0]["metadata"]["name"]
+        release.kubectl("delete", "pod", operator, "-n", release.namespace, "--wait=true")
+        wait_for(
+            lambda: release.ready_pods("operator"),
+            timeout=180,
+            what="the new operator pod to be Ready",
+        )
+        succeeded(release, "operator-replaced")
+        status = release.scrapejob_status("operator-replaced")
+        assert status["succeeded"] == len(urls)
+        assert sorted(row[0] for row in rows_of(release, "operator-replaced")) == sorted(urls)
+        delete_job(release, "operator-replaced")
+
+
+def test_operator_and_workers_recover_by_themselves_when_the_postgresql_pod_restarts(
+    release: Release,
+) -> None:
+    database = release.pods("database")[0]["metadata"]["name"]
+    release.kubectl("delete", "pod", database, "-n", release.namespace, "--wait=true")
+    wait_for(
+        lambda: release.ready_pods("database"),
+        timeout=180,
+        what="the PostgreSQL pod to come back",
+    )
+    with pod_network_site(product_page) as (site, _requested):
+        urls = [f"{site}/after-restart-{number}" for number in range(3)]
+        apply_job(release, "after-database-restart", urls)
+        succeeded(release, "after-database-restart")
+        delete_job(release, "after-database-restart")
+
+
+def test_tini_leaves_no_zombie_in_a_worker_pod_after_200_pages(release: Release) -> None:
+    with pod_network_site(product_page) as (site, _requested):
+        urls = [f"{site}/page-{number}" for number in range(200)]
+        apply_job(release, "two-hundred", urls)
+        pod = wait_for(
+            lambda: next(
+                (row[2] for row in rows_of(release, "two-hundred") if row[1] == "completed"),
+                None,
+            ),
+            timeout=180,
+            what="a pod to complete pages",
+        )
+        succeeded(release, "two-hundred", timeout=600)
+        listing = release.kubectl(
+            "exec", pod, "-n", release.namespace, "--", "python3", "-c",
+            "import json, os\n"
+            "states = {}\n"
+            "for pid in os.listdir('/proc'):\n"
+            "    if pid.isdigit():\n"
+            "        stat = open(f'/proc/{pid}/stat').read()\n"
+            "        states[pid] = stat.rsplit(')', 1)[1].split()[0]\n"
+            "print(json.dumps(states))\n",
+        ).stdout  # fmt: skip
+        states = json.loads(listing)
+        assert len(states) > 2, "the worker pod should run tini, the worker and Chromium"
+        assert "Z" not in states.values(), f"defunct processes in {pod}: {states}"
+        delete_job(release, "two-hundred")
