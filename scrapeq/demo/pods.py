@@ -9,7 +9,6 @@ Prometheus on the host scrapes the pods at their addresses.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 
@@ -122,21 +121,10 @@ class PodDemo(Demo):
                     targets.append(f"{address}:{port}")
         self.prometheus.set_targets(targets)
 
-    def _decision(self) -> str:
+    @property
+    def pool(self) -> str:
         assert self.release is not None
-        deployment = json.loads(
-            self._kubectl(
-                "-n", NAMESPACE, "get", "deployment", self.release.worker_deployment, "-o", "json"
-            )
-        )
-        raw = deployment["metadata"].get("annotations", {}).get("scrapeq.io/autoscaler-decision")
-        if not raw:
-            return ""
-        try:
-            decision = json.loads(raw)
-        except json.JSONDecodeError:
-            return str(raw)
-        return ", ".join(f"{key}={value}" for key, value in decision.items() if key != "time")
+        return self.release.worker_deployment
 
 
 def pod_demo_or_reason(once: bool, timeout_seconds: float) -> tuple[Demo | None, str | None]:

@@ -260,9 +260,14 @@ class Demo:
             f"(phases: {phases}); see the logs in {self.log_dir}"
         )
 
+    @property
+    def pool(self) -> str:
+        """The worker Deployment the autoscaler scales."""
+        return POOL
+
     def _decision(self) -> str:
         deployment = json.loads(
-            self._kubectl("-n", NAMESPACE, "get", "deployment", POOL, "-o", "json")
+            self._kubectl("-n", NAMESPACE, "get", "deployment", self.pool, "-o", "json")
         )
         raw = deployment["metadata"].get("annotations", {}).get("scrapeq.io/autoscaler-decision")
         if not raw:

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from scrapeq.local.certificates import issue_certificate, make_authority, make_service_account_keys
-from scrapeq.local.processes import LocalPartError, free_port, terminate, wait_until
+from scrapeq.local.processes import (
+    LocalPartError,
+    free_port,
+    spawn_logged,
+    terminate,
+    wait_until,
+)
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPOSITORY_ROOT / "tools" / "build.sh"
@@ -96,17 +102,7 @@ class LocalControlPlane:
 
     def _spawn(self, name: str, command: list[str]) -> subprocess.Popen[bytes]:
         assert self.state_dir is not None
-        log = open(self.state_dir / f"{name}.log", "wb")  # noqa: SIM115 - owned by the child
-        process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            # Own process group: stopping the control plane never signals its parent, and
-            # `cluster-down` can stop it from another shell.
-            start_new_session=True,
-        )
-        log.close()
+        process = spawn_logged(command, self.state_dir / f"{name}.log")
         self._processes.append(process)
         return process
 

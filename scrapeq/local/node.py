@@ -44,6 +44,8 @@ from scrapeq.local.controlplane import REPOSITORY_ROOT, tool_path, write_kubecon
 from scrapeq.local.processes import (
     LocalPartError,
     pid_alive,
+    run_kubectl,
+    spawn_logged,
     terminate,
     terminate_pid,
     wait_until,
@@ -462,17 +464,8 @@ state = "{RECORD_DIR / "containerd-state"}"
         )
 
     def _spawn(self, component: str, command: list[str]) -> int:
-        log = open(self.log_path(component), "ab")  # noqa: SIM115 - owned by the child
-        process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            # Own session: the node outlives `make cluster-up`, and stopping it never signals
-            # the shell that started it.
-            start_new_session=True,
-        )
-        log.close()
+        # The node outlives `make cluster-up`: its parts run in sessions of their own.
+        process = spawn_logged(command, self.log_path(component), append=True)
         self.pids[component] = process.pid
         self._children[component] = process
         return process.pid
@@ -720,17 +713,10 @@ state = "{RECORD_DIR / "containerd-state"}"
     def _kubectl(
         self, *arguments: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            ["kubectl", f"--kubeconfig={self.kubeconfig}", "--request-timeout=20s", *arguments],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            check=False,
+        return run_kubectl(
+            self.kubeconfig, "--request-timeout=20s", *arguments, stdin=stdin, check=check,
             timeout=60,
-        )
-        if check and result.returncode != 0:
-            raise LocalPartError(f"kubectl {' '.join(arguments)} failed: {result.stderr.strip()}")
-        return result
+        )  # fmt: skip
 
     # -- the machine-wide record -------------------------------------------------------------
 

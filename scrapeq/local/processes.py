@@ -9,10 +9,53 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 
 class LocalPartError(RuntimeError):
     """A real part (PostgreSQL, kube-apiserver, Prometheus, Chromium) could not be provided."""
+
+
+def spawn_logged(
+    command: list[str], log_path: Path, *, append: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start a long-running part with its output in `log_path`, in a session of its own, so
+    that stopping it never signals whoever started it and another shell can stop it by pid."""
+    log = open(log_path, "ab" if append else "wb")  # noqa: SIM115 - the child owns it
+    try:
+        return subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    finally:
+        log.close()
+
+
+def run_kubectl(
+    kubeconfig: Path,
+    *arguments: str,
+    stdin: str | None = None,
+    check: bool = True,
+    timeout: float = 180,
+) -> subprocess.CompletedProcess[str]:
+    """Run kubectl against `kubeconfig`; with `check`, a failure raises LocalPartError with
+    kubectl's own message."""
+    result = subprocess.run(
+        ["kubectl", f"--kubeconfig={kubeconfig}", *arguments],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+    )
+    if check and result.returncode != 0:
+        raise LocalPartError(
+            f"kubectl {' '.join(arguments)} failed ({result.returncode}): {result.stderr.strip()}"
+        )
+    return result
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ import psycopg
 
 from scrapeq.local.controlplane import REPOSITORY_ROOT
 from scrapeq.local.node import POD_GATEWAY, LocalNode
-from scrapeq.local.processes import LocalPartError, wait_until
+from scrapeq.local.processes import LocalPartError, run_kubectl, wait_until
 
 CHART = REPOSITORY_ROOT / "charts" / "scrapeq"
 LOCAL_VALUES = CHART / "values-local.yaml"
@@ -55,7 +55,7 @@ class Release:
     def kubectl(
         self, *arguments: str, stdin: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        return kubectl(self.node.kubeconfig, *arguments, stdin=stdin, check=check)
+        return run_kubectl(self.node.kubeconfig, *arguments, stdin=stdin, check=check)
 
     def helm_command(self, *arguments: str) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -130,24 +130,6 @@ class Release:
         return status
 
 
-def kubectl(
-    kubeconfig: Path, *arguments: str, stdin: str | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        ["kubectl", f"--kubeconfig={kubeconfig}", *arguments],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=180,
-    )
-    if check and result.returncode != 0:
-        raise LocalPartError(
-            f"kubectl {' '.join(arguments)} failed ({result.returncode}): {result.stderr.strip()}"
-        )
-    return result
-
-
 def pod_ready(pod: dict[str, Any]) -> bool:
     conditions = pod.get("status", {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
@@ -169,7 +151,7 @@ def install_release(
     release = Release(name, namespace, node, helm, list(values or []))
     arguments = ["install", name, str(CHART), "-n", namespace, "--create-namespace"]
     arguments += ["-f", str(LOCAL_VALUES)]
-    if kubectl(node.kubeconfig, "get", "crd", CRD_NAME, check=False).returncode == 0:
+    if run_kubectl(node.kubeconfig, "get", "crd", CRD_NAME, check=False).returncode == 0:
         arguments += ["--set", "crds.install=false"]
     for value in release.extra_values:
         arguments += ["--set", value]
