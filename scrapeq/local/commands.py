@@ -41,6 +41,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     up.set_defaults(handler=cluster_up)
     down = dev_commands.add_parser("cluster-down", help="stop the cluster started by cluster-up")
     down.add_argument("--state-dir", type=Path, default=_state_dir())
+    down.add_argument(
+        "--api-only",
+        action="store_true",
+        help="stop only the API-only cluster of `cluster-up --api-only`; leave a node running",
+    )
     down.set_defaults(handler=cluster_down)
     images = dev_commands.add_parser(
         "images",
@@ -130,14 +135,8 @@ def api_only_up(args: argparse.Namespace) -> int:
 
 
 def cluster_down(args: argparse.Namespace) -> int:
-    node = LocalNode.attach()
-    if node is not None:
-        print(f">> stopping the local node (state in {node.state_dir}) …", file=sys.stderr)
-        node.stop()
-        print("# stopped the local node and undid its changes to the host", file=sys.stderr)
-    else:
-        # A node that crashed or was killed still left mounts, chains and sysctls behind.
-        clean_leftovers()
+    if not args.api_only:
+        stop_node()
     state_dir: Path = args.state_dir
     pid_file = state_dir / "pids.json"
     if pid_file.exists():
@@ -150,6 +149,18 @@ def cluster_down(args: argparse.Namespace) -> int:
     else:
         print("# no local cluster was running", file=sys.stderr)
     return 0
+
+
+def stop_node() -> None:
+    """Stop the machine's node, or clean up after one that crashed or was killed (mounts,
+    chains and sysctls stay behind when its processes die)."""
+    node = LocalNode.attach()
+    if node is None:
+        clean_leftovers()
+        return
+    print(f">> stopping the local node (state in {node.state_dir}) …", file=sys.stderr)
+    node.stop()
+    print("# stopped the local node and undid its changes to the host", file=sys.stderr)
 
 
 def load_node_images(node: LocalNode) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import logging
 import os
 import shutil
 import signal
@@ -50,6 +51,8 @@ from scrapeq.local.processes import (
     terminate_pid,
     wait_until,
 )
+
+logger = logging.getLogger(__name__)
 
 # Machine-wide: the record of the running node and the sysctls to restore. /run is emptied on
 # boot, when every process the record names is gone too.
@@ -237,11 +240,16 @@ class LocalNode:
 
     def stop(self) -> None:
         """Stop the node and undo what it changed on the host (see `clean_leftovers`)."""
-        if self.kubeconfig.exists() and self.pids.get("kubelet"):
-            self._delete_pods()
-        for component in reversed(COMPONENTS):
-            self._stop_component(component)
-        clean_leftovers()
+        try:
+            if self.kubeconfig.exists() and pid_alive(self.pids.get("kubelet", 0) or -1):
+                self._delete_pods()
+        except (LocalPartError, OSError, subprocess.SubprocessError) as error:
+            # A node whose parts already died cannot delete its pods; clean_leftovers can.
+            logger.warning("could not delete the node's pods first: %s", error)
+        finally:
+            for component in reversed(COMPONENTS):
+                self._stop_component(component)
+            clean_leftovers()
 
     def _stop_component(self, component: str) -> None:
         pid = self.pids.pop(component, None)
@@ -1013,10 +1021,13 @@ def _drop_iptables_chains() -> None:
 
 
 def _running_sandboxes() -> bool:
-    result = subprocess.run(
-        ["ctr", f"--address={CONTAINERD_SOCKET}", "-n", "k8s.io", "tasks", "ls", "-q"],
-        capture_output=True, text=True, check=False, timeout=10,
-    )  # fmt: skip
+    try:
+        result = subprocess.run(
+            ["ctr", f"--address={CONTAINERD_SOCKET}", "-n", "k8s.io", "tasks", "ls", "-q"],
+            capture_output=True, text=True, check=False, timeout=10,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return False  # containerd does not answer: nothing to wait for
     return result.returncode == 0 and bool(result.stdout.strip())
 
 

@@ -145,12 +145,14 @@ def install_release(
 ) -> Release:
     """`helm install` with values-local.yaml (and `--set` values); wait for every pod Ready.
 
-    When the ScrapeJob CRD already exists (another release or `kubectl apply` installed it),
-    this release does not install it again: Helm refuses to adopt an object another owns.
+    The operator watches only the release's namespace, so that several releases on one node
+    (the tests', the demo's) never handle each other's ScrapeJobs. When the ScrapeJob CRD
+    already exists (another release or `kubectl apply` installed it), this release does not
+    install it again: Helm refuses to adopt an object another owns.
     """
     release = Release(name, namespace, node, helm, list(values or []))
     arguments = ["install", name, str(CHART), "-n", namespace, "--create-namespace"]
-    arguments += ["-f", str(LOCAL_VALUES)]
+    arguments += ["-f", str(LOCAL_VALUES), "--set", f"operator.watchNamespaces={{{namespace}}}"]
     if run_kubectl(node.kubeconfig, "get", "crd", CRD_NAME, check=False).returncode == 0:
         arguments += ["--set", "crds.install=false"]
     for value in release.extra_values:

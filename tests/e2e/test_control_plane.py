@@ -1,5 +1,6 @@
 """The real control plane: kube-apiserver + etcd built from Go modules, reached by kubectl and
-the Python client, and `make cluster-up`/`cluster-down` from a shell."""
+the Python client, and `scrapeq dev cluster-up --api-only`/`cluster-down --api-only` from a
+shell (the full node of `make cluster-up` is tested in tests/e2e/node/)."""
 
 from __future__ import annotations
 
@@ -221,7 +222,7 @@ def test_cluster_up_prints_a_working_kubeconfig_and_cluster_down_leaves_nothing_
     state_dir = tmp_path / "cluster"
     environment = {**os.environ, "SCRAPEQ_CLUSTER_DIR": str(state_dir)}
     up = subprocess.run(
-        [sys.executable, "-m", "scrapeq", "dev", "cluster-up"],
+        [sys.executable, "-m", "scrapeq", "dev", "cluster-up", "--api-only"],
         cwd=REPOSITORY_ROOT,
         env=environment,
         capture_output=True,
@@ -241,7 +242,7 @@ def test_cluster_up_prints_a_working_kubeconfig_and_cluster_down_leaves_nothing_
         assert all(pid_alive(pid) for pid in pids)
     finally:
         down = subprocess.run(
-            [sys.executable, "-m", "scrapeq", "dev", "cluster-down"],
+            [sys.executable, "-m", "scrapeq", "dev", "cluster-down", "--api-only"],
             cwd=REPOSITORY_ROOT,
             env=environment,
             capture_output=True,

@@ -49,9 +49,9 @@ def test_the_scrapeq_command_runs_with_python_dash_m_from_the_repository_root() 
     assert "usage: scrapeq" in result.stdout
 
 
-def test_the_kube_apiserver_module_builds_the_declared_kubernetes_release() -> None:
+def test_the_kubernetes_module_builds_the_declared_kubernetes_release() -> None:
     version = declared_versions()["KUBERNETES_VERSION"]
-    go_mod = (TOOLS / "kube-apiserver" / "go.mod").read_text()
+    go_mod = (TOOLS / "kubernetes" / "go.mod").read_text()
     assert re.search(rf"^require k8s\.io/kubernetes {re.escape(version)}$", go_mod, re.M)
     replaces = re.findall(r"^\s+(k8s\.io/[\w-]+) => (k8s\.io/[\w-]+) (\S+)$", go_mod, re.M)
     # Every staging module points at its own published release of the same Kubernetes version.
