@@ -19,7 +19,14 @@ from psycopg.types.json import Jsonb
 
 from scrapeq_queue import statements
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
+from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
+from scrapeq_queue.politeness import (
+    DEFAULT_POLITENESS,
+    SERVER_ERROR_PAUSE_SECONDS,
+    SERVER_ERROR_THRESHOLD,
+    HostPoliteness,
+)
 from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
 from scrapeq_queue.urls import normalise_url
 
@@ -75,6 +82,7 @@ def _job_from_row(row: Sequence[Any]) -> ClaimedJob:
         run_at=row[14],
         claimed_at=row[15],
         lease_expires_at=row[16],
+        host_key=row[17],
     )
 
 
@@ -87,6 +95,7 @@ async def claim_jobs(
     limit: int,
     lease_seconds: float,
     reject_invalid_payloads: bool = True,
+    politeness: HostPoliteness = DEFAULT_POLITENESS,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs from `queues` for `worker_id`, best first.
 
@@ -98,6 +107,11 @@ async def claim_jobs(
     are failed at once with reason `invalid_payload` and an error naming the problems, and are
     not returned: no worker ever sees a job it cannot run. A claim whose rows were all invalid
     claims again, so an empty answer always means that no job was due.
+
+    Per-host politeness holds for every claimer at once: no row is handed out while its host
+    (hosts.host_key_of) has as many rows in flight as the row's `politeness.maxConcurrentPerHost`
+    allows, or before the host's delay or pause is over; `politeness` gives the pool's
+    defaults for rows that say nothing. A host with a delay takes one request at a time.
     """
     if limit <= 0 or not queues:
         return []
@@ -110,6 +124,8 @@ async def claim_jobs(
                 "limit": limit,
                 "worker_id": worker_id,
                 "lease_seconds": float(lease_seconds),
+                "max_per_host": politeness.max_concurrent_per_host,
+                "delay_seconds": float(politeness.delay_seconds),
             },
         )
         rows = await cursor.fetchall()
@@ -284,6 +300,7 @@ async def _insert_children(
             "parser_types": parser_types,
             "payloads": payloads,
             "dedup_keys": dedup_keys,
+            "host_keys": [host_key_of(url) for url in urls],
             "limit": limit,
         },
     )
@@ -300,6 +317,8 @@ async def retry_job(
     duration_seconds: float,
     retry_after_seconds: float | None = None,
     jitter: float | None = None,
+    pause_host_seconds: float | None = None,
+    server_error: bool = False,
 ) -> RetryOutcome:
     """Record a failed attempt that deserves another try.
 
@@ -308,6 +327,11 @@ async def retry_job(
     current; nothing changed). The delay is retry_backoff_seconds * 2^retry_count times a
     jitter factor in JITTER_RANGE, or `retry_after_seconds` when the site sent Retry-After,
     never more than MAX_RETRY_DELAY_SECONDS. `jitter` fixes the factor (tests).
+
+    The attempt's host slot is given back in the same statement. `pause_host_seconds` (a 429 or
+    503 with Retry-After) pauses the whole host: no claimer gets a row of it for that long.
+    `server_error` counts a server error against the host: SERVER_ERROR_THRESHOLD of them in a
+    row pause it for SERVER_ERROR_PAUSE_SECONDS.
     """
     factor = random.uniform(*JITTER_RANGE) if jitter is None else jitter
     cursor = await connection.execute(
@@ -321,6 +345,14 @@ async def retry_job(
             "retry_after_seconds": retry_after_seconds,
             "jitter": factor,
             "cap_seconds": MAX_RETRY_DELAY_SECONDS,
+            "host_pause_seconds": (
+                None
+                if pause_host_seconds is None
+                else min(MAX_RETRY_DELAY_SECONDS, max(0.0, float(pause_host_seconds)))
+            ),
+            "server_error": server_error,
+            "server_error_threshold": SERVER_ERROR_THRESHOLD,
+            "server_error_pause_seconds": SERVER_ERROR_PAUSE_SECONDS,
         },
     )
     row = await cursor.fetchone()

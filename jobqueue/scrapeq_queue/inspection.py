@@ -18,6 +18,7 @@ from scrapeq_queue.errors import translate_database_errors
 from scrapeq_queue.rows import (
     AttemptRecord,
     FailedJob,
+    HostState,
     Owner,
     OwnerProgress,
     QueueBacklog,
@@ -189,3 +190,28 @@ async def job_attempts(
     """Every attempt of one job, oldest first: who ran it, when, how long, how it ended."""
     cursor = await connection.execute(statements.JOB_ATTEMPTS, {"id": job_id})
     return [AttemptRecord(*row) for row in await cursor.fetchall()]
+
+
+@translate_database_errors
+async def host_states(
+    connection: psycopg.AsyncConnection[Any], host_keys: Sequence[str] | None = None
+) -> dict[str, HostState]:
+    """The politeness state of `host_keys` (every known host when None), by host key."""
+    cursor = await connection.execute(
+        statements.HOSTS_STATE,
+        {"host_keys": None if host_keys is None else list(host_keys)},
+    )
+    return {
+        row[0]: HostState(
+            host_key=row[0],
+            in_flight=row[1],
+            max_in_flight=row[2],
+            delay_seconds=row[3],
+            crawl_delay_seconds=row[4],
+            next_allowed_at=row[5],
+            paused_until=row[6],
+            pause_reason=row[7],
+            server_errors=row[8],
+        )
+        for row in await cursor.fetchall()
+    }

@@ -32,6 +32,63 @@ CREATE TYPE public.scraping_job_status AS ENUM (
 
 
 --
+-- Name: scrapeq_fill_host_key(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_fill_host_key() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.host_key := scrapeq_url_host(NEW.url_to_scrape);
+    RETURN NEW;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_hosts_after_insert(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_hosts_after_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- A producer that sets a row limit makes it the host's limit before the first claim.
+    INSERT INTO scrapeq_hosts AS hosts (host_key, max_in_flight)
+    SELECT host_key, max(scrapeq_payload_max_per_host(payload))
+    FROM new_rows WHERE status = 'pending' GROUP BY host_key ORDER BY host_key
+    ON CONFLICT (host_key) DO UPDATE SET max_in_flight = excluded.max_in_flight
+        WHERE excluded.max_in_flight IS NOT NULL
+          AND hosts.max_in_flight IS DISTINCT FROM excluded.max_in_flight;
+    INSERT INTO scrapeq_host_queues AS known (queue, host_key, work_at)
+    SELECT queue, host_key, min(run_at) FROM new_rows WHERE status = 'pending'
+    GROUP BY queue, host_key ORDER BY queue, host_key
+    ON CONFLICT (queue, host_key) DO UPDATE
+        SET work_at = least(known.work_at, excluded.work_at), generation = known.generation + 1;
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_hosts_after_pending(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_hosts_after_pending() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO scrapeq_hosts (host_key) VALUES (NEW.host_key) ON CONFLICT (host_key) DO NOTHING;
+    INSERT INTO scrapeq_host_queues AS known (queue, host_key, work_at)
+    VALUES (NEW.queue, NEW.host_key, NEW.run_at)
+    ON CONFLICT (queue, host_key) DO UPDATE
+        SET work_at = least(known.work_at, excluded.work_at), generation = known.generation + 1;
+    RETURN NULL;
+END;
+$$;
+
+
+--
 -- Name: scrapeq_notify_jobs(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -42,6 +99,44 @@ BEGIN
     PERFORM pg_notify('scrapeq_jobs', '');
     RETURN NULL;
 END;
+$$;
+
+
+--
+-- Name: scrapeq_payload_delay_seconds(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_payload_delay_seconds(payload jsonb) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN jsonb_typeof(payload->'politeness'->'delaySeconds') = 'number'
+        THEN least(greatest((payload->'politeness'->>'delaySeconds')::numeric, 0),
+                   3600)::double precision END
+$$;
+
+
+--
+-- Name: scrapeq_payload_max_per_host(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_payload_max_per_host(payload jsonb) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN jsonb_typeof(payload->'politeness'->'maxConcurrentPerHost') = 'number'
+        THEN least(greatest((payload->'politeness'->>'maxConcurrentPerHost')::numeric, 1),
+                   1000)::integer END
+$$;
+
+
+--
+-- Name: scrapeq_url_host(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_url_host(url text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(lower(substring(btrim(url)
+        FROM '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?(\[[^]/?#]*\]|[^:/?#]*)')), '')
 $$;
 
 
@@ -75,6 +170,56 @@ WITH (autovacuum_vacuum_scale_factor='0.02');
 --
 
 COMMENT ON TABLE public.scrapeq_attempts IS 'scrapeq: one row per finished attempt at a scraping_jobs row: who, when, how long, outcome, error.';
+
+
+--
+-- Name: scrapeq_host_queues; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_host_queues (
+    queue text NOT NULL,
+    host_key text NOT NULL,
+    work_at timestamp with time zone,
+    generation bigint DEFAULT 0 NOT NULL
+)
+WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='70');
+
+
+--
+-- Name: TABLE scrapeq_host_queues; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: which hosts may have due pending rows in each queue, in the order claims serve them.';
+
+
+--
+-- Name: scrapeq_hosts; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_hosts (
+    host_key text NOT NULL,
+    in_flight integer DEFAULT 0 NOT NULL,
+    max_in_flight integer,
+    delay_seconds double precision DEFAULT 0 NOT NULL,
+    crawl_delay_seconds double precision DEFAULT 0 NOT NULL,
+    next_allowed_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    paused_until timestamp with time zone,
+    pause_reason text,
+    server_errors integer DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT scrapeq_hosts_delays_valid CHECK (((delay_seconds >= (0)::double precision) AND (crawl_delay_seconds >= (0)::double precision))),
+    CONSTRAINT scrapeq_hosts_in_flight_valid CHECK ((in_flight >= 0)),
+    CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR (max_in_flight > 0))),
+    CONSTRAINT scrapeq_hosts_server_errors_valid CHECK ((server_errors >= 0))
+)
+WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='70');
+
+
+--
+-- Name: TABLE scrapeq_hosts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_hosts IS 'scrapeq: per-host politeness state read and written by the claim: in flight, next allowed start, pause.';
 
 
 --
@@ -140,6 +285,7 @@ CREATE TABLE public.scraping_jobs (
     parent_id bigint,
     depth integer DEFAULT 0 NOT NULL,
     finished_at timestamp with time zone,
+    host_key text,
     CONSTRAINT scrapeq_jobs_attempt_valid CHECK ((attempt >= 0)),
     CONSTRAINT scrapeq_jobs_backoff_valid CHECK ((retry_backoff_seconds >= (0)::double precision)),
     CONSTRAINT scrapeq_jobs_depth_valid CHECK ((depth >= 0)),
@@ -198,6 +344,22 @@ ALTER TABLE ONLY public.scrapeq_attempts
 
 
 --
+-- Name: scrapeq_host_queues scrapeq_host_queues_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_host_queues
+    ADD CONSTRAINT scrapeq_host_queues_pkey PRIMARY KEY (queue, host_key);
+
+
+--
+-- Name: scrapeq_hosts scrapeq_hosts_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_hosts
+    ADD CONSTRAINT scrapeq_hosts_pkey PRIMARY KEY (host_key);
+
+
+--
 -- Name: scrapeq_queue_counters scrapeq_queue_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -219,6 +381,13 @@ ALTER TABLE ONLY public.scrapeq_schema_migrations
 
 ALTER TABLE ONLY public.scraping_jobs
     ADD CONSTRAINT scraping_jobs_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: scrapeq_host_queues_ready_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_host_queues_ready_idx ON public.scrapeq_host_queues USING btree (queue, work_at) WHERE (work_at IS NOT NULL);
 
 
 --
@@ -257,6 +426,13 @@ CREATE INDEX scrapeq_jobs_followed_idx ON public.scraping_jobs USING btree (owne
 
 
 --
+-- Name: scrapeq_jobs_host_claim_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_jobs_host_claim_idx ON public.scraping_jobs USING btree (host_key, queue, priority DESC, run_at, id) WHERE (status = 'pending'::public.scraping_job_status);
+
+
+--
 -- Name: scrapeq_jobs_owner_changes_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -282,6 +458,27 @@ CREATE INDEX scrapeq_jobs_parent_idx ON public.scraping_jobs USING btree (parent
 --
 
 CREATE INDEX scrapeq_jobs_processing_idx ON public.scraping_jobs USING btree (queue, processed_by) WHERE (status = 'processing'::public.scraping_job_status);
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_fill_host_key; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_fill_host_key BEFORE INSERT OR UPDATE OF status ON public.scraping_jobs FOR EACH ROW WHEN ((new.host_key IS NULL)) EXECUTE FUNCTION public.scrapeq_fill_host_key();
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_hosts_on_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_hosts_on_insert AFTER INSERT ON public.scraping_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.scrapeq_hosts_after_insert();
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_hosts_on_pending; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status ON public.scraping_jobs FOR EACH ROW WHEN (((new.status = 'pending'::public.scraping_job_status) AND (old.status <> 'pending'::public.scraping_job_status))) EXECUTE FUNCTION public.scrapeq_hosts_after_pending();
 
 
 --
@@ -314,4 +511,5 @@ ALTER TABLE ONLY public.scraping_jobs
 -- Migration bookkeeping: a database loaded from this file is current.
 INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0001_initial'),
-    ('0002_followed_pages');
+    ('0002_followed_pages'),
+    ('0003_host_politeness');

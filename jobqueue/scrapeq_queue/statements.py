@@ -34,28 +34,115 @@ MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('scrapeq_schema_migrations'
 
 # --- claims (workers) ---------------------------------------------------------------------------
 
-# Claims up to `limit` due pending rows of the given queues in one statement: each queue's rows
-# are locked in claim order with SKIP LOCKED (so concurrent claimers never wait on or share a
-# row), the best `limit` across queues become `processing` with a new attempt number and lease.
-# The caller's autocommit ends the transaction.
-# Plan stability: the limit comes from a sub-select, so the planner cannot see its value and a
-# custom plan costs what the cached generic plan costs; PostgreSQL then keeps the generic plan
-# instead of re-planning this statement (about a millisecond) on every claim. The update finds
-# its rows through `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the
-# generic plan guesses about how many candidates there are.
-JOB_CLAIM: Final = """
-WITH candidates AS (
-    SELECT locked.id
+# The delay of a host's next claim after one of its requests finished (0: none).
+_HOST_DELAY = "greatest(hosts.delay_seconds, hosts.crawl_delay_seconds)"
+
+
+def _host_slots_returned(finished: str, *, completed: bool = False) -> str:
+    """A CTE `host_slots` giving back the host slots of the rows in `finished` (a CTE or
+    sub-select with a host_key column): in_flight drops by one per row, and a host with a delay
+    may start its next request no sooner than that delay from now. A completion (`completed`)
+    also ends the host's run of server errors."""
+    errors = "0" if completed else "hosts.server_errors"
+    return f"""host_slots AS (
+    UPDATE scrapeq_hosts AS hosts
+    SET in_flight = greatest(hosts.in_flight - freed.slots, 0),
+        next_allowed_at = CASE WHEN {_HOST_DELAY} > 0
+            THEN greatest(hosts.next_allowed_at, now() + make_interval(secs => {_HOST_DELAY}))
+            ELSE hosts.next_allowed_at END,
+        server_errors = {errors},
+        updated_at = now()
+    FROM (
+        SELECT host_key, count(*) AS slots FROM {finished}
+        WHERE host_key IS NOT NULL GROUP BY host_key
+    ) AS freed
+    WHERE hosts.host_key = freed.host_key
+)"""
+
+
+# How long a retry pauses the attempt's whole host (NULL: no pause): the site's Retry-After
+# (%(host_pause_seconds)s, given with a 429 or 503), or %(server_error_pause_seconds)s once
+# this server error makes %(server_error_threshold)s in a row.
+_HOST_PAUSE = """CASE
+    WHEN %(host_pause_seconds)s::double precision IS NOT NULL
+        THEN %(host_pause_seconds)s::double precision
+    WHEN %(server_error)s AND hosts.server_errors + 1 >= %(server_error_threshold)s::integer
+        THEN %(server_error_pause_seconds)s::double precision
+    END"""
+
+
+# Claims up to `limit` due pending rows of the given queues in one statement, never more per
+# host than its politeness allows, whichever worker asks:
+# - ready: per queue, the hosts that may have due rows (scrapeq_host_queues, oldest-served
+#   first), whose delay or pause is over and that have a free slot; each host row is locked
+#   with SKIP LOCKED, so two claimers never count the same host's slots at once, and the lock
+#   returns the host's latest in_flight even when another claim committed a moment ago;
+# - picked: per ready host, its best due rows (priority DESC, run_at, id), SKIP LOCKED;
+# - chosen: the rows that fit: in_flight + their rank within the host <= the row's limit
+#   (payload politeness or the pool's default %(max_per_host)s); a host with a delay (the row's,
+#   the pool's %(delay_seconds)s or robots.txt's Crawl-delay) takes one request at a time;
+# - claimed: those rows become `processing` with a new attempt number and lease;
+# - taken: the hosts count their new slots and, with a delay, move next_allowed_at;
+# - served: each ready host goes to the back of its queue's line (work_at = now()); a host with
+#   nothing due gets the run_at of its next pending row (NULL: none), unless a producer added
+#   rows since this statement's snapshot (generation moved) or holds the row (SKIP LOCKED).
+# Hosts are served round-robin; within a host, rows go in priority order. The caller's
+# autocommit ends the transaction. Plan stability: the limits come from sub-selects (the cached
+# generic plan costs what a custom one does), and the update finds its rows through
+# `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the plan guesses.
+JOB_CLAIM: Final = f"""
+WITH ready AS (
+    SELECT host.queue, host.host_key, host.generation, host.in_flight, host.crawl_delay_seconds,
+           host.capacity
     FROM unnest(%(queues)s::text[]) AS wanted(queue)
     CROSS JOIN LATERAL (
-        SELECT jobs.id, jobs.priority, jobs.run_at
-        FROM scraping_jobs AS jobs
-        WHERE jobs.status = 'pending' AND jobs.queue = wanted.queue AND jobs.run_at <= now()
-        ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+        SELECT known.queue, known.host_key, known.generation, hosts.in_flight,
+               hosts.crawl_delay_seconds,
+               coalesce(hosts.max_in_flight, %(max_per_host)s::integer) - hosts.in_flight
+                   AS capacity
+        FROM scrapeq_host_queues AS known
+        JOIN scrapeq_hosts AS hosts ON hosts.host_key = known.host_key
+        WHERE known.queue = wanted.queue AND known.work_at <= now()
+          AND hosts.next_allowed_at <= now()
+          AND hosts.in_flight < CASE
+              WHEN greatest(hosts.delay_seconds, hosts.crawl_delay_seconds) > 0 THEN 1
+              ELSE coalesce(hosts.max_in_flight, %(max_per_host)s::integer) END
+        ORDER BY known.work_at, known.host_key
         LIMIT (SELECT %(limit)s::integer)
-        FOR UPDATE SKIP LOCKED
-    ) AS locked
-    ORDER BY locked.priority DESC, locked.run_at, locked.id
+        FOR UPDATE OF hosts SKIP LOCKED
+    ) AS host
+),
+picked AS (
+    SELECT ready.queue, ready.host_key, ready.in_flight, candidate.id, candidate.priority,
+           candidate.run_at,
+           coalesce(candidate.max_per_host, %(max_per_host)s::integer) AS row_limit,
+           greatest(coalesce(candidate.delay_seconds, %(delay_seconds)s::double precision),
+                    ready.crawl_delay_seconds) AS row_delay
+    FROM ready
+    CROSS JOIN LATERAL (
+        SELECT jobs.id, jobs.priority, jobs.run_at,
+               scrapeq_payload_max_per_host(jobs.payload) AS max_per_host,
+               scrapeq_payload_delay_seconds(jobs.payload) AS delay_seconds
+        FROM scraping_jobs AS jobs
+        WHERE jobs.status = 'pending' AND jobs.host_key = ready.host_key
+          AND jobs.queue = ready.queue AND jobs.run_at <= now()
+        ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+        LIMIT least(greatest(ready.capacity, 1), (SELECT %(limit)s::integer))
+        FOR UPDATE OF jobs SKIP LOCKED
+    ) AS candidate
+),
+ranked AS (
+    SELECT picked.*,
+           row_number() OVER (PARTITION BY picked.host_key
+                              ORDER BY picked.priority DESC, picked.run_at, picked.id) AS rank
+    FROM picked
+),
+chosen AS (
+    SELECT ranked.id, ranked.host_key, ranked.row_limit, ranked.row_delay
+    FROM ranked
+    WHERE ranked.in_flight + ranked.rank
+          <= CASE WHEN ranked.row_delay > 0 THEN 1 ELSE ranked.row_limit END
+    ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
     LIMIT (SELECT %(limit)s::integer)
 ),
 claimed AS (
@@ -66,15 +153,53 @@ claimed AS (
         processing_started_at = now(),
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
         updated_at = now()
-    WHERE jobs.id = ANY (ARRAY(SELECT id FROM candidates)) AND jobs.status = 'pending'
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM chosen)) AND jobs.status = 'pending'
     RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type, jobs.payload,
               jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries, jobs.depth,
               jobs.parent_id, jobs.owner_uid, jobs.owner_namespace, jobs.owner_name, jobs.run_at,
-              jobs.processing_started_at, jobs.lease_expires_at
+              jobs.processing_started_at, jobs.lease_expires_at, jobs.host_key
+),
+taken AS (
+    UPDATE scrapeq_hosts AS hosts
+    SET in_flight = hosts.in_flight + slots.claimed,
+        max_in_flight = slots.row_limit,
+        delay_seconds = slots.row_delay,
+        next_allowed_at = CASE WHEN slots.row_delay > 0
+            THEN greatest(hosts.next_allowed_at, now() + make_interval(secs => slots.row_delay))
+            ELSE hosts.next_allowed_at END,
+        updated_at = now()
+    FROM (
+        SELECT chosen.host_key, count(*) AS claimed, min(chosen.row_limit) AS row_limit,
+               max(chosen.row_delay) AS row_delay
+        FROM chosen JOIN claimed ON claimed.id = chosen.id
+        GROUP BY chosen.host_key
+    ) AS slots
+    WHERE hosts.host_key = slots.host_key
+),
+visited AS (
+    SELECT known.queue, known.host_key,
+           EXISTS (SELECT FROM picked
+                   WHERE picked.queue = known.queue AND picked.host_key = known.host_key)
+               AS found,
+           ready.generation AS seen_generation
+    FROM ready
+    JOIN scrapeq_host_queues AS known
+      ON known.queue = ready.queue AND known.host_key = ready.host_key
+    FOR UPDATE OF known SKIP LOCKED
+),
+served AS (
+    UPDATE scrapeq_host_queues AS known
+    SET work_at = CASE WHEN visited.found THEN now() ELSE (
+            SELECT min(jobs.run_at) FROM scraping_jobs AS jobs
+            WHERE jobs.status = 'pending' AND jobs.host_key = known.host_key
+              AND jobs.queue = known.queue) END
+    FROM visited
+    WHERE known.queue = visited.queue AND known.host_key = visited.host_key
+      AND (visited.found OR known.generation = visited.seen_generation)
 )
 SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_count,
        max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
-       processing_started_at, lease_expires_at
+       processing_started_at, lease_expires_at, host_key
 FROM claimed
 ORDER BY priority DESC, run_at, id
 """
@@ -95,7 +220,7 @@ RETURNING jobs.id
 # stores each result, logs the attempts and counts them. Returns the ids that completed.
 # The results arrive as one JSON array (element i belongs to ids[i]): one document to encode
 # instead of one per job.
-JOB_COMPLETE_MANY: Final = """
+JOB_COMPLETE_MANY: Final = f"""
 WITH done AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'completed', result = outcome.result, finished_at = now(), updated_at = now(),
@@ -110,8 +235,9 @@ WITH done AS (
     ) AS outcome
     WHERE jobs.id = outcome.id AND jobs.attempt = outcome.attempt AND jobs.status = 'processing'
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by,
-              jobs.processing_started_at, outcome.duration
+              jobs.processing_started_at, outcome.duration, jobs.host_key
 ),
+{_host_slots_returned("done", completed=True)},
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
                                   duration_seconds)
@@ -152,17 +278,17 @@ WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
 JOB_INSERT_CHILDREN: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
-                           dedup_key, parent_id, depth)
+                           dedup_key, parent_id, depth, host_key)
 SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        coalesce(child.payload, parent.payload), parent.queue, parent.priority,
        parent.max_retries, parent.retry_backoff_seconds, parent.owner_uid,
        parent.owner_namespace, parent.owner_name,
        CASE WHEN parent.owner_uid IS NULL THEN NULL ELSE child.dedup_key END,
-       parent.id, parent.depth + 1
+       parent.id, parent.depth + 1, child.host_key
 FROM scraping_jobs AS parent,
      unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
-            %(dedup_keys)s::text[]) WITH ORDINALITY AS child(url, parser_type, payload,
-                                                            dedup_key, position)
+            %(dedup_keys)s::text[], %(host_keys)s::text[])
+         WITH ORDINALITY AS child(url, parser_type, payload, dedup_key, host_key, position)
 WHERE parent.id = %(parent_id)s
   AND NOT EXISTS (
       SELECT 1 FROM scraping_jobs AS queued
@@ -178,7 +304,7 @@ RETURNING id
 # with run_at = now + delay, where delay = Retry-After when given, else
 # retry_backoff_seconds * 2^retry_count * jitter, both capped; otherwise it fails for good.
 # Fenced by id + attempt + processing. Returns the new status (no row: fenced).
-JOB_RETRY: Final = """
+JOB_RETRY: Final = f"""
 WITH decided AS (
     UPDATE scraping_jobs AS jobs
     SET status = CASE WHEN jobs.retry_count < jobs.max_retries
@@ -200,7 +326,24 @@ WITH decided AS (
         updated_at = now()
     WHERE jobs.id = %(id)s AND jobs.attempt = %(attempt)s AND jobs.status = 'processing'
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.status, jobs.processed_by,
-              jobs.processing_started_at
+              jobs.processing_started_at, jobs.host_key
+),
+host_slots AS (
+    UPDATE scrapeq_hosts AS hosts
+    SET in_flight = greatest(hosts.in_flight - 1, 0),
+        server_errors = CASE WHEN %(server_error)s THEN hosts.server_errors + 1
+                             ELSE hosts.server_errors END,
+        next_allowed_at = greatest(
+            hosts.next_allowed_at,
+            now() + make_interval(secs => {_HOST_DELAY}),
+            now() + make_interval(secs => {_HOST_PAUSE})),
+        paused_until = CASE WHEN {_HOST_PAUSE} IS NULL THEN hosts.paused_until
+            ELSE greatest(hosts.paused_until, now() + make_interval(secs => {_HOST_PAUSE})) END,
+        pause_reason = CASE WHEN {_HOST_PAUSE} IS NULL THEN hosts.pause_reason
+            ELSE %(reason)s END,
+        updated_at = now()
+    FROM decided
+    WHERE hosts.host_key = decided.host_key
 ),
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome, reason, error,
@@ -221,14 +364,16 @@ SELECT status::text FROM decided
 """
 
 # Fails the attempt and the job for good (no retry), fenced by id + attempt + processing.
-JOB_FAIL: Final = """
+JOB_FAIL: Final = f"""
 WITH failed AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'failed', finished_at = now(), lease_expires_at = NULL,
         last_error = %(error)s, last_error_reason = %(reason)s, updated_at = now()
     WHERE jobs.id = %(id)s AND jobs.attempt = %(attempt)s AND jobs.status = 'processing'
-    RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by, jobs.processing_started_at
+    RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by, jobs.processing_started_at,
+              jobs.host_key
 ),
+{_host_slots_returned("failed")},
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome, reason, error,
                                   duration_seconds)
@@ -246,15 +391,17 @@ SELECT id FROM failed
 
 # Gives held jobs back untouched (graceful drain): pending and due now, retry_count unchanged,
 # the attempt logged as released, and one NOTIFY so another worker picks them up at once.
-JOB_RELEASE: Final = """
+JOB_RELEASE: Final = f"""
 WITH released AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'pending', run_at = now(), lease_expires_at = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS held(id, attempt)
     WHERE jobs.id = held.id AND jobs.attempt = held.attempt
       AND jobs.status = 'processing' AND jobs.processed_by = %(worker_id)s
-    RETURNING jobs.id, jobs.attempt, jobs.processed_by, jobs.processing_started_at
+    RETURNING jobs.id, jobs.attempt, jobs.processed_by, jobs.processing_started_at,
+              jobs.host_key
 ),
+{_host_slots_returned("released")},
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
                                   duration_seconds)
@@ -271,7 +418,7 @@ SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM notifi
 # Returns rows whose lease expired (their worker died or hung) to pending, due now, counting
 # the lost attempt as a retry; rows out of retries fail with reason lease_expired. Rows being
 # rescued by another rescuer at the same moment are skipped (SKIP LOCKED).
-JOB_RESCUE_EXPIRED: Final = """
+JOB_RESCUE_EXPIRED: Final = f"""
 WITH expired AS (
     SELECT id FROM scraping_jobs
     WHERE status = 'processing' AND lease_expires_at < now()
@@ -293,8 +440,9 @@ rescued AS (
     FROM expired
     WHERE jobs.id = expired.id
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.status, jobs.processed_by,
-              jobs.processing_started_at
+              jobs.processing_started_at, jobs.host_key
 ),
+{_host_slots_returned("rescued")},
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome, reason, error,
                                   duration_seconds)
@@ -323,13 +471,13 @@ SELECT (SELECT count(*) FROM rescued) AS rescued, (SELECT count(*) FROM notified
 JOB_INSERT_MANY: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, run_at, owner_uid, owner_namespace,
-                           owner_name, dedup_key)
+                           owner_name, dedup_key, host_key)
 SELECT new.url, new.parser_type, new.payload, %(queue)s, new.priority, %(max_retries)s,
        %(backoff_seconds)s, coalesce(%(run_at)s::timestamptz, now()), %(owner_uid)s,
-       %(owner_namespace)s, %(owner_name)s, new.dedup_key
+       %(owner_namespace)s, %(owner_name)s, new.dedup_key, new.host_key
 FROM unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
-            %(priorities)s::integer[], %(dedup_keys)s::text[])
-     AS new(url, parser_type, payload, priority, dedup_key)
+            %(priorities)s::integer[], %(dedup_keys)s::text[], %(host_keys)s::text[])
+     AS new(url, parser_type, payload, priority, dedup_key, host_key)
 ON CONFLICT (owner_uid, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id
 """
@@ -338,7 +486,7 @@ RETURNING id
 # fenced out because the row is no longer `processing`. Returns how many rows were cancelled.
 # Rows are locked in id order, the order every multi-row write of this package uses, so a
 # cancel and a worker's batched completion can never deadlock.
-OWNER_CANCEL: Final = """
+OWNER_CANCEL: Final = f"""
 WITH targets AS (
     SELECT id, status FROM scraping_jobs AS jobs
     WHERE jobs.owner_uid = %(owner_uid)s AND jobs.status IN ('pending', 'processing')
@@ -351,8 +499,13 @@ cancelled AS (
     FROM targets
     WHERE jobs.id = targets.id AND jobs.status IN ('pending', 'processing')
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by, jobs.processing_started_at,
-              targets.status AS previous_status
+              targets.status AS previous_status, jobs.host_key
 ),
+{
+    _host_slots_returned(
+        "(SELECT host_key FROM cancelled WHERE previous_status = 'processing') AS was_processing"
+    )
+},
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
                                   duration_seconds)
@@ -513,6 +666,25 @@ UNION ALL
 SELECT id, attempt, processed_by, processing_started_at, NULL, 'running', NULL, NULL, NULL
 FROM scraping_jobs WHERE id = %(id)s AND status = 'processing'
 ORDER BY attempt
+"""
+
+# The politeness state of the given hosts (every host when the array is NULL), by key.
+HOSTS_STATE: Final = """
+SELECT host_key, in_flight, max_in_flight, delay_seconds, crawl_delay_seconds, next_allowed_at,
+       paused_until, pause_reason, server_errors
+FROM scrapeq_hosts
+WHERE %(host_keys)s::text[] IS NULL OR host_key = ANY(%(host_keys)s::text[])
+ORDER BY host_key
+"""
+
+# Records a host's robots.txt Crawl-delay, which every later claim of the host adds as a delay
+# (the latest robots.txt wins: a site that drops its Crawl-delay gets 0 back).
+HOST_SET_CRAWL_DELAY: Final = """
+INSERT INTO scrapeq_hosts AS hosts (host_key, crawl_delay_seconds)
+VALUES (%(host_key)s, %(crawl_delay_seconds)s)
+ON CONFLICT (host_key) DO UPDATE
+    SET crawl_delay_seconds = excluded.crawl_delay_seconds, updated_at = now()
+    WHERE hosts.crawl_delay_seconds IS DISTINCT FROM excluded.crawl_delay_seconds
 """
 
 # --- maintenance --------------------------------------------------------------------------------

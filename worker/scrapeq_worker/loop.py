@@ -57,6 +57,7 @@ from scrapeq_queue import (
 from .browser import BrowserPool, BrowserSettings
 from .errors import BrowserUnavailable, PermanentFailure, RetryLater, WorkerError
 from .following import followed_payload
+from .http_status import SERVER_ERROR_REASONS
 from .http_engine import HttpEngine
 from .job_options import options_from_payload
 from .metrics import MetricsServer, WorkerMetrics
@@ -380,6 +381,7 @@ class Worker:
                         queues=self.settings.queues,
                         limit=limit,  # noqa: B023 - called before the loop moves on
                         lease_seconds=self.settings.lease_seconds,
+                        politeness=self.settings.politeness,
                     ),
                     what="claim jobs",
                     claims=True,
@@ -660,6 +662,12 @@ class Worker:
                 reason=error.reason,
                 duration_seconds=duration,
                 retry_after_seconds=error.delay_seconds,
+                # A site that says "come back later" (429/503 with Retry-After) or keeps
+                # failing means every worker should leave it alone, not only this row.
+                pause_host_seconds=(
+                    error.delay_seconds if error.reason in SERVER_ERROR_REASONS else None
+                ),
+                server_error=error.reason in SERVER_ERROR_REASONS,
             ),
             what=f"retry job {job.id}",
             persistent=True,

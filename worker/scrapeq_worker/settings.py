@@ -16,6 +16,15 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from scrapeq_queue.politeness import (
+    DEFAULT_DELAY_SECONDS,
+    DEFAULT_MAX_CONCURRENT_PER_HOST,
+    DEFAULT_RESPECT_ROBOTS_TXT,
+    MAX_CONCURRENT_PER_HOST_LIMIT,
+    MAX_DELAY_SECONDS,
+    HostPoliteness,
+)
+
 from .network_guard import IPNetwork, parse_networks
 
 
@@ -59,6 +68,13 @@ def _non_negative_int(text: str) -> int:
     value = int(text)
     if value < 0:
         raise ValueError(f"must be at least 0, got {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= MAX_DELAY_SECONDS:
+        raise ValueError(f"must be between 0 and {MAX_DELAY_SECONDS:g}, got {value:g}")
     return value
 
 
@@ -154,6 +170,35 @@ OPTIONS: Final[tuple[Option, ...]] = (
         8,
         _positive_int,
         "Most pages of one host name fetched at once by this process.",
+    ),
+    # Per-host politeness, enforced by the claim for the whole cluster; a row's
+    # payload.politeness overrides them. Why these values: docs/worker.md#per-host-politeness.
+    Option(
+        "max_concurrent_per_host",
+        "--max-concurrent-per-host",
+        "SCRAPEQ_MAX_CONCURRENT_PER_HOST",
+        DEFAULT_MAX_CONCURRENT_PER_HOST,
+        _positive_int,
+        "Most rows of one site (registrable domain) in flight across every worker of every "
+        "pool, for rows whose payload sets no politeness.maxConcurrentPerHost.",
+    ),
+    Option(
+        "host_delay_seconds",
+        "--host-delay-seconds",
+        "SCRAPEQ_HOST_DELAY_SECONDS",
+        DEFAULT_DELAY_SECONDS,
+        _non_negative_float,
+        "Seconds between the end of one request to a site and the start of the next (a delay "
+        "makes the site one request at a time), for rows that set no politeness.delaySeconds.",
+    ),
+    Option(
+        "respect_robots_txt",
+        "--respect-robots-txt",
+        "SCRAPEQ_RESPECT_ROBOTS_TXT",
+        DEFAULT_RESPECT_ROBOTS_TXT,
+        _bool,
+        "Read each site's robots.txt and fail disallowed URLs (robots_disallowed), for rows "
+        "that set no politeness.respectRobotsTxt; false turns it off for the pool.",
     ),
     # Long enough that a slow page (30 s default timeout) is renewed twice before it could lapse.
     Option(
@@ -346,6 +391,9 @@ class WorkerSettings:
     concurrency: int = 8
     batch_size: int = 4
     per_domain_concurrency: int = 8
+    max_concurrent_per_host: int = DEFAULT_MAX_CONCURRENT_PER_HOST
+    host_delay_seconds: float = DEFAULT_DELAY_SECONDS
+    respect_robots_txt: bool = DEFAULT_RESPECT_ROBOTS_TXT
     lease_seconds: float = 60.0
     poll_seconds: float = 2.0
     burst: bool = False
@@ -374,6 +422,17 @@ class WorkerSettings:
     @property
     def user_agent(self) -> str:
         return user_agent(self.user_agent_contact)
+
+    @property
+    def politeness(self) -> HostPoliteness:
+        """The pool's politeness defaults, as the claim binds them."""
+        return HostPoliteness(
+            max_concurrent_per_host=min(
+                self.max_concurrent_per_host, MAX_CONCURRENT_PER_HOST_LIMIT
+            ),
+            delay_seconds=self.host_delay_seconds,
+            respect_robots_txt=self.respect_robots_txt,
+        )
 
 
 def _check_table() -> None:

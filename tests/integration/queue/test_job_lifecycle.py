@@ -35,7 +35,12 @@ async def make_due(connection: Connection, job_id: int) -> None:
 
 async def claim_one(connection: Connection, worker: str = "worker-a") -> queue.ClaimedJob:
     (job,) = await queue.claim_jobs(
-        connection, worker_id=worker, queues=["default"], limit=1, lease_seconds=30
+        connection,
+        worker_id=worker,
+        queues=["default"],
+        limit=1,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
     return job
 
@@ -53,7 +58,12 @@ async def test_claims_take_due_rows_by_priority_then_age(async_connection: Conne
     elsewhere = await queue.enqueue(async_connection, "https://e.test/other", queue="other")
 
     jobs = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=10,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
 
     assert [job.id for job in jobs] == [urgent, old, new]
@@ -69,7 +79,12 @@ async def test_a_claim_from_several_queues_still_orders_by_priority(
     high = await queue.enqueue(async_connection, "https://e.test/high", queue="b", priority=3)
 
     jobs = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["a", "b"], limit=1, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["a", "b"],
+        limit=1,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
 
     assert [job.id for job in jobs] == [high]
@@ -164,7 +179,12 @@ async def test_a_malformed_payload_fails_the_row_permanently_with_a_clear_error(
     good = await queue.enqueue(async_connection, "https://e.test/good")
 
     jobs = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=10,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
 
     assert [job.id for job in jobs] == [good]
@@ -187,10 +207,20 @@ async def test_a_claim_whose_rows_are_all_invalid_claims_again_so_empty_means_no
     good = await queue.enqueue(async_connection, "https://e.test/after-the-bad-ones")
 
     first = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=2,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
     second = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=2,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
 
     assert [job.id for job in first] == [good]
@@ -207,7 +237,12 @@ async def test_a_stale_worker_cannot_complete_retry_or_fail_a_rescued_job(
 ) -> None:
     await queue.enqueue(async_connection, "https://e.test/")
     (stale,) = await queue.claim_jobs(
-        async_connection, worker_id="stale", queues=["default"], limit=1, lease_seconds=0.05
+        async_connection,
+        worker_id="stale",
+        queues=["default"],
+        limit=1,
+        lease_seconds=0.05,
+        politeness=queue.NO_HOST_LIMIT,
     )
     await pytest_eventually_rescued(async_connection)
     fresh = await claim_one(async_connection, "fresh")
@@ -259,7 +294,12 @@ async def test_renewing_keeps_a_lease_alive_and_reports_only_jobs_still_held(
     first = await queue.enqueue(async_connection, "https://e.test/1")
     second = await queue.enqueue(async_connection, "https://e.test/2")
     jobs = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=5
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=2,
+        lease_seconds=5,
+        politeness=queue.NO_HOST_LIMIT,
     )
     await queue.cancel_jobs(async_connection, [second])  # type: ignore[list-item]
 
@@ -326,7 +366,12 @@ async def test_a_retry_after_hint_wins_over_the_schedule_and_is_capped(
     jobs = {
         job.id: job
         for job in await queue.claim_jobs(
-            async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
+            async_connection,
+            worker_id="w",
+            queues=["default"],
+            limit=2,
+            lease_seconds=30,
+            politeness=queue.NO_HOST_LIMIT,
         )
     }
     before = await queue.database_now(async_connection)
@@ -371,14 +416,24 @@ async def test_released_jobs_are_due_again_at_once_without_counting_a_retry(
 ) -> None:
     await queue.enqueue_many(async_connection, ["https://e.test/1", "https://e.test/2"])
     jobs = await queue.claim_jobs(
-        async_connection, worker_id="draining", queues=["default"], limit=2, lease_seconds=30
+        async_connection,
+        worker_id="draining",
+        queues=["default"],
+        limit=2,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
 
     released = await queue.release_jobs(
         async_connection, worker_id="draining", jobs=[job.token for job in jobs]
     )
     again = await queue.claim_jobs(
-        async_connection, worker_id="other", queues=["default"], limit=2, lease_seconds=30
+        async_connection,
+        worker_id="other",
+        queues=["default"],
+        limit=2,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
 
     assert released == 2
@@ -392,7 +447,12 @@ async def test_an_expired_lease_out_of_retries_fails_with_the_reason(
 ) -> None:
     await queue.enqueue(async_connection, "https://e.test/", max_retries=0)
     await queue.claim_jobs(
-        async_connection, worker_id="dead", queues=["default"], limit=1, lease_seconds=0.01
+        async_connection,
+        worker_id="dead",
+        queues=["default"],
+        limit=1,
+        lease_seconds=0.01,
+        politeness=queue.NO_HOST_LIMIT,
     )
 
     await pytest_eventually_rescued(async_connection)
@@ -410,7 +470,12 @@ async def test_cancel_stops_pending_and_in_flight_rows_of_an_owner(
     await queue.enqueue_for_owner(async_connection, owner, ["https://e.test/1", "https://e.test/2"])
     await queue.enqueue_for_owner(async_connection, other, ["https://e.test/1"])
     (in_flight,) = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=1, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=1,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
     assert in_flight.owner_uid == "uid-1"
 
@@ -431,7 +496,12 @@ async def test_cancel_stops_pending_and_in_flight_rows_of_an_owner(
     assert progress["uid-2"].pending == 1
     assert await attempt_outcomes(async_connection, in_flight.id) == ["cancelled"]
     remaining = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=10,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
     assert [job.owner_uid for job in remaining] == ["uid-2"]
 
@@ -473,7 +543,12 @@ async def test_followed_links_become_children_once_per_owner(async_connection: C
     )
 
     children = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=10,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
     assert sorted(child.url for child in children) == [
         "https://e.test/item/1",
@@ -526,7 +601,12 @@ async def test_completions_in_a_batch_skip_only_the_fenced_ones(
 ) -> None:
     await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(3)])
     jobs = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=3,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
     await queue.cancel_jobs(async_connection, [jobs[1].id])
 
@@ -544,7 +624,12 @@ async def test_statistics_report_backlog_in_flight_and_finished_totals(
     await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(5)])
     await queue.enqueue(async_connection, "https://e.test/later", run_at=now + timedelta(hours=1))
     jobs = await queue.claim_jobs(
-        async_connection, worker_id="pod-a", queues=["default"], limit=3, lease_seconds=30
+        async_connection,
+        worker_id="pod-a",
+        queues=["default"],
+        limit=3,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
     await queue.complete_job(
         async_connection, jobs[0].id, jobs[0].attempt, result={}, duration_seconds=0
@@ -582,7 +667,12 @@ async def test_owner_progress_and_changes_follow_the_rows(async_connection: Conn
         async_connection, owner, [f"https://e.test/{n}" for n in range(4)]
     )
     jobs = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=3,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
     await queue.complete_job(
         async_connection, jobs[0].id, jobs[0].attempt, result={"title": "A"}, duration_seconds=0
@@ -620,7 +710,12 @@ async def test_pruning_removes_old_finished_rows_and_keeps_failures(
 ) -> None:
     await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(3)])
     jobs = await queue.claim_jobs(
-        async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=3,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
     )
     await queue.complete_job(
         async_connection, jobs[0].id, jobs[0].attempt, result={}, duration_seconds=0
