@@ -35,9 +35,11 @@ from scrapeq_queue.exports import (
     write_csv,
     write_jsonl,
 )
+from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.inspection import (
     busy_workers,
     database_now,
+    host_states,
     job_attempts,
     latest_failures,
     owner_progress,
@@ -59,8 +61,6 @@ from scrapeq_queue.notifications import (
     listen_and_wake,
     wait_for_notification,
 )
-from scrapeq_queue.hosts import host_key_of
-from scrapeq_queue.inspection import host_states
 from scrapeq_queue.payload import PAYLOAD_OPTIONS, validate_payload
 from scrapeq_queue.politeness import (
     DEFAULT_POLITENESS,

@@ -90,7 +90,7 @@ _HOST_PAUSE = """CASE
 # autocommit ends the transaction. Plan stability: the limits come from sub-selects (the cached
 # generic plan costs what a custom one does), and the update finds its rows through
 # `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the plan guesses.
-JOB_CLAIM: Final = f"""
+JOB_CLAIM: Final = """
 WITH ready AS (
     SELECT host.queue, host.host_key, host.generation, host.in_flight, host.crawl_delay_seconds,
            host.capacity

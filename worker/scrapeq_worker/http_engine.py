@@ -131,6 +131,55 @@ class HttpEngine:
                 f"could not fetch {current}: {error}", reason="network_error"
             ) from error
 
+    async def fetch_text(
+        self, url: str, *, timeout_seconds: float, max_bytes: int
+    ) -> tuple[int, str]:
+        """GET `url` through the guard (every redirect hop checked) and return the final
+        (status, body as text), the body cut at `max_bytes`; no status is an error here.
+
+        Raises RetryLater (timeout, network_error) and the guard's BlockedRequest. For small
+        documents the worker reads itself (robots.txt).
+        """
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        deadline = time.monotonic() + timeout_seconds
+        current = url
+        try:
+            for _ in range(MAX_REDIRECTS + 1):
+                await self.guard.check_url(current)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                async with self._session.get(
+                    current,
+                    headers={"User-Agent": self.user_agent},
+                    allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=remaining),
+                ) as response:
+                    location = response.headers.get("Location")
+                    if 300 <= response.status < 400 and location:
+                        current = urljoin(current, location)
+                        continue
+                    body = bytearray()
+                    async for chunk in response.content.iter_chunked(64 * 1024):
+                        body.extend(chunk)
+                        if len(body) >= max_bytes:
+                            break
+                    charset = charset_of(response.headers.get("Content-Type"))
+                    return response.status, _decode(bytes(body[:max_bytes]), charset)
+            raise RetryLater(
+                f"more than {MAX_REDIRECTS} redirects from {url}", reason="network_error"
+            )
+        except TimeoutError as error:
+            raise RetryLater(
+                f"timed out after {timeout_seconds:g}s fetching {current}", reason="timeout"
+            ) from error
+        except aiohttp.ClientError as error:
+            raise RetryLater(
+                f"could not fetch {current}: {error}", reason="network_error"
+            ) from error
+
     async def _finish(
         self,
         url: str,

@@ -57,12 +57,13 @@ from scrapeq_queue import (
 from .browser import BrowserPool, BrowserSettings
 from .errors import BrowserUnavailable, PermanentFailure, RetryLater, WorkerError
 from .following import followed_payload
-from .http_status import SERVER_ERROR_REASONS
 from .http_engine import HttpEngine
+from .http_status import SERVER_ERROR_REASONS
 from .job_options import options_from_payload
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
 from .readiness import RECHECK_SECONDS, Problem, Readiness, browser_problem, temp_dir_problem
+from .robots import MAX_ROBOTS_BYTES, ROBOTS_TIMEOUT_SECONDS, RobotsRules, respects_robots
 from .scraper import Scraper, ScrapeResult
 from .settings import WorkerSettings
 
@@ -192,6 +193,11 @@ class Worker:
             self.guard,
             max_response_bytes=settings.max_response_bytes,
             user_agent=settings.user_agent,
+        )
+        self.robots = RobotsRules(
+            lambda url: self.http.fetch_text(
+                url, timeout_seconds=ROBOTS_TIMEOUT_SECONDS, max_bytes=MAX_ROBOTS_BYTES
+            )
         )
         self.scraper = Scraper(
             self.browser,
@@ -465,6 +471,7 @@ class Worker:
                     options = options_from_payload(
                         job.payload, default_timeout_seconds=self.settings.page_timeout_seconds
                     )
+                    await self._obey_robots_txt(job)
                     scraped = await self.scraper.scrape(job.url, options, depth=job.depth)
                 except WorkerError as error:
                     failure = error
@@ -504,6 +511,21 @@ class Worker:
             self.jobs_finished += 1
             if self._wake is not None:
                 self._wake.set()
+
+    async def _obey_robots_txt(self, job: ClaimedJob) -> None:
+        """Raise when the site's robots.txt forbids the job's URL (or cannot be read); the job
+        that fetched the file records its Crawl-delay for every claimer (scrapeq_hosts)."""
+        if not respects_robots(job.payload, self.settings.respect_robots_txt):
+            return
+        verdict = await self.robots.check(job.url)
+        if verdict.fresh and job.host_key is not None:
+            host_key = job.host_key
+            await self._database(
+                lambda connection: scrapeq_queue.set_crawl_delay(
+                    connection, host_key, verdict.crawl_delay_seconds or 0.0
+                ),
+                what=f"record the Crawl-delay of {host_key}",
+            )
 
     def _reporting(self, job: ClaimedJob) -> None:
         running = self._running.get(job.id)

@@ -28,6 +28,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             "extract": {"name": "h1"},
         },
         "headers": {"Accept-Language": "en"},
+        "politeness": {"maxConcurrentPerHost": 4, "delaySeconds": 1.5, "respectRobotsTxt": True},
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
