@@ -122,7 +122,7 @@ FROM done
 
 class Scrapeq:
     """scrapeq as a site sees it by default: rows of many hosts, the pool's politeness
-    defaults (2 per host) binding every claim (THROUGHPUT_HOSTS hosts)."""
+    defaults (2 per host) binding every claim, rows spread over `hosts` sites."""
 
     name = "scrapeq"
     hosts = 1000
@@ -131,7 +131,7 @@ class Scrapeq:
         self.batch_size = batch_size
 
     def url(self, n: int) -> str:
-        return f"https://host{n % self.hosts}.bench.test/{n}"
+        return f"https://site{n % self.hosts}.test/{n}"
 
     def measured_jobs(self, enqueued: int) -> int:
         """How many of the enqueued jobs the drain must process (all of them)."""
@@ -301,12 +301,12 @@ class ScrapeqHotHost(Scrapeq):
     the other hosts' rows finish, to compare with `scrapeq` (no head-of-line blocking)."""
 
     name = "scrapeq-hot-host"
-    hot = "hot.bench.test"
+    hot = "hot.test"
 
     def url(self, n: int) -> str:
         if n % 10:
             return f"https://{self.hot}/{n}"
-        return f"https://host{(n // 10) % self.hosts}.bench.test/{n}"
+        return f"https://site{(n // 10) % self.hosts}.test/{n}"
 
     def measured_jobs(self, enqueued: int) -> int:
         return len([n for n in range(enqueued) if not n % 10])
