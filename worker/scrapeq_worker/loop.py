@@ -396,13 +396,28 @@ class Worker:
                     self._start(job)
             if claimed is None:
                 continue  # a database error; _database already waited out the backoff
-            if self.settings.burst and not claimed and not self._running:
+            # An empty claim can also mean that every due row's site is at its politeness
+            # limit, delayed or paused: a burst run ends only when nothing is due at all.
+            if (
+                self.settings.burst
+                and not claimed
+                and not self._running
+                and await self._nothing_due()
+            ):
                 logger.info("burst mode: no job is due; exiting")
                 return
             if claimed and self._free_slots() > 0:
                 continue  # there may be more due work for the free slots
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.poll_seconds)
+
+    async def _nothing_due(self) -> bool:
+        backlog = await self._database(
+            lambda connection: scrapeq_queue.queue_backlog(connection, self.settings.queues),
+            what="read the backlog",
+            claims=True,
+        )
+        return backlog is not None and all(queue.due_pending == 0 for queue in backlog.values())
 
     async def _check_readiness(self) -> None:
         """Run every readiness check and schedule the next round while one fails."""

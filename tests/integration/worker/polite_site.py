@@ -86,6 +86,11 @@ class PoliteSite:
     async def _stop(self) -> None:
         for runner in self._runners:
             await runner.cleanup()
+        # Handlers still sleeping for a killed worker's connection end here, not at close().
+        pending = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     @staticmethod
     def _host(request: web.Request) -> str:
