@@ -10,7 +10,9 @@ each hop's URL passes the guard too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 from urllib.parse import urljoin
 
@@ -98,47 +100,36 @@ class HttpEngine:
         deadline = started + options.timeout_seconds
         headers = {"User-Agent": self.user_agent, "Accept": "text/html,*/*;q=0.8"}
         headers.update(options.headers or {})
-        current = url
-        try:
-            for _ in range(MAX_REDIRECTS + 1):
-                await self.guard.check_url(current)
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError
-                async with self._session.get(
-                    current,
-                    headers=headers,
-                    allow_redirects=False,
-                    timeout=aiohttp.ClientTimeout(total=remaining),
-                ) as response:
-                    location = response.headers.get("Location")
-                    if 300 <= response.status < 400 and location:
-                        current = urljoin(current, location)
-                        continue
-                    return await self._finish(
-                        url, current, response, options, follow_selector, started, deadline
-                    )
-            raise PermanentFailure(
-                f"more than {MAX_REDIRECTS} redirects from {url}", reason="too_many_redirects"
+        async with self._response(url, headers, options.timeout_seconds) as (final_url, response):
+            return await self._finish(
+                url, final_url, response, options, follow_selector, started, deadline
             )
-        except TimeoutError as error:
-            raise RetryLater(
-                f"timed out after {options.timeout_seconds:g}s fetching {current}",
-                reason="timeout",
-            ) from error
-        except aiohttp.ClientError as error:
-            raise RetryLater(
-                f"could not fetch {current}: {error}", reason="network_error"
-            ) from error
 
     async def fetch_text(
         self, url: str, *, timeout_seconds: float, max_bytes: int
     ) -> tuple[int, str]:
-        """GET `url` through the guard (every redirect hop checked) and return the final
-        (status, body as text), the body cut at `max_bytes`; no status is an error here.
+        """GET `url` like `fetch` (guard, redirects) and return the final (status, body as
+        text), the body cut at `max_bytes`; no status is an error here. For small documents
+        the worker reads itself (robots.txt)."""
+        headers = {"User-Agent": self.user_agent}
+        async with self._response(url, headers, timeout_seconds) as (_, response):
+            body = bytearray()
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                body.extend(chunk)
+                if len(body) >= max_bytes:
+                    break
+            charset = charset_of(response.headers.get("Content-Type"))
+            return response.status, _decode(bytes(body[:max_bytes]), charset)
 
-        Raises RetryLater (timeout, network_error) and the guard's BlockedRequest. For small
-        documents the worker reads itself (robots.txt).
+    @contextlib.asynccontextmanager
+    async def _response(
+        self, url: str, headers: Mapping[str, str], timeout_seconds: float
+    ) -> AsyncIterator[tuple[str, aiohttp.ClientResponse]]:
+        """GET `url` within `timeout_seconds`, following redirects hop by hop, each hop's URL
+        checked by the guard; yield (final URL, its response).
+
+        Raises the guard's BlockedRequest, PermanentFailure (too_many_redirects) and
+        RetryLater (timeout, network_error), also for errors while the caller reads the body.
         """
         if self._session is None:
             await self.start()
@@ -153,7 +144,7 @@ class HttpEngine:
                     raise TimeoutError
                 async with self._session.get(
                     current,
-                    headers={"User-Agent": self.user_agent},
+                    headers=dict(headers),
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=remaining),
                 ) as response:
@@ -161,15 +152,10 @@ class HttpEngine:
                     if 300 <= response.status < 400 and location:
                         current = urljoin(current, location)
                         continue
-                    body = bytearray()
-                    async for chunk in response.content.iter_chunked(64 * 1024):
-                        body.extend(chunk)
-                        if len(body) >= max_bytes:
-                            break
-                    charset = charset_of(response.headers.get("Content-Type"))
-                    return response.status, _decode(bytes(body[:max_bytes]), charset)
-            raise RetryLater(
-                f"more than {MAX_REDIRECTS} redirects from {url}", reason="network_error"
+                    yield current, response
+                    return
+            raise PermanentFailure(
+                f"more than {MAX_REDIRECTS} redirects from {url}", reason="too_many_redirects"
             )
         except TimeoutError as error:
             raise RetryLater(
