@@ -53,18 +53,9 @@ CREATE FUNCTION public.scrapeq_hosts_after_insert() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    -- A producer that sets a row limit makes it the host's limit before the first claim.
-    INSERT INTO scrapeq_hosts AS hosts (host_key, max_in_flight)
-    SELECT host_key, max(scrapeq_payload_max_per_host(payload))
-    FROM new_rows WHERE status = 'pending' GROUP BY host_key ORDER BY host_key
-    ON CONFLICT (host_key) DO UPDATE SET max_in_flight = excluded.max_in_flight
-        WHERE excluded.max_in_flight IS NOT NULL
-          AND hosts.max_in_flight IS DISTINCT FROM excluded.max_in_flight;
-    INSERT INTO scrapeq_host_queues AS known (queue, host_key, work_at)
-    SELECT queue, host_key, min(run_at) FROM new_rows WHERE status = 'pending'
-    GROUP BY queue, host_key ORDER BY queue, host_key
-    ON CONFLICT (queue, host_key) DO UPDATE
-        SET work_at = least(known.work_at, excluded.work_at), generation = known.generation + 1;
+    PERFORM scrapeq_hosts_ready(array_agg(queue), array_agg(host_key), array_agg(run_at),
+                                array_agg(scrapeq_payload_max_per_host(payload)))
+    FROM new_rows WHERE status = 'pending';
     RETURN NULL;
 END;
 $$;
@@ -78,13 +69,33 @@ CREATE FUNCTION public.scrapeq_hosts_after_pending() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    INSERT INTO scrapeq_hosts (host_key) VALUES (NEW.host_key) ON CONFLICT (host_key) DO NOTHING;
-    INSERT INTO scrapeq_host_queues AS known (queue, host_key, work_at)
-    VALUES (NEW.queue, NEW.host_key, NEW.run_at)
-    ON CONFLICT (queue, host_key) DO UPDATE
-        SET work_at = least(known.work_at, excluded.work_at), generation = known.generation + 1;
+    PERFORM scrapeq_hosts_ready(ARRAY[NEW.queue], ARRAY[NEW.host_key], ARRAY[NEW.run_at],
+                                ARRAY[NULL::integer]);
     RETURN NULL;
 END;
+$$;
+
+
+--
+-- Name: scrapeq_hosts_ready(text[], text[], timestamp with time zone[], integer[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_hosts_ready(queues text[], host_keys text[], work_ats timestamp with time zone[], limits integer[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO scrapeq_hosts AS hosts (host_key, max_in_flight)
+    SELECT given.host_key, max(given.max_in_flight)
+    FROM unnest(host_keys, limits) AS given(host_key, max_in_flight)
+    GROUP BY given.host_key ORDER BY given.host_key
+    ON CONFLICT (host_key) DO UPDATE SET max_in_flight = excluded.max_in_flight
+        WHERE excluded.max_in_flight IS NOT NULL
+          AND hosts.max_in_flight IS DISTINCT FROM excluded.max_in_flight;
+    INSERT INTO scrapeq_host_queues AS known (queue, host_key, work_at)
+    SELECT given.queue, given.host_key, min(given.work_at)
+    FROM unnest(queues, host_keys, work_ats) AS given(queue, host_key, work_at)
+    GROUP BY given.queue, given.host_key ORDER BY given.queue, given.host_key
+    ON CONFLICT (queue, host_key) DO UPDATE
+        SET work_at = least(known.work_at, excluded.work_at), generation = known.generation + 1;
 $$;
 
 

@@ -101,22 +101,35 @@ CREATE TRIGGER scrapeq_jobs_fill_host_key
     BEFORE INSERT OR UPDATE OF status ON scraping_jobs
     FOR EACH ROW WHEN (NEW.host_key IS NULL) EXECUTE FUNCTION scrapeq_fill_host_key();
 
--- New pending rows make their hosts claimable: one upsert per (queue, host) per statement.
-CREATE FUNCTION scrapeq_hosts_after_insert() RETURNS trigger
-    LANGUAGE plpgsql AS $$
-BEGIN
-    -- A producer that sets a row limit makes it the host's limit before the first claim.
+-- Makes hosts claimable in queues from a given time (parallel arrays, one entry per row): creates
+-- their scrapeq_hosts rows, takes a producer's maxConcurrentPerHost (`limits`, NULL: none) as the
+-- host's limit before its first claim, and moves work_at back to the earliest run_at, bumping
+-- the generation so that a claim running at the same time cannot clear it (JOB_CLAIM).
+CREATE FUNCTION scrapeq_hosts_ready(queues TEXT[], host_keys TEXT[], work_ats TIMESTAMPTZ[],
+                                    limits INTEGER[]) RETURNS void
+    LANGUAGE sql AS $$
     INSERT INTO scrapeq_hosts AS hosts (host_key, max_in_flight)
-    SELECT host_key, max(scrapeq_payload_max_per_host(payload))
-    FROM new_rows WHERE status = 'pending' GROUP BY host_key ORDER BY host_key
+    SELECT given.host_key, max(given.max_in_flight)
+    FROM unnest(host_keys, limits) AS given(host_key, max_in_flight)
+    GROUP BY given.host_key ORDER BY given.host_key
     ON CONFLICT (host_key) DO UPDATE SET max_in_flight = excluded.max_in_flight
         WHERE excluded.max_in_flight IS NOT NULL
           AND hosts.max_in_flight IS DISTINCT FROM excluded.max_in_flight;
     INSERT INTO scrapeq_host_queues AS known (queue, host_key, work_at)
-    SELECT queue, host_key, min(run_at) FROM new_rows WHERE status = 'pending'
-    GROUP BY queue, host_key ORDER BY queue, host_key
+    SELECT given.queue, given.host_key, min(given.work_at)
+    FROM unnest(queues, host_keys, work_ats) AS given(queue, host_key, work_at)
+    GROUP BY given.queue, given.host_key ORDER BY given.queue, given.host_key
     ON CONFLICT (queue, host_key) DO UPDATE
         SET work_at = least(known.work_at, excluded.work_at), generation = known.generation + 1;
+$$;
+
+-- New pending rows make their hosts claimable: one call per INSERT statement, whoever runs it.
+CREATE FUNCTION scrapeq_hosts_after_insert() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM scrapeq_hosts_ready(array_agg(queue), array_agg(host_key), array_agg(run_at),
+                                array_agg(scrapeq_payload_max_per_host(payload)))
+    FROM new_rows WHERE status = 'pending';
     RETURN NULL;
 END;
 $$;
@@ -130,11 +143,8 @@ CREATE TRIGGER scrapeq_jobs_hosts_on_insert
 CREATE FUNCTION scrapeq_hosts_after_pending() RETURNS trigger
     LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO scrapeq_hosts (host_key) VALUES (NEW.host_key) ON CONFLICT (host_key) DO NOTHING;
-    INSERT INTO scrapeq_host_queues AS known (queue, host_key, work_at)
-    VALUES (NEW.queue, NEW.host_key, NEW.run_at)
-    ON CONFLICT (queue, host_key) DO UPDATE
-        SET work_at = least(known.work_at, excluded.work_at), generation = known.generation + 1;
+    PERFORM scrapeq_hosts_ready(ARRAY[NEW.queue], ARRAY[NEW.host_key], ARRAY[NEW.run_at],
+                                ARRAY[NULL::integer]);
     RETURN NULL;
 END;
 $$;
@@ -148,13 +158,6 @@ CREATE TRIGGER scrapeq_jobs_hosts_on_pending
 UPDATE scraping_jobs SET host_key = scrapeq_url_host(url_to_scrape)
 WHERE status IN ('pending', 'processing') AND host_key IS NULL;
 
-INSERT INTO scrapeq_hosts (host_key)
-SELECT DISTINCT host_key FROM scraping_jobs
-WHERE status IN ('pending', 'processing') AND host_key IS NOT NULL
-ON CONFLICT (host_key) DO NOTHING;
-
-INSERT INTO scrapeq_host_queues (queue, host_key, work_at)
-SELECT queue, host_key, min(run_at) FROM scraping_jobs
-WHERE status = 'pending' AND host_key IS NOT NULL
-GROUP BY queue, host_key
-ON CONFLICT (queue, host_key) DO NOTHING;
+SELECT scrapeq_hosts_ready(array_agg(queue), array_agg(host_key), array_agg(run_at),
+                           array_agg(NULL::integer))
+FROM scraping_jobs WHERE status IN ('pending', 'processing') AND host_key IS NOT NULL;

@@ -40,11 +40,7 @@ async def make_due(connection: Connection, job_id: int) -> None:
 
 async def claim_one(connection: Connection, worker: str = "worker-a") -> queue.ClaimedJob:
     (job,) = await claim_jobs(
-        connection,
-        worker_id=worker,
-        queues=["default"],
-        limit=1,
-        lease_seconds=30,
+        connection, worker_id=worker, queues=["default"], limit=1, lease_seconds=30
     )
     return job
 
@@ -62,11 +58,7 @@ async def test_claims_take_due_rows_by_priority_then_age(async_connection: Conne
     elsewhere = await queue.enqueue(async_connection, "https://e.test/other", queue="other")
 
     jobs = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=10,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
     )
 
     assert [job.id for job in jobs] == [urgent, old, new]
@@ -82,11 +74,7 @@ async def test_a_claim_from_several_queues_still_orders_by_priority(
     high = await queue.enqueue(async_connection, "https://e.test/high", queue="b", priority=3)
 
     jobs = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["a", "b"],
-        limit=1,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["a", "b"], limit=1, lease_seconds=30
     )
 
     assert [job.id for job in jobs] == [high]
@@ -181,11 +169,7 @@ async def test_a_malformed_payload_fails_the_row_permanently_with_a_clear_error(
     good = await queue.enqueue(async_connection, "https://e.test/good")
 
     jobs = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=10,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
     )
 
     assert [job.id for job in jobs] == [good]
@@ -208,18 +192,10 @@ async def test_a_claim_whose_rows_are_all_invalid_claims_again_so_empty_means_no
     good = await queue.enqueue(async_connection, "https://e.test/after-the-bad-ones")
 
     first = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=2,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
     )
     second = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=2,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
     )
 
     assert [job.id for job in first] == [good]
@@ -236,11 +212,7 @@ async def test_a_stale_worker_cannot_complete_retry_or_fail_a_rescued_job(
 ) -> None:
     await queue.enqueue(async_connection, "https://e.test/")
     (stale,) = await claim_jobs(
-        async_connection,
-        worker_id="stale",
-        queues=["default"],
-        limit=1,
-        lease_seconds=0.05,
+        async_connection, worker_id="stale", queues=["default"], limit=1, lease_seconds=0.05
     )
     await pytest_eventually_rescued(async_connection)
     fresh = await claim_one(async_connection, "fresh")
@@ -292,11 +264,7 @@ async def test_renewing_keeps_a_lease_alive_and_reports_only_jobs_still_held(
     first = await queue.enqueue(async_connection, "https://e.test/1")
     second = await queue.enqueue(async_connection, "https://e.test/2")
     jobs = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=2,
-        lease_seconds=5,
+        async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=5
     )
     await queue.cancel_jobs(async_connection, [second])  # type: ignore[list-item]
 
@@ -363,11 +331,7 @@ async def test_a_retry_after_hint_wins_over_the_schedule_and_is_capped(
     jobs = {
         job.id: job
         for job in await claim_jobs(
-            async_connection,
-            worker_id="w",
-            queues=["default"],
-            limit=2,
-            lease_seconds=30,
+            async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
         )
     }
     before = await queue.database_now(async_connection)
@@ -412,22 +376,14 @@ async def test_released_jobs_are_due_again_at_once_without_counting_a_retry(
 ) -> None:
     await queue.enqueue_many(async_connection, ["https://e.test/1", "https://e.test/2"])
     jobs = await claim_jobs(
-        async_connection,
-        worker_id="draining",
-        queues=["default"],
-        limit=2,
-        lease_seconds=30,
+        async_connection, worker_id="draining", queues=["default"], limit=2, lease_seconds=30
     )
 
     released = await queue.release_jobs(
         async_connection, worker_id="draining", jobs=[job.token for job in jobs]
     )
     again = await claim_jobs(
-        async_connection,
-        worker_id="other",
-        queues=["default"],
-        limit=2,
-        lease_seconds=30,
+        async_connection, worker_id="other", queues=["default"], limit=2, lease_seconds=30
     )
 
     assert released == 2
@@ -441,11 +397,7 @@ async def test_an_expired_lease_out_of_retries_fails_with_the_reason(
 ) -> None:
     await queue.enqueue(async_connection, "https://e.test/", max_retries=0)
     await claim_jobs(
-        async_connection,
-        worker_id="dead",
-        queues=["default"],
-        limit=1,
-        lease_seconds=0.01,
+        async_connection, worker_id="dead", queues=["default"], limit=1, lease_seconds=0.01
     )
 
     await pytest_eventually_rescued(async_connection)
@@ -463,11 +415,7 @@ async def test_cancel_stops_pending_and_in_flight_rows_of_an_owner(
     await queue.enqueue_for_owner(async_connection, owner, ["https://e.test/1", "https://e.test/2"])
     await queue.enqueue_for_owner(async_connection, other, ["https://e.test/1"])
     (in_flight,) = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=1,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=1, lease_seconds=30
     )
     assert in_flight.owner_uid == "uid-1"
 
@@ -488,11 +436,7 @@ async def test_cancel_stops_pending_and_in_flight_rows_of_an_owner(
     assert progress["uid-2"].pending == 1
     assert await attempt_outcomes(async_connection, in_flight.id) == ["cancelled"]
     remaining = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=10,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
     )
     assert [job.owner_uid for job in remaining] == ["uid-2"]
 
@@ -534,11 +478,7 @@ async def test_followed_links_become_children_once_per_owner(async_connection: C
     )
 
     children = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=10,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
     )
     assert sorted(child.url for child in children) == [
         "https://e.test/item/1",
@@ -591,11 +531,7 @@ async def test_completions_in_a_batch_skip_only_the_fenced_ones(
 ) -> None:
     await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(3)])
     jobs = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=3,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
     )
     await queue.cancel_jobs(async_connection, [jobs[1].id])
 
@@ -613,11 +549,7 @@ async def test_statistics_report_backlog_in_flight_and_finished_totals(
     await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(5)])
     await queue.enqueue(async_connection, "https://e.test/later", run_at=now + timedelta(hours=1))
     jobs = await claim_jobs(
-        async_connection,
-        worker_id="pod-a",
-        queues=["default"],
-        limit=3,
-        lease_seconds=30,
+        async_connection, worker_id="pod-a", queues=["default"], limit=3, lease_seconds=30
     )
     await queue.complete_job(
         async_connection, jobs[0].id, jobs[0].attempt, result={}, duration_seconds=0
@@ -655,11 +587,7 @@ async def test_owner_progress_and_changes_follow_the_rows(async_connection: Conn
         async_connection, owner, [f"https://e.test/{n}" for n in range(4)]
     )
     jobs = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=3,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
     )
     await queue.complete_job(
         async_connection, jobs[0].id, jobs[0].attempt, result={"title": "A"}, duration_seconds=0
@@ -697,11 +625,7 @@ async def test_pruning_removes_old_finished_rows_and_keeps_failures(
 ) -> None:
     await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(3)])
     jobs = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=3,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
     )
     await queue.complete_job(
         async_connection, jobs[0].id, jobs[0].attempt, result={}, duration_seconds=0

@@ -29,11 +29,7 @@ async def followed_urls(connection: Connection, owner_uid: str) -> list[str]:
 
 async def claim(connection: Connection, limit: int) -> list[queue.ClaimedJob]:
     return await claim_jobs(
-        connection,
-        worker_id="w",
-        queues=["default"],
-        limit=limit,
-        lease_seconds=30,
+        connection, worker_id="w", queues=["default"], limit=limit, lease_seconds=30
     )
 
 

@@ -35,11 +35,7 @@ async def failed_rows(
         queue=queue_name,
     )
     jobs = await claim_jobs(
-        connection,
-        worker_id="w",
-        queues=[queue_name],
-        limit=len(ids),
-        lease_seconds=30,
+        connection, worker_id="w", queues=[queue_name], limit=len(ids), lease_seconds=30
     )
     for job in jobs:
         assert await queue.fail_job(
@@ -111,11 +107,7 @@ async def test_keeping_zero_failed_rows_deletes_every_failure_in_small_batches(
     await failed_rows(async_connection, "shop", [float(hours) for hours in range(1, 8)])
     (completed,) = await queue.enqueue_many(async_connection, ["https://e.test/fine"])
     (job,) = await claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=1,
-        lease_seconds=30,
+        async_connection, worker_id="w", queues=["default"], limit=1, lease_seconds=30
     )
     assert await queue.complete_job(
         async_connection, job.id, job.attempt, result={}, duration_seconds=0
