@@ -229,10 +229,7 @@ class Scrapeq:
         async with await queue.connect(dsn) as connection:
 
             async def claim_one() -> None:
-                jobs = await queue.claim_jobs(
-                    connection, worker_id="probe", queues=["default"], limit=1, lease_seconds=60
-                )
-                assert len(jobs) == 1
+                assert len(await self.claim(connection, "probe", 1)) == 1
 
             yield claim_one
 

@@ -39,6 +39,11 @@ MAX_RETRY_DELAY_SECONDS: Final = 3600.0
 # together (a site went down) do not all come back in the same instant.
 JITTER_RANGE: Final = (0.75, 1.0)
 
+# A claim that met only hosts whose due rows were gone (they are taken off the ready list by
+# that claim) claims again, at most this many times: an empty answer then means that nothing
+# was claimable, not that the claim looked at the wrong hosts.
+MAX_IDLE_CLAIM_ROUNDS: Final = 10
+
 # Reasons recorded on rows this module fails by itself.
 INVALID_PAYLOAD_REASON: Final = "invalid_payload"
 
@@ -115,6 +120,7 @@ async def claim_jobs(
     """
     if limit <= 0 or not queues:
         return []
+    idle_rounds = 0
     while True:
         cursor = await connection.execute(
             statements.JOB_CLAIM,
@@ -128,7 +134,9 @@ async def claim_jobs(
                 "delay_seconds": float(politeness.delay_seconds),
             },
         )
-        rows = await cursor.fetchall()
+        answer = await cursor.fetchall()
+        rows = [row for row in answer if row[0] is not None]
+        idle_hosts = int(answer[0][-1]) if answer else 0
         jobs: list[ClaimedJob] = []
         for row in rows:
             problems = validate_payload(row[4]) if reject_invalid_payloads else []
@@ -145,8 +153,14 @@ async def claim_jobs(
                 )
                 continue
             jobs.append(_job_from_row(row))
-        # Every round fails at least one row for good, so this ends.
-        if jobs or not rows:
+        if jobs:
+            return jobs
+        if rows:
+            continue  # every row was invalid and failed for good: this ends
+        # Only hosts whose due rows were gone came up; they are off the list now. Bounded,
+        # because a host held by a producer's open transaction stays on the list meanwhile.
+        idle_rounds += 1
+        if not idle_hosts or idle_rounds > MAX_IDLE_CLAIM_ROUNDS:
             return jobs
 
 

@@ -44,19 +44,27 @@ def _host_slots_returned(finished: str, *, completed: bool = False) -> str:
     may start its next request no sooner than that delay from now. A completion (`completed`)
     also ends the host's run of server errors."""
     errors = "0" if completed else "hosts.server_errors"
-    return f"""host_slots AS (
+    return f"""freed AS (
+    SELECT host_key, count(*) AS slots FROM {finished}
+    WHERE host_key IS NOT NULL GROUP BY host_key
+),
+freed_hosts AS (
+    -- Locked in key order: two statements freeing slots of the same hosts cannot deadlock.
+    SELECT hosts.host_key, freed.slots FROM scrapeq_hosts AS hosts
+    JOIN freed ON freed.host_key = hosts.host_key
+    ORDER BY hosts.host_key
+    FOR UPDATE OF hosts
+),
+host_slots AS (
     UPDATE scrapeq_hosts AS hosts
-    SET in_flight = greatest(hosts.in_flight - freed.slots, 0),
+    SET in_flight = greatest(hosts.in_flight - freed_hosts.slots, 0),
         next_allowed_at = CASE WHEN {_HOST_DELAY} > 0
             THEN greatest(hosts.next_allowed_at, now() + make_interval(secs => {_HOST_DELAY}))
             ELSE hosts.next_allowed_at END,
         server_errors = {errors},
         updated_at = now()
-    FROM (
-        SELECT host_key, count(*) AS slots FROM {finished}
-        WHERE host_key IS NOT NULL GROUP BY host_key
-    ) AS freed
-    WHERE hosts.host_key = freed.host_key
+    FROM freed_hosts
+    WHERE hosts.host_key = freed_hosts.host_key
 )"""
 
 
@@ -83,10 +91,15 @@ _HOST_PAUSE = """CASE
 #   the pool's %(delay_seconds)s or robots.txt's Crawl-delay) takes one request at a time;
 # - claimed: those rows become `processing` with a new attempt number and lease;
 # - taken: the hosts count their new slots and, with a delay, move next_allowed_at;
-# - served: each ready host goes to the back of its queue's line (work_at = now()); a host with
-#   nothing due gets the run_at of its next pending row (NULL: none), unless a producer added
-#   rows since this statement's snapshot (generation moved) or holds the row (SKIP LOCKED).
-# Hosts are served round-robin; within a host, rows go in priority order. The caller's
+# - rescheduled: a ready host with nothing due gets the run_at of its next pending row (NULL:
+#   none), unless a producer added rows since this statement's snapshot (generation moved) or
+#   holds the row (SKIP LOCKED). Hosts with work keep their place: writing them would cost
+#   an index entry per host per claim.
+# Hosts are served in the order their work arrived (work_at): a host at its limit, delayed or
+# paused is passed over; within a host, rows go in priority order. Each ready host gets an
+# even share of the batch, up to its free slots. Every answer has one row more or less: the
+# last column counts the idle hosts rescheduled (a claim that found only those claims again),
+# and a claim that got no job answers one row of NULLs with that count. The caller's
 # autocommit ends the transaction. Plan stability: the limits come from sub-selects (the cached
 # generic plan costs what a custom one does), and the update finds its rows through
 # `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the plan guesses.
@@ -127,7 +140,11 @@ picked AS (
         WHERE jobs.status = 'pending' AND jobs.host_key = ready.host_key
           AND jobs.queue = ready.queue AND jobs.run_at <= now()
         ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
-        LIMIT least(greatest(ready.capacity, 1), (SELECT %(limit)s::integer))
+        -- Each ready host's share of the batch (at most its free slots), so that a claim
+        -- locks about as many rows as it hands out.
+        LIMIT least(greatest(ready.capacity, 1),
+                    ceil((SELECT %(limit)s::integer)::numeric
+                         / (SELECT count(*) FROM ready))::integer)
         FOR UPDATE OF jobs SKIP LOCKED
     ) AS candidate
 ),
@@ -176,32 +193,34 @@ taken AS (
     ) AS slots
     WHERE hosts.host_key = slots.host_key
 ),
-visited AS (
-    SELECT known.queue, known.host_key,
-           EXISTS (SELECT FROM picked
-                   WHERE picked.queue = known.queue AND picked.host_key = known.host_key)
-               AS found,
-           ready.generation AS seen_generation
+idle AS (
+    SELECT known.queue, known.host_key, ready.generation AS seen_generation
     FROM ready
     JOIN scrapeq_host_queues AS known
       ON known.queue = ready.queue AND known.host_key = ready.host_key
+    WHERE NOT EXISTS (SELECT FROM picked
+                      WHERE picked.queue = ready.queue AND picked.host_key = ready.host_key)
     FOR UPDATE OF known SKIP LOCKED
 ),
-served AS (
+rescheduled AS (
     UPDATE scrapeq_host_queues AS known
-    SET work_at = CASE WHEN visited.found THEN now() ELSE (
+    SET work_at = (
             SELECT min(jobs.run_at) FROM scraping_jobs AS jobs
             WHERE jobs.status = 'pending' AND jobs.host_key = known.host_key
-              AND jobs.queue = known.queue) END
-    FROM visited
-    WHERE known.queue = visited.queue AND known.host_key = visited.host_key
-      AND (visited.found OR known.generation = visited.seen_generation)
+              AND jobs.queue = known.queue)
+    FROM idle
+    WHERE known.queue = idle.queue AND known.host_key = idle.host_key
+      AND known.generation = idle.seen_generation
 )
-SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_count,
-       max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
-       processing_started_at, lease_expires_at, host_key
-FROM claimed
-ORDER BY priority DESC, run_at, id
+SELECT claimed.id, claimed.attempt, claimed.url_to_scrape, claimed.parser_type,
+       claimed.payload, claimed.queue, claimed.priority, claimed.retry_count,
+       claimed.max_retries, claimed.depth, claimed.parent_id, claimed.owner_uid,
+       claimed.owner_namespace, claimed.owner_name, claimed.run_at,
+       claimed.processing_started_at, claimed.lease_expires_at, claimed.host_key,
+       summary.idle_hosts
+FROM (SELECT count(*) AS idle_hosts FROM idle) AS summary
+LEFT JOIN claimed ON true
+ORDER BY claimed.priority DESC, claimed.run_at, claimed.id
 """
 
 # Extends the leases of the (id, attempt) pairs this worker still holds; returns their ids.
