@@ -144,7 +144,7 @@ picked AS (
         -- locks about as many rows as it hands out.
         LIMIT least(greatest(ready.capacity, 1),
                     ceil((SELECT %(limit)s::integer)::numeric
-                         / (SELECT count(*) FROM ready))::integer)
+                         / (SELECT count(DISTINCT host_key) FROM ready))::integer)
         FOR UPDATE OF jobs SKIP LOCKED
     ) AS candidate
 ),
