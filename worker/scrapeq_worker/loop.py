@@ -869,6 +869,11 @@ class Worker:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._database_back.wait(), interval)
+            # Python 3.11's wait_for can turn a cancellation that races its timeout into
+            # TimeoutError (CPython gh-86296): the stop that cancelled this task must not be lost.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise asyncio.CancelledError
             self._database_back.clear()
             # A failed renewal is retried after the short reconnect delay, not a whole interval.
             while not await self._renew_leases() and not self._stopping.is_set():
