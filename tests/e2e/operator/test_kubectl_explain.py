@@ -1,0 +1,32 @@
+"""`kubectl explain` documents the ScrapeJob fields a kubectl user meets first: the REASON and
+MESSAGE columns' status fields, the schedule's time zone and last schedule."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.operator.operator_parts import Kubectl, poll
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(120)]
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        "scrapejob.status.reason",
+        "scrapejob.status.message",
+        "scrapejob.spec.timeZone",
+        "scrapejob.spec.suspend",
+        "scrapejob.status.lastScheduleTime",
+    ],
+)
+def test_kubectl_explain_describes_the_field(kubectl: Kubectl, field: str) -> None:
+    # The API server publishes a new CRD's OpenAPI schema a few seconds after it is served.
+    result = poll(
+        lambda: (answer := kubectl.run("explain", field, check=False)).returncode == 0 and answer,
+        timeout=60,
+        what=f"kubectl explain {field}",
+        interval=1,
+    )
+    description = result.stdout.split("DESCRIPTION:", 1)[1].strip()
+    assert len(description.split()) >= 4, f"{field} has no real description:\n{result.stdout}"
