@@ -92,9 +92,10 @@ class PodDemo(Demo):
             "-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=worker",
             "-o", "custom-columns=NAME:.metadata.name,STATUS:.status.phase,IP:.status.podIP",
         )  # fmt: skip
-        if listing != self._last_pods:
-            self._last_pods = listing
-            shown = listing.rstrip() if pods else "(no worker pods)"
+        # Pods being deleted still show in kubectl's listing: an empty pool reads as empty.
+        shown = listing.rstrip() if pods else "(no worker pods)"
+        if shown != self._last_pods:
+            self._last_pods = shown
             say("kubectl get pods -l app.kubernetes.io/component=worker\n" + shown)
             self._update_targets()
         return len(pods)
