@@ -3,6 +3,7 @@
 At start it brings the queue schema up to date (`scrapeq_queue.migrate`, which serialises on a
 PostgreSQL advisory lock, so several starting operators or a concurrent `scrapeq migrate` are
 safe). With --no-migrate it instead refuses to start, exit code 2, when the schema is behind.
+A database that does not answer yet is waited for (--database-wait-seconds), then exit code 3.
 """
 
 from __future__ import annotations
@@ -11,8 +12,15 @@ import argparse
 import asyncio
 import logging
 import sys
+import time
 
-from scrapeq_queue import DatabaseUnavailable, QueueError, current_schema_connection, migrate
+from scrapeq_queue import (
+    DatabaseUnavailable,
+    QueueError,
+    current_schema_connection,
+    migrate,
+    reconnect_delay,
+)
 
 from scrapeq_operator.errors import ConfigurationError, SchemaNotCurrentError
 from scrapeq_operator.settings import OperatorSettings
@@ -70,6 +78,28 @@ def prepare_database(settings: OperatorSettings) -> list[str]:
     return []
 
 
+def prepare_database_when_up(settings: OperatorSettings) -> list[str]:
+    """`prepare_database`, retried while PostgreSQL does not answer, for at most
+    settings.database_wait_seconds; the last DatabaseUnavailable is raised after that."""
+    deadline = time.monotonic() + settings.database_wait_seconds
+    failures = 0
+    while True:
+        try:
+            return prepare_database(settings)
+        except DatabaseUnavailable as error:
+            failures += 1
+            delay = reconnect_delay(failures)
+            if time.monotonic() + delay > deadline:
+                raise
+            if failures == 1:
+                logger.warning(
+                    "waiting up to %d s for the database: %s",
+                    settings.database_wait_seconds,
+                    error,
+                )
+            time.sleep(delay)
+
+
 def run_operator(args: argparse.Namespace) -> int:
     """Prepare the database, then run kopf until SIGTERM/SIGINT; return the exit code."""
     try:
@@ -78,7 +108,7 @@ def run_operator(args: argparse.Namespace) -> int:
         print(f"scrapeq operator: {error}", file=sys.stderr)
         return EXIT_CONFIGURATION
     try:
-        applied = prepare_database(settings)
+        applied = prepare_database_when_up(settings)
     except SchemaNotCurrentError as error:
         print(f"scrapeq operator: refusing to start: {error}", file=sys.stderr)
         return EXIT_CONFIGURATION

@@ -21,6 +21,7 @@ from scrapeq_queue.options import (
     parse_float,
     parse_int,
     parse_names,
+    parse_non_negative_int,
 )
 from scrapeq_queue.sealed_credentials import SealingKeys
 
@@ -112,6 +113,18 @@ class OperatorSettings:
         help="Apply queue migrations at start; without, refuse to start when the schema is "
         "behind (see Schema).",
         switch=True,
+    )
+    # PostgreSQL often starts beside the operator (the chart's own database, a fresh
+    # namespace): waiting in-process starts the operator as soon as it answers, where exiting
+    # would cost the kubelet's restart back-off (10 s, 20 s, 40 s ...). Below the liveness
+    # probe's 60 s, which only begins to answer once the operator runs.
+    database_wait_seconds: int = option(
+        45,
+        flag="--database-wait-seconds",
+        env=_env("database_wait_seconds"),
+        parse=parse_non_negative_int,
+        help="How long to wait at start for PostgreSQL to answer before exiting with code 3 "
+        "(0 = do not wait).",
     )
     # Port of the liveness endpoint (kopf's /healthz); 0 disables it.
     liveness_port: int = option(
