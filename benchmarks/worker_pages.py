@@ -48,9 +48,9 @@ import pyppeteer
 import scrapeq_queue as queue
 from psycopg import sql
 from scrapeq_worker.browser import CHROMIUM_FLAGS, find_chromium
-from scrapeq_worker.loop import Worker
 from scrapeq_worker.network_guard import parse_networks
 from scrapeq_worker.settings import WorkerSettings
+from scrapeq_worker.worker import Worker
 
 from scrapeq.local.postgres import LocalPostgres
 from scrapeq.local.processes import free_port, wait_until

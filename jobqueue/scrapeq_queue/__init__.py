@@ -7,21 +7,6 @@ run one short transaction each; database failures surface as `DatabaseUnavailabl
 unmigrated database as `SchemaOutOfDate`. See docs/queue.md.
 """
 
-from scrapeq_queue.claims import (
-    INVALID_PAYLOAD_REASON,
-    JITTER_RANGE,
-    MAX_RETRY_DELAY_SECONDS,
-    RetryOutcome,
-    backoff_delay_seconds,
-    claim_jobs,
-    complete_job,
-    complete_many,
-    fail_job,
-    release_jobs,
-    renew_leases,
-    rescue_expired_leases,
-    retry_job,
-)
 from scrapeq_queue.connections import (
     RECONNECT_MAX_SECONDS,
     Connection,
@@ -76,6 +61,21 @@ from scrapeq_queue.producers import (
     enqueue,
     enqueue_for_owner,
     enqueue_many,
+)
+from scrapeq_queue.row_lifecycle import (
+    INVALID_PAYLOAD_REASON,
+    JITTER_RANGE,
+    MAX_RETRY_DELAY_SECONDS,
+    RetryOutcome,
+    backoff_delay_seconds,
+    claim_jobs,
+    complete_job,
+    complete_many,
+    fail_job,
+    release_jobs,
+    renew_leases,
+    rescue_expired_leases,
+    retry_job,
 )
 from scrapeq_queue.rows import (
     AttemptRecord,

@@ -1,10 +1,15 @@
 """The browser pool: one long-lived headless Chromium per worker process, a warm tab per job.
 
 Launching a browser per job costs about 3 times a new tab in a warm browser (docs/worker.md), so
-the worker keeps one Chromium running. Each job's page runs in a browser context of its owner
-(the ScrapeJob), used by one job at a time and kept warm with its tab for the owner's next job
-(or a fresh context per job with `isolate_pages`). Everything a hostile or broken page can do
-is contained here:
+the worker keeps one Chromium running. This module is the pool's face: it launches, watches,
+recycles and stops the browser, and renders one page per call. Its parts:
+
+* chromium_process.py: the binary, its switches, and every process of a running browser;
+* tab_pool.py: browser contexts per owner (the ScrapeJob) and their warm tabs;
+* request_checks.py: every request a tab makes is paused and checked before Chromium sends it,
+  and the main document's response is looked at before it is rendered.
+
+Everything a hostile or broken page can do is contained:
 
 * the browser's only way out is the worker's egress proxy (egress_proxy.py): Chromium runs
   with `--proxy-server` and `--proxy-bypass-list=<-loopback>`, each context has its own proxy
@@ -14,12 +19,6 @@ is contained here:
   `Runtime.terminateExecution`, a page that never finishes loading times out;
 * a renderer crash (`Inspector.targetCrashed`, pyppeteer's page `error` event) fails only that
   job: pyppeteer's emitter raises on an unhandled `error` event, so each page gets a handler;
-* the tab's own requests — navigation, each redirect hop, each sub-resource — are also paused
-  through the CDP `Fetch` domain and checked by the network guard before Chromium sends them,
-  so a blocked navigation fails with the guard's reason (pyppeteer's own
-  `setRequestInterception` uses a CDP method Chromium removed);
-* the main document's response is looked at before it is rendered: error statuses, non-HTML
-  content and oversized bodies never reach the renderer;
 * the browser is recycled after `recycle_after_pages` pages, when it stops answering, or when
   its processes use more than `max_memory_mb`; a retired browser finishes its open pages first.
 
@@ -41,38 +40,32 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import pyppeteer
-from pyppeteer.browser import BrowserContext
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
-from scrapeq_queue.sealed_credentials import Credentials
 
 from .chromium_process import (
     CHROMIUM_FLAGS,
     EGRESS_FLAGS,
     EXECUTABLE_CANDIDATES,
     FORBIDDEN_EXTRA_ARGS,
-    PROXY_BYPASS,
+    RunningChromium,
     browser_processes,
     find_chromium,
     kill_group,
     memory_mb,
 )
-from .credential_headers import request_headers
-from .egress_proxy import EgressProxy, Refusal, Route, UpstreamProxy
+from .egress_proxy import EgressProxy, UpstreamProxy
 from .errors import (
-    BlockedRequest,
     BrowserUnavailable,
     PermanentFailure,
     RetryLater,
-    WorkerError,
 )
 from .extraction import (
     BROWSER_EXTRACT_SCRIPT,
@@ -83,12 +76,14 @@ from .extraction import (
     browser_script_argument,
     page_from_browser,
 )
-from .http_status import check_status, is_html
+from .http_status import check_status
 from .job_options import JobOptions
 from .network_guard import NetworkGuard
 from .pyppeteer_compat import apply as _repair_pyppeteer
 from .pyppeteer_compat import retrieve_exception
+from .request_checks import PageWatch, RequestChecks
 from .settings import DEFAULT_USER_AGENT
+from .tab_pool import Tab, TabPool, terminate_scripts
 
 logger = logging.getLogger(__name__)
 _repair_pyppeteer()
@@ -143,132 +138,6 @@ class BrowserSettings:
                 )
 
 
-class _Chromium:
-    """One running browser: its process, its pyppeteer connection and its bookkeeping."""
-
-    def __init__(
-        self, process: asyncio.subprocess.Process, browser: Any, workdir: Path, number: int
-    ) -> None:
-        self.process = process
-        self.browser = browser
-        self.workdir = workdir
-        self.number = number
-        self.pages_served = 0
-        self.open_pages = 0
-        self.retire_reason: str | None = None
-        self.closed = asyncio.Event()
-        self.endpoint: str = browser.wsEndpoint
-        # Warm contexts by owner, least recently used first.
-        self.idle_contexts: dict[_Context, None] = {}
-        self.default_route: Route | None = None
-
-    @property
-    def profile_dir(self) -> Path:
-        return self.workdir / "profile"
-
-    @property
-    def alive(self) -> bool:
-        connection = self.browser._connection
-        return self.process.returncode is None and bool(getattr(connection, "_connected", False))
-
-
-# Every request is checked before it is sent; the main document's response is looked at
-# before it is rendered (status, type, size).
-_FETCH_PATTERNS: Final = [
-    {"urlPattern": "*", "requestStage": "Request"},
-    {"urlPattern": "*", "resourceType": "Document", "requestStage": "Response"},
-]
-
-
-class _Context:
-    """A browser context of one owner (a ScrapeJob) with its own proxy route, used by one job
-    at a time: its state (cookies, cache, storage, service workers) is never seen by another
-    owner's jobs, and whatever the proxy refuses on its route belongs to the job holding it."""
-
-    def __init__(
-        self,
-        context: Any,
-        route: Route,
-        owner: str | None,
-        chromium: _Chromium,
-        *,
-        single_use: bool = False,
-    ) -> None:
-        self.context = context
-        self.route = route
-        self.owner = owner
-        self.chromium = chromium
-        # Closed when its job ends instead of kept warm (a job with credentials).
-        self.single_use = single_use
-        self.tab: _Tab | None = None
-
-
-class _Tab:
-    """A tab the pool reuses for up to `tab_reuse_pages` jobs of its context's owner; its CDP
-    handlers are attached once and report to whichever job currently holds it (`watch`)."""
-
-    def __init__(self, page: Any, context: _Context, chromium: _Chromium) -> None:
-        self.page = page
-        self.context = context
-        self.chromium = chromium
-        self.client: Any = page._client
-        self.jobs = 0
-        self.crashed = False
-        self.watch: _PageWatch | None = None
-
-
-class _PageWatch:
-    """Per-page state the CDP event handlers fill in while the page loads."""
-
-    def __init__(self, url: str, main_frame_id: str, timeout_seconds: float) -> None:
-        self.url = url
-        self.main_frame_id = main_frame_id
-        self.timeout_seconds = timeout_seconds  # the job's whole budget, for messages
-        loop = asyncio.get_running_loop()
-        # Set (once) by any handler that decides the job must end now.
-        self.abort: asyncio.Future[WorkerError] = loop.create_future()
-        self.status: int | None = None
-        self.headers: dict[str, str] = {}
-        self.content_type: str | None = None
-        self.content_length: int | None = None
-        self.final_url: str = url
-        self.stopped_early = False  # the main document was answered without rendering it
-        self.blocked: list[dict[str, str]] = []
-        self.bytes_received = 0
-        self.tasks: set[asyncio.Task[None]] = set()
-        self.credentials: Credentials | None = None  # added per request on their origins
-
-    def fail(self, error: WorkerError) -> None:
-        if not self.abort.done():
-            self.abort.set_result(error)
-
-    def record_blocked(self, url: str, reason: str, error: str) -> None:
-        """Report one refused request once (the tab's check and the proxy may both see it)."""
-        url = url[:500]
-        if all(entry["url"] != url for entry in self.blocked):
-            self.blocked.append({"url": url, "reason": reason, "error": error[:500]})
-
-    def refused_by_proxy(self, refusal: Refusal) -> None:
-        """The egress proxy refused a connection of this job's context. Before the document
-        answered, a refusal of the document's own host:port ends the job (the name moved to a
-        forbidden address between the tab's check and the proxy's: DNS rebinding)."""
-        if self.status is None and _authority(refusal.target) == _authority(self.url):
-            error_type = RetryLater if refusal.retryable else BlockedRequest
-            self.fail(error_type(refusal.error, reason=refusal.reason))
-        if not refusal.retryable:  # a connection that failed was not blocked
-            self.record_blocked(refusal.target, refusal.reason, refusal.error)
-
-
-def _authority(target: str) -> tuple[str, int] | None:
-    """(host, port) of a URL or of a CONNECT target."""
-    with contextlib.suppress(ValueError):
-        parts = urlsplit(target if "://" in target else f"//{target}")
-        default = 443 if parts.scheme == "https" else 80
-        if parts.hostname:
-            return parts.hostname.lower(), parts.port or default
-    return None
-
-
 class BrowserPool:
     """Renders pages in a shared, self-healing Chromium. Use `async with` or start()/close()."""
 
@@ -284,16 +153,23 @@ class BrowserPool:
         self.guard = guard
         self._on_restart = on_restart
         self._on_page_count = on_page_count
-        self._current: _Chromium | None = None
-        self._retired: set[_Chromium] = set()
+        self._current: RunningChromium | None = None
+        self._retired: set[RunningChromium] = set()
         self._launch_lock = asyncio.Lock()
         self._launches = 0
         self._health_task: asyncio.Task[None] | None = None
         self._closing = False
         self._closers: set[asyncio.Task[None]] = set()
-        self._background: set[asyncio.Task[None]] = set()
         self.executable = find_chromium(settings.executable)
         self.proxy = EgressProxy(guard, upstream=settings.upstream_proxy)
+        self.checks = RequestChecks(guard, max_response_bytes=settings.max_response_bytes)
+        self.tabs = TabPool(
+            settings,
+            self.proxy,
+            self.checks,
+            retire=self._retire,
+            closing=lambda: self._closing,
+        )
 
     async def __aenter__(self) -> BrowserPool:
         await self.start()
@@ -316,8 +192,7 @@ class BrowserPool:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._health_task
             self._health_task = None
-        for task in list(self._background):
-            task.cancel()
+        self.checks.cancel()
         browsers = list(self._retired) + ([self._current] if self._current else [])
         self._current = None
         self._retired.clear()
@@ -349,7 +224,7 @@ class BrowserPool:
             pids.extend(browser_processes(chromium.process.pid, str(chromium.profile_dir)))
         return pids
 
-    async def _browser(self) -> _Chromium:
+    async def _browser(self) -> RunningChromium:
         current = self._current
         if current is not None and current.alive and current.retire_reason is None:
             return current
@@ -367,7 +242,7 @@ class BrowserPool:
                 self._health_task = asyncio.create_task(self._health_loop(), name="browser-health")
             return chromium
 
-    def _retire(self, chromium: _Chromium, reason: str) -> None:
+    def _retire(self, chromium: RunningChromium, reason: str) -> None:
         """Stop giving `chromium` new pages; close it once its open pages are done.
 
         Only the first retirement of a browser counts (and is reported to `on_restart`).
@@ -383,14 +258,14 @@ class BrowserPool:
         logger.info("retiring browser %d: %s", chromium.number, reason)
         self._maybe_close_retired(chromium)
 
-    def _maybe_close_retired(self, chromium: _Chromium) -> None:
+    def _maybe_close_retired(self, chromium: RunningChromium) -> None:
         if chromium in self._retired and (chromium.open_pages == 0 or not chromium.alive):
             self._retired.discard(chromium)
             task = asyncio.create_task(self._stop(chromium), name="browser-close")
             self._closers.add(task)
             task.add_done_callback(self._closers.discard)
 
-    async def _launch(self) -> _Chromium:
+    async def _launch(self) -> RunningChromium:
         if self.executable is None:
             raise BrowserUnavailable(
                 "no Chromium executable found (looked for "
@@ -408,7 +283,7 @@ class BrowserPool:
                 reason="temp_dir_unwritable",
             ) from error
         # The default context serves no job: its route lets nothing out. Every job's context
-        # gets a route of its own (_take_context).
+        # gets a route of its own (tab_pool.py).
         default_route = await self.proxy.open_route(refuse_all=True)
         args = [
             self.executable,
@@ -448,7 +323,7 @@ class BrowserPool:
             await default_route.close()
             raise
         self._launches += 1
-        chromium = _Chromium(process, browser, workdir, self._launches)
+        chromium = RunningChromium(process, browser, workdir, self._launches)
         chromium.default_route = default_route
         logger.info(
             "launched browser %d (%s, pid %d) in %.0f ms",
@@ -485,7 +360,7 @@ class BrowserPool:
             reason="browser_launch_failed",
         )
 
-    async def _stop(self, chromium: _Chromium) -> None:
+    async def _stop(self, chromium: RunningChromium) -> None:
         """Close the browser politely, then make sure no process of it is left."""
         if chromium.closed.is_set():
             return
@@ -570,13 +445,13 @@ class BrowserPool:
             self._retire(chromium, "page_limit")
         if self._on_page_count is not None:
             self._on_page_count(1)
-        tab: _Tab | None = None
+        tab: Tab | None = None
         clean = False
         try:
             try:
                 # A job with credentials gets a context of its own, closed after it: cookies
                 # a site sets for them never reach another job, even of the same owner.
-                tab = await self._take_tab(
+                tab = await self.tabs.take_tab(
                     chromium, owner, single_use=options.credentials is not None
                 )
             except PyppeteerNetworkError as error:
@@ -599,174 +474,15 @@ class BrowserPool:
             return outcome
         finally:
             if tab is not None:
-                await self._give_back(tab, clean=clean)
+                await self.tabs.give_back(tab, clean=clean)
             chromium.open_pages -= 1
             if self._on_page_count is not None:
                 self._on_page_count(-1)
             self._maybe_close_retired(chromium)
 
-    async def _take_context(
-        self, chromium: _Chromium, owner: str | None, *, single_use: bool = False
-    ) -> _Context:
-        """An idle context of `owner` (the most recently used), or a new one with its own
-        proxy route (always new, and closed after its job, when `single_use`)."""
-        if not self.settings.isolate_pages and not single_use:
-            for context in reversed(chromium.idle_contexts):
-                if context.owner == owner:
-                    del chromium.idle_contexts[context]
-                    return context
-        route = await self.proxy.open_route()
-        try:
-            answer = await self._operation(
-                chromium,
-                chromium.browser._connection.send(
-                    "Target.createBrowserContext",
-                    {"proxyServer": route.url, "proxyBypassList": PROXY_BYPASS},
-                ),
-                "open a context",
-            )
-        except BaseException:
-            await route.close()
-            raise
-        context_id = answer["browserContextId"]
-        browser_context = BrowserContext(chromium.browser, context_id)
-        chromium.browser._contexts[context_id] = browser_context
-        return _Context(browser_context, route, owner, chromium, single_use=single_use)
-
-    async def _give_back_context(self, context: _Context) -> None:
-        """Keep a context warm for its owner's next job; the least recently used idle context
-        beyond `idle_contexts` is closed."""
-        chromium = context.chromium
-        context.route.holder = None
-        if (
-            self.settings.isolate_pages
-            or context.single_use
-            or not chromium.alive
-            or chromium.retire_reason is not None
-            or self._closing
-        ):
-            await self._close_context(context)
-            return
-        chromium.idle_contexts[context] = None
-        while len(chromium.idle_contexts) > self.settings.idle_contexts:
-            oldest = next(iter(chromium.idle_contexts))
-            del chromium.idle_contexts[oldest]
-            await self._close_context(oldest)
-
-    async def _close_context(self, context: _Context) -> None:
-        """Close a context's tab, the context and its route. A browser on its way out takes
-        its contexts with it: no waiting on one that may not answer."""
-        if context.tab is not None:
-            await self._close_tab(context.tab)
-        chromium = context.chromium
-        if chromium.alive and chromium.retire_reason is None and not self._closing:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    context.context.close(), self.settings.operation_timeout_seconds
-                )
-        await context.route.close()
-
-    async def _take_tab(
-        self, chromium: _Chromium, owner: str | None, *, single_use: bool = False
-    ) -> _Tab:
-        """The warm tab of an idle context of `owner`, or a new one with the pool's handlers
-        attached (in a new context when needed)."""
-        context = await self._take_context(chromium, owner, single_use=single_use)
-        try:
-            return await self._tab_of(context)
-        except BaseException:
-            await self._close_context(context)
-            raise
-
-    async def _tab_of(self, context: _Context) -> _Tab:
-        chromium = context.chromium
-        if context.tab is not None:
-            tab = context.tab
-            if not tab.crashed and not tab.page.isClosed():
-                return tab
-            await self._close_tab(tab)
-        page = await self._operation(chromium, context.context.newPage(), "open a tab")
-        tab = _Tab(page, context, chromium)
-        context.tab = tab
-        # pyppeteer raises from emit('error') when nobody listens: a crash would escape into
-        # the connection's reader task. This handler turns it into this job's failure only.
-        page.on("error", lambda error: self._on_crash(tab, error))
-        tab.client.on("Fetch.requestPaused", lambda event: self._on_paused(tab, event))
-        tab.client.on("Network.dataReceived", lambda event: self._on_data(tab, event))
-        try:
-            await self._operation(
-                chromium,
-                tab.client.send("Fetch.enable", {"patterns": _FETCH_PATTERNS}),
-                "enable request checks",
-            )
-        except BaseException:
-            await self._close_tab(tab)
-            raise
-        return tab
-
-    async def _give_back(self, tab: _Tab, *, clean: bool) -> None:
-        """Keep a tab (in its context) for the owner's next job only after a clean success;
-        close it otherwise. The context goes back either way."""
-        tab.watch = None
-        context = tab.context
-        if not (
-            clean
-            and not tab.crashed
-            and tab.jobs < self.settings.tab_reuse_pages
-            and tab.chromium.alive
-        ):
-            await self._close_tab(tab)
-        await self._give_back_context(context)
-
-    async def _close_tab(self, tab: _Tab) -> None:
-        if tab.context.tab is tab:
-            tab.context.tab = None
-        await self._close_page(tab.chromium, tab.page)
-
-    def _on_crash(self, tab: _Tab, error: object) -> None:
-        tab.crashed = True
-        if tab.watch is not None:
-            tab.watch.fail(
-                RetryLater(
-                    f"the page's renderer crashed while loading {tab.watch.url}: {error}",
-                    reason="renderer_crash",
-                )
-            )
-
-    def _on_paused(self, tab: _Tab, event: Mapping[str, Any]) -> None:
-        watch = tab.watch
-        if watch is None:
-            # An idle tab: whatever the previous page's leftover scripts ask for is refused.
-            task = asyncio.ensure_future(
-                _quietly(
-                    tab.client.send(
-                        "Fetch.failRequest",
-                        {"requestId": event["requestId"], "errorReason": "Aborted"},
-                    )
-                )
-            )
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-            return
-        self._spawn(watch, self._paused(tab.client, watch, event))
-
-    def _on_data(self, tab: _Tab, event: Mapping[str, Any]) -> None:
-        if tab.watch is not None:
-            self._count_bytes(tab.client, tab.watch, event)
-
-    async def _operation(self, chromium: _Chromium, awaitable: Any, what: str) -> Any:
-        """Run a browser-level operation; a browser that cannot do it in time is retired."""
-        try:
-            return await asyncio.wait_for(awaitable, self.settings.operation_timeout_seconds)
-        except TimeoutError as error:
-            self._retire(chromium, "unresponsive")
-            raise BrowserUnavailable(
-                f"browser did not {what} within {self.settings.operation_timeout_seconds:g}s"
-            ) from error
-
     async def _load_and_extract(
         self,
-        tab: _Tab,
+        tab: Tab,
         url: str,
         options: JobOptions,
         follow_selector: str | None,
@@ -775,7 +491,7 @@ class BrowserPool:
     ) -> PageOutcome:
         page = tab.page
         client = tab.client
-        watch = _PageWatch(url, page.mainFrame._id, options.timeout_seconds)
+        watch = PageWatch(url, page.mainFrame._id, options.timeout_seconds)
         tab.watch = watch
         watch.credentials = options.credentials
         tab.context.route.holder = watch.refused_by_proxy
@@ -859,7 +575,7 @@ class BrowserPool:
     async def _extract(
         self,
         page: Any,
-        watch: _PageWatch,
+        watch: PageWatch,
         fields: tuple[FieldSpec, ...],
         options: JobOptions,
         follow_selector: str | None,
@@ -903,7 +619,7 @@ class BrowserPool:
         return page, raw.get("finalUrl")
 
     async def _bounded(
-        self, watch: _PageWatch, awaitable: Any, deadline: float, page: Any, step: str
+        self, watch: PageWatch, awaitable: Any, deadline: float, page: Any, step: str
     ) -> Any:
         """Await `awaitable` until the job's deadline, or until a handler aborts the page.
 
@@ -936,7 +652,7 @@ class BrowserPool:
         # pending, a probe can go unanswered on a busy machine too.)
         hung = watch.status is not None and not await self._answers(page)
         if hung:
-            await self._terminate_scripts(page)
+            await terminate_scripts(page)
             raise PermanentFailure(
                 f"the page's JavaScript never yielded while trying to {step} {watch.url}; it "
                 "was stopped (Runtime.terminateExecution)",
@@ -958,127 +674,6 @@ class BrowserPool:
         except (TimeoutError, PyppeteerNetworkError, PyppeteerTimeoutError):
             return False
         return True
-
-    @staticmethod
-    async def _terminate_scripts(page: Any) -> None:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(page._client.send("Runtime.terminateExecution"), 2.0)
-
-    async def _close_page(self, chromium: _Chromium, page: Any) -> None:
-        """Close a tab; if even that hangs, stop its scripts, and if still stuck retire the
-        browser (its processes go with it)."""
-        if not chromium.alive:
-            return
-        for attempt in range(2):
-            try:
-                await asyncio.wait_for(page.close(), self.settings.operation_timeout_seconds / 3)
-                return
-            except (TimeoutError, PyppeteerNetworkError, PyppeteerPageError):
-                if attempt == 0:
-                    await self._terminate_scripts(page)
-            except Exception:
-                logger.exception("unexpected error closing a tab")
-                break
-        self._retire(chromium, "unresponsive")
-
-    @staticmethod
-    def _spawn(watch: _PageWatch, coroutine: Any) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coroutine)
-        watch.tasks.add(task)
-        task.add_done_callback(watch.tasks.discard)
-
-    async def _paused(self, client: Any, watch: _PageWatch, event: Mapping[str, Any]) -> None:
-        """Decide one paused request: check it with the guard (request stage) or look at the
-        main document's response before it is rendered (response stage)."""
-        request_id = event["requestId"]
-        request_url: str = event["request"]["url"]
-        is_main = event.get("resourceType") == "Document" and event.get("frameId") == (
-            watch.main_frame_id
-        )
-        try:
-            if "responseStatusCode" in event or "responseErrorReason" in event:
-                await self._paused_response(client, watch, event, request_id, request_url)
-                return
-            try:
-                await self.guard.check_url(request_url)
-            except (BlockedRequest, RetryLater) as refusal:
-                if is_main:
-                    watch.fail(refusal)
-                else:
-                    watch.record_blocked(request_url, refusal.reason, refusal.message)
-                await client.send(
-                    "Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"}
-                )
-                return
-            continuation: dict[str, Any] = {"requestId": request_id}
-            headers = request_headers(
-                event["request"].get("headers") or {}, request_url, watch.credentials
-            )
-            if headers is not None:
-                continuation["headers"] = [{"name": k, "value": v} for k, v in headers.items()]
-            await client.send("Fetch.continueRequest", continuation)
-        except (PyppeteerNetworkError, ConnectionError):
-            pass  # the tab closed while we decided; nothing left to answer
-
-    async def _paused_response(
-        self,
-        client: Any,
-        watch: _PageWatch,
-        event: Mapping[str, Any],
-        request_id: str,
-        request_url: str,
-    ) -> None:
-        if event.get("frameId") != watch.main_frame_id:
-            await client.send("Fetch.continueRequest", {"requestId": request_id})
-            return
-        status = event.get("responseStatusCode")
-        headers = {h["name"].lower(): h["value"] for h in event.get("responseHeaders") or []}
-        if status is not None and 300 <= status < 400 and "location" in headers:
-            # The next hop arrives as a new paused request and is checked then.
-            await client.send("Fetch.continueRequest", {"requestId": request_id})
-            return
-        watch.status = status
-        watch.headers = headers
-        watch.final_url = request_url
-        watch.content_type = headers.get("content-type")
-        length = headers.get("content-length")
-        watch.content_length = int(length) if length and length.isdigit() else None
-        stop = False
-        if status is not None and status >= 400:
-            stop = True  # the status decides the job; there is nothing worth rendering
-        elif watch.content_length is not None and watch.content_length > (
-            self.settings.max_response_bytes
-        ):
-            watch.fail(self._too_large(request_url))
-            stop = True
-        elif watch.content_type and not is_html(watch.content_type):
-            stop = True  # PDFs, images, JSON...: recorded, not rendered
-        if stop:
-            watch.stopped_early = True
-            await client.send(
-                "Fetch.failRequest", {"requestId": request_id, "errorReason": "Aborted"}
-            )
-        else:
-            await client.send("Fetch.continueRequest", {"requestId": request_id})
-
-    def _too_large(self, url: str) -> PermanentFailure:
-        return PermanentFailure(
-            f"{url} is larger than the {self.settings.max_response_bytes}-byte page limit",
-            reason="response_too_large",
-        )
-
-    def _count_bytes(self, client: Any, watch: _PageWatch, event: Mapping[str, Any]) -> None:
-        watch.bytes_received += max(
-            int(event.get("dataLength", 0)), int(event.get("encodedDataLength", 0))
-        )
-        if watch.bytes_received > self.settings.max_response_bytes and not watch.abort.done():
-            watch.fail(self._too_large(watch.url))
-            self._spawn(watch, _quietly(client.send("Page.stopLoading")))
-
-
-async def _quietly(awaitable: Any) -> None:
-    with contextlib.suppress(Exception):
-        await awaitable
 
 
 __all__ = [

@@ -11,7 +11,12 @@ import asyncio
 import contextlib
 import os
 import signal
-from typing import Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from .egress_proxy import Route
+    from .tab_pool import Context
 
 # The real binaries first: Debian's /usr/bin/chromium-headless-shell is a `sh -e` wrapper that
 # does not `exec`, so signalling it would leave the browser running. headless-shell starts in a
@@ -171,3 +176,32 @@ __all__ = [
     "kill_group",
     "memory_mb",
 ]
+
+
+class RunningChromium:
+    """One running browser: its process, its pyppeteer connection and its bookkeeping."""
+
+    def __init__(
+        self, process: asyncio.subprocess.Process, browser: Any, workdir: Path, number: int
+    ) -> None:
+        self.process = process
+        self.browser = browser
+        self.workdir = workdir
+        self.number = number
+        self.pages_served = 0
+        self.open_pages = 0
+        self.retire_reason: str | None = None
+        self.closed = asyncio.Event()
+        self.endpoint: str = browser.wsEndpoint
+        # Warm contexts by owner, least recently used first.
+        self.idle_contexts: dict[Context, None] = {}
+        self.default_route: Route | None = None
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.workdir / "profile"
+
+    @property
+    def alive(self) -> bool:
+        connection = self.browser._connection
+        return self.process.returncode is None and bool(getattr(connection, "_connected", False))

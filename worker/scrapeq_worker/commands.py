@@ -46,7 +46,7 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 async def _main(settings: WorkerSettings) -> int:
-    from .loop import Worker
+    from .worker import Worker
 
     logger.info("starting worker", extra={"settings": describe(settings)})
     return await Worker(settings).run()

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 import scrapeq_queue as queue
-from scrapeq_worker.loop import Worker
 from scrapeq_worker.network_guard import parse_networks
 from scrapeq_worker.settings import WorkerSettings
+from scrapeq_worker.worker import Worker
 
 from scrapeq.local.postgres import LocalPostgres
 

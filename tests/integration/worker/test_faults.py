@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 import scrapeq_queue as queue
-from scrapeq_worker.loop import Worker
 from scrapeq_worker.settings import WorkerSettings
+from scrapeq_worker.worker import Worker
 
 from .conftest import Connection, job_row, run_burst
 from .site import HostileSite

@@ -4,7 +4,7 @@ Every page is a `render: false` page of the loopback test site, so these tests e
 claim path (the queue's one-statement SKIP LOCKED claim and the worker's prefetch), not the
 browser.
 
-What the worker prefetches (worker/scrapeq_worker/loop.py): it holds at most
+What the worker prefetches (worker/scrapeq_worker/worker.py): it holds at most
 `concurrency + batch_size` jobs — `concurrency` pages in flight plus one claimed batch waiting
 for a page slot — and claims at most `batch_size` rows per statement, one statement at a time
 on its own claim connection, whenever it holds fewer. The tests pin both numbers on the

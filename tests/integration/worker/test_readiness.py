@@ -17,8 +17,8 @@ import aiohttp
 import pytest
 import scrapeq_queue as queue
 from prometheus_client.parser import text_string_to_metric_families
-from scrapeq_worker.loop import Worker
 from scrapeq_worker.settings import WorkerSettings
+from scrapeq_worker.worker import Worker
 
 from scrapeq.local.processes import free_port
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import scrapeq_queue as queue
-from scrapeq_worker.loop import Worker
 from scrapeq_worker.settings import WorkerSettings
+from scrapeq_worker.worker import Worker
 from websockets.client import connect as websocket_connect
 
 from .conftest import Connection, eventually, job_row, run_burst

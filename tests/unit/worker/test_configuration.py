@@ -92,7 +92,7 @@ def test_an_invalid_payload_is_bad_input_listing_every_problem() -> None:
 
 def test_json_log_lines_carry_the_job_context() -> None:
     record = logging.LogRecord(
-        "scrapeq_worker.loop", logging.INFO, "", 0, "completed %s", ("http://a.test/",), None
+        "scrapeq_worker.worker", logging.INFO, "", 0, "completed %s", ("http://a.test/",), None
     )
     record.job_id = 42
     record.owner = "shop/laptops"

@@ -1,0 +1,251 @@
+"""Browser contexts and their tabs: one context per owner (a ScrapeJob), used by one job at a
+time and kept warm with its tab for the owner's next job (or a fresh context per job with
+`isolate_pages`; a job with credentials always gets a context of its own, closed after it).
+
+Each context has its own route through the egress proxy, so whatever the proxy refuses belongs
+to the job holding the context. Each tab has its CDP handlers attached once: a renderer crash
+fails only the job holding the tab, and its paused requests go to the request checks
+(request_checks.py) for that job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pyppeteer.browser import BrowserContext
+from pyppeteer.errors import NetworkError as PyppeteerNetworkError
+from pyppeteer.errors import PageError as PyppeteerPageError
+
+from .chromium_process import PROXY_BYPASS, RunningChromium
+from .egress_proxy import EgressProxy, Route
+from .errors import BrowserUnavailable, RetryLater
+from .request_checks import FETCH_PATTERNS, PageWatch, RequestChecks
+
+if TYPE_CHECKING:
+    from .browser import BrowserSettings
+
+logger = logging.getLogger(__name__)
+
+
+class Context:
+    """A browser context of one owner (a ScrapeJob) with its own proxy route, used by one job
+    at a time: its state (cookies, cache, storage, service workers) is never seen by another
+    owner's jobs, and whatever the proxy refuses on its route belongs to the job holding it."""
+
+    def __init__(
+        self,
+        context: Any,
+        route: Route,
+        owner: str | None,
+        chromium: RunningChromium,
+        *,
+        single_use: bool = False,
+    ) -> None:
+        self.context = context
+        self.route = route
+        self.owner = owner
+        self.chromium = chromium
+        # Closed when its job ends instead of kept warm (a job with credentials).
+        self.single_use = single_use
+        self.tab: Tab | None = None
+
+
+class Tab:
+    """A tab the pool reuses for up to `tab_reuse_pages` jobs of its context's owner; its CDP
+    handlers are attached once and report to whichever job currently holds it (`watch`)."""
+
+    def __init__(self, page: Any, context: Context, chromium: RunningChromium) -> None:
+        self.page = page
+        self.context = context
+        self.chromium = chromium
+        self.client: Any = page._client
+        self.jobs = 0
+        self.crashed = False
+        self.watch: PageWatch | None = None
+
+
+class TabPool:
+    """Hands out a tab of a context of an owner for one job and takes it back afterwards."""
+
+    def __init__(
+        self,
+        settings: BrowserSettings,
+        proxy: EgressProxy,
+        checks: RequestChecks,
+        *,
+        retire: Callable[[RunningChromium, str], None],
+        closing: Callable[[], bool],
+    ) -> None:
+        self.settings = settings
+        self.proxy = proxy
+        self.checks = checks
+        # Retires a browser that cannot do a tab operation in time (the pool's lifecycle).
+        self._retire = retire
+        self._closing = closing
+
+    async def _take_context(
+        self, chromium: RunningChromium, owner: str | None, *, single_use: bool = False
+    ) -> Context:
+        """An idle context of `owner` (the most recently used), or a new one with its own
+        proxy route (always new, and closed after its job, when `single_use`)."""
+        if not self.settings.isolate_pages and not single_use:
+            for context in reversed(chromium.idle_contexts):
+                if context.owner == owner:
+                    del chromium.idle_contexts[context]
+                    return context
+        route = await self.proxy.open_route()
+        try:
+            answer = await self._operation(
+                chromium,
+                chromium.browser._connection.send(
+                    "Target.createBrowserContext",
+                    {"proxyServer": route.url, "proxyBypassList": PROXY_BYPASS},
+                ),
+                "open a context",
+            )
+        except BaseException:
+            await route.close()
+            raise
+        context_id = answer["browserContextId"]
+        browser_context = BrowserContext(chromium.browser, context_id)
+        chromium.browser._contexts[context_id] = browser_context
+        return Context(browser_context, route, owner, chromium, single_use=single_use)
+
+    async def _give_back_context(self, context: Context) -> None:
+        """Keep a context warm for its owner's next job; the least recently used idle context
+        beyond `idle_contexts` is closed."""
+        chromium = context.chromium
+        context.route.holder = None
+        if (
+            self.settings.isolate_pages
+            or context.single_use
+            or not chromium.alive
+            or chromium.retire_reason is not None
+            or self._closing()
+        ):
+            await self.close_context(context)
+            return
+        chromium.idle_contexts[context] = None
+        while len(chromium.idle_contexts) > self.settings.idle_contexts:
+            oldest = next(iter(chromium.idle_contexts))
+            del chromium.idle_contexts[oldest]
+            await self.close_context(oldest)
+
+    async def close_context(self, context: Context) -> None:
+        """Close a context's tab, the context and its route. A browser on its way out takes
+        its contexts with it: no waiting on one that may not answer."""
+        if context.tab is not None:
+            await self._close_tab(context.tab)
+        chromium = context.chromium
+        if chromium.alive and chromium.retire_reason is None and not self._closing():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    context.context.close(), self.settings.operation_timeout_seconds
+                )
+        await context.route.close()
+
+    async def take_tab(
+        self, chromium: RunningChromium, owner: str | None, *, single_use: bool = False
+    ) -> Tab:
+        """The warm tab of an idle context of `owner`, or a new one with the pool's handlers
+        attached (in a new context when needed)."""
+        context = await self._take_context(chromium, owner, single_use=single_use)
+        try:
+            return await self._tab_of(context)
+        except BaseException:
+            await self.close_context(context)
+            raise
+
+    async def _tab_of(self, context: Context) -> Tab:
+        chromium = context.chromium
+        if context.tab is not None:
+            tab = context.tab
+            if not tab.crashed and not tab.page.isClosed():
+                return tab
+            await self._close_tab(tab)
+        page = await self._operation(chromium, context.context.newPage(), "open a tab")
+        tab = Tab(page, context, chromium)
+        context.tab = tab
+        # pyppeteer raises from emit('error') when nobody listens: a crash would escape into
+        # the connection's reader task. This handler turns it into this job's failure only.
+        page.on("error", lambda error: self._on_crash(tab, error))
+        # Requests are decided for whichever job holds the tab when they pause.
+        checks, client = self.checks, tab.client
+        client.on("Fetch.requestPaused", lambda event: checks.on_paused(client, tab.watch, event))
+        client.on("Network.dataReceived", lambda event: checks.on_data(client, tab.watch, event))
+        try:
+            await self._operation(
+                chromium,
+                tab.client.send("Fetch.enable", {"patterns": FETCH_PATTERNS}),
+                "enable request checks",
+            )
+        except BaseException:
+            await self._close_tab(tab)
+            raise
+        return tab
+
+    async def give_back(self, tab: Tab, *, clean: bool) -> None:
+        """Keep a tab (in its context) for the owner's next job only after a clean success;
+        close it otherwise. The context goes back either way."""
+        tab.watch = None
+        context = tab.context
+        if not (
+            clean
+            and not tab.crashed
+            and tab.jobs < self.settings.tab_reuse_pages
+            and tab.chromium.alive
+        ):
+            await self._close_tab(tab)
+        await self._give_back_context(context)
+
+    async def _close_tab(self, tab: Tab) -> None:
+        if tab.context.tab is tab:
+            tab.context.tab = None
+        await self._close_page(tab.chromium, tab.page)
+
+    def _on_crash(self, tab: Tab, error: object) -> None:
+        tab.crashed = True
+        if tab.watch is not None:
+            tab.watch.fail(
+                RetryLater(
+                    f"the page's renderer crashed while loading {tab.watch.url}: {error}",
+                    reason="renderer_crash",
+                )
+            )
+
+    async def _operation(self, chromium: RunningChromium, awaitable: Any, what: str) -> Any:
+        """Run a browser-level operation; a browser that cannot do it in time is retired."""
+        try:
+            return await asyncio.wait_for(awaitable, self.settings.operation_timeout_seconds)
+        except TimeoutError as error:
+            self._retire(chromium, "unresponsive")
+            raise BrowserUnavailable(
+                f"browser did not {what} within {self.settings.operation_timeout_seconds:g}s"
+            ) from error
+
+    async def _close_page(self, chromium: RunningChromium, page: Any) -> None:
+        """Close a tab; if even that hangs, stop its scripts, and if still stuck retire the
+        browser (its processes go with it)."""
+        if not chromium.alive:
+            return
+        for attempt in range(2):
+            try:
+                await asyncio.wait_for(page.close(), self.settings.operation_timeout_seconds / 3)
+                return
+            except (TimeoutError, PyppeteerNetworkError, PyppeteerPageError):
+                if attempt == 0:
+                    await terminate_scripts(page)
+            except Exception:
+                logger.exception("unexpected error closing a tab")
+                break
+        self._retire(chromium, "unresponsive")
+
+
+async def terminate_scripts(page: Any) -> None:
+    """Stop whatever JavaScript the page is running (CDP `Runtime.terminateExecution`)."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(page._client.send("Runtime.terminateExecution"), 2.0)
