@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PYTEST_ARGS ?=
+# The slowest tests are listed at the end of every run: where the suite's time goes.
+PYTEST_ARGS ?= --durations=30
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
 	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \

@@ -3,7 +3,9 @@
 charts/scrapeq/values-local.yaml.
 
 A node already running on this machine (`make cluster-up`) is used as it is and left running;
-otherwise the session starts one and stops it at the end, undoing its changes to the host.
+otherwise the session starts one with `scrapeq dev cluster-up`, and test_node_lifecycle.py's
+last test stops it with `scrapeq dev cluster-down` once every other node test has run,
+checking that the host is as it was before (the fixture stops it at the end otherwise).
 """
 
 from __future__ import annotations
@@ -18,38 +20,65 @@ from scrapeq.local.node import LocalNode
 from scrapeq.local.processes import LocalPartError
 from scrapeq.local.release import Release, install_release, uninstall_release
 from tests.conftest import missing_part
+from tests.e2e.node.host import ROOT, NodeStart, host_state, scrapeq_dev
+
+CLUSTER_UP_TEST = "test_cluster_up_starts_one_node_per_machine"
+CLUSTER_DOWN_TEST = "test_cluster_down_leaves_the_host_as_it_found_it"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the node's own start/stop test before any test starts the session's node, and the
-    README's quick start (which installs the CRD with its own release) before the session's
-    release exists."""
-    first = [item for item in items if "test_node_lifecycle" in item.nodeid]
-    first += [item for item in items if "test_quick_start" in item.nodeid]
-    if first:
-        position = min(items.index(item) for item in items if "tests/e2e/node/" in item.nodeid)
-        for item in first:
-            items.remove(item)
-        items[position:position] = first
+    """Node tests run in this order: cluster-up's checks, the README's quick start (which
+    installs the CRD with its own release) before the session's release exists, the others,
+    and cluster-down last."""
+    node_items = [item for item in items if "tests/e2e/node/" in item.nodeid]
+    if not node_items:
+        return
+    position = items.index(node_items[0])
+    for item in node_items:
+        items.remove(item)
+
+    def rank(item: pytest.Item) -> int:
+        if CLUSTER_UP_TEST in item.nodeid:
+            return 0
+        if "test_quick_start" in item.nodeid:
+            return 1
+        return 3 if CLUSTER_DOWN_TEST in item.nodeid else 2
+
+    items[position:position] = sorted(node_items, key=rank)  # sorted() keeps ties in order
 
 
 @pytest.fixture(scope="session")
-def kube_node() -> Iterator[LocalNode]:
-    """The machine's single-node cluster, Ready, with the project's images loaded."""
+def node_start() -> Iterator[NodeStart]:
+    """A node on this machine: a developer's running one, or one started as `make cluster-up`
+    starts it (images loaded), stopped at the end if the cluster-down test has not."""
     running = LocalNode.attach()
     if running is not None:
         load_node_images(running)
-        yield running
+        yield NodeStart(state_dir=running.state_dir)
         return
-    node = LocalNode(state_dir=Path(__file__).resolve().parents[3] / ".scrapeq" / "test-node")
+    cluster_dir = ROOT / ".scrapeq" / "test-node" / "cluster"
+    before = host_state()
+    up = scrapeq_dev("cluster-up", cluster_dir)
+    started = LocalNode.attach()
+    if up.returncode != 0 or started is None:
+        if started is not None:
+            started.stop()
+        missing_part("the local Kubernetes node", up.stderr.strip()[-2000:])
     try:
-        node.start(load_images=load_node_images)
-    except LocalPartError as error:
-        missing_part("the local Kubernetes node", str(error))
-    try:
-        yield node
+        yield NodeStart(state_dir=cluster_dir, cluster_up=up, host_before=before)
     finally:
-        node.stop()
+        leftover = LocalNode.attach()
+        if leftover is not None:
+            leftover.stop()
+
+
+@pytest.fixture(scope="session")
+def kube_node(node_start: NodeStart) -> LocalNode:
+    """The machine's single-node cluster, Ready, with the project's images loaded."""
+    node = LocalNode.attach()
+    if node is None:
+        pytest.fail("the session's node was stopped (the cluster-down test runs last)")
+    return node
 
 
 @pytest.fixture(scope="session")
@@ -64,4 +93,5 @@ def release(kube_node: LocalNode, helm_binary: Path) -> Iterator[Release]:
     try:
         yield installed
     finally:
-        uninstall_release(installed)
+        if LocalNode.attach() is not None:  # the cluster-down test may have stopped the node
+            uninstall_release(installed)
