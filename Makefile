@@ -94,8 +94,9 @@ bench-queue: setup
 	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[bench]'
 	@$(PY) -m benchmarks.queue_throughput
 
+# BENCH_ARGS passes options through, e.g. BENCH_ARGS="--only heavy" (docs/benchmarks.md).
 bench-worker: setup
-	@$(PY) -m benchmarks.worker_pages
+	@$(PY) -m benchmarks.worker_pages $(BENCH_ARGS)
 
 bench-operator: setup
 	@$(PY) -m benchmarks.operator_scale

@@ -19,6 +19,15 @@ only exists after a script runs — and a static page. Modes, in one run:
                      with the worker's binary (the headless shell when installed);
 - browser-per-job-chromium: the same with Debian's full Chromium, the browser the classic
                      design usually launches (when installed).
+- heavy:             the worker on N rendered jobs of a heavy page: the JS-rendered content
+                     plus 50 sub-resources (20 images, 6 fonts, 8 stylesheets, 12 scripts,
+                     4 media), every one with a URL of its own page (no cache hits: each page
+                     fetches all 50 unless it blocks them);
+- heavy-blocked:     the same with `blockResources: [image, font, media]`;
+- heavy-blocked-all: the same with `blockResources: [image, font, media, stylesheet]`.
+
+`--only heavy` runs just the three heavy modes (interleaved for --rounds rounds, best round
+each); `--heavy-pages` sets their size.
 
 render, bare-warm and static run interleaved for --rounds rounds (per-round lines go to
 stderr) and each keeps its best round: the machine this runs on is shared, and the best round
@@ -79,6 +88,95 @@ PAYLOAD_RENDER = {
 }
 PAYLOAD_STATIC = {"render": False, "extract": PAYLOAD_RENDER["extract"]}
 
+HEAVY_PAGES = 100
+# A heavy page: the JS page's content and 50 sub-resources, named after the page so that no
+# page hits another's cache. Counts per kind: what a product or news page typically asks for.
+HEAVY_ASSETS: dict[str, int] = {"png": 20, "woff2": 6, "css": 8, "js": 12, "webm": 4}
+HEAVY_ASSET_BYTES: dict[str, int] = {
+    "png": 24 * 1024,
+    "woff2": 30 * 1024,
+    "css": 4 * 1024,
+    "js": 6 * 1024,
+    "webm": 60 * 1024,
+}
+HEAVY_CONTENT_TYPES: dict[str, str] = {
+    "png": "image/png",
+    "woff2": "font/woff2",
+    "css": "text/css",
+    "js": "application/javascript",
+    "webm": "video/webm",
+}
+HEAVY_KINDS = ["image", "font", "media"]
+
+
+def heavy_page(n: str) -> str:
+    """The heavy page for item `n` (its sub-resources live under /asset/<n>/)."""
+    head = [f"<title>Item {n}</title>"]
+    body: list[str] = []
+    for i in range(HEAVY_ASSETS["css"]):
+        head.append(f'<link rel="stylesheet" href="/asset/{n}/style{i}.css">')
+    faces = " ".join(
+        f"@font-face {{ font-family: F{i}; src: url(/asset/{n}/face{i}.woff2); }}"
+        f" .f{i} {{ font-family: F{i}, sans-serif; }}"
+        for i in range(HEAVY_ASSETS["woff2"])
+    )
+    head.append(f"<style>{faces}</style>")
+    for i in range(HEAVY_ASSETS["js"]):
+        head.append(f'<script src="/asset/{n}/app{i}.js"></script>')
+    body.extend(f'<p class="f{i}">Font sample {i}</p>' for i in range(HEAVY_ASSETS["woff2"]))
+    body.extend(
+        f'<img src="/asset/{n}/photo{i}.png" width="120" height="120" alt="">'
+        for i in range(HEAVY_ASSETS["png"])
+    )
+    body.extend(
+        f'<video src="/asset/{n}/clip{i}.webm" preload="auto" muted></video>'
+        for i in range(HEAVY_ASSETS["webm"])
+    )
+    content = JS_PAGE.split("<body>", 1)[1].format(n=n)
+    return "<!doctype html><html><head>" + "".join(head) + "</head><body>" + "".join(body) + content
+
+
+def _heavy_asset_bodies() -> dict[str, bytes]:
+    """Stand-in bodies of each kind's size: a valid PNG (decoded and painted), noise for the
+    fonts and videos (fetched, then refused by the decoder), rules and a little work for the
+    stylesheets and scripts."""
+    import random
+    import struct
+    import zlib
+
+    noise = random.Random(7)
+
+    def png(side: int) -> bytes:
+        rows = b"".join(b"\x00" + noise.randbytes(side * 3) for _ in range(side))
+
+        def chunk(kind: bytes, data: bytes) -> bytes:
+            crc = zlib.crc32(kind + data)
+            return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+        header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+        return (
+            b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(rows, 1))
+            + chunk(b"IEND", b"")
+        )
+
+    css = "".join(
+        f".c{i} {{ margin: {i % 7}px; color: #{i % 255:02x}3344; }}\n" for i in range(120)
+    )
+    js = "".join(
+        f"window.v{i} = Array.from({{length: 50}}, (_, k) => k * {i}).reduce((a, b) => a + b);\n"
+        for i in range(120)
+    )
+    return {
+        "png": png(88),
+        "woff2": noise.randbytes(HEAVY_ASSET_BYTES["woff2"]),
+        "css": css.encode()[: HEAVY_ASSET_BYTES["css"]],
+        "js": js.encode()[: HEAVY_ASSET_BYTES["js"]],
+        "webm": noise.randbytes(HEAVY_ASSET_BYTES["webm"]),
+    }
+
+
 # What the bare loops run in the page: the same wait-then-extract work as the worker's script.
 BARE_SCRIPT = """async () => {
   while (!document.querySelector('h1.name')) await new Promise(r => setTimeout(r, 5));
@@ -100,9 +198,20 @@ def _serve(port: int) -> None:
         n = request.match_info["n"]
         return web.Response(text=STATIC_PAGE.format(n=n), content_type="text/html")
 
+    bodies = _heavy_asset_bodies()
+
+    async def heavy(request: web.Request) -> web.Response:
+        return web.Response(text=heavy_page(request.match_info["n"]), content_type="text/html")
+
+    async def asset(request: web.Request) -> web.Response:
+        extension = request.match_info["name"].rsplit(".", 1)[-1]
+        return web.Response(body=bodies[extension], content_type=HEAVY_CONTENT_TYPES[extension])
+
     app = web.Application()
     app.router.add_get("/js/{n}", js)
     app.router.add_get("/static/{n}", static)
+    app.router.add_get("/heavy/{n}", heavy)
+    app.router.add_get("/asset/{n}/{name}", asset)
     web.run_app(app, host=SITE_HOST, port=port, print=None, access_log=None)
 
 
@@ -305,6 +414,8 @@ async def _main(arguments: argparse.Namespace) -> int:
             server = LocalPostgres(durable=True)
             admin_dsn = server.start()
         bench = Bench(admin_dsn, site_port, executable)
+        if arguments.only == "heavy":
+            return await _heavy(bench, arguments)
         scale = arguments.pages / RENDER_PAGES
         concurrency = WorkerSettings().concurrency
         new_tab_pages = max(20, int(NEW_TAB_PAGES * scale))
@@ -336,17 +447,7 @@ async def _main(arguments: argparse.Namespace) -> int:
             )
         # The machine is shared: the compared modes run interleaved, several rounds, and each
         # keeps its best round (the one least disturbed by other work).
-        best: dict[str, Measurement] = {}
-        for round_number in range(arguments.rounds):
-            for mode, step in repeated.items():
-                measurement = await step()
-                print(
-                    json.dumps({**measurement.as_json(), "round": round_number + 1}),
-                    file=sys.stderr,
-                    flush=True,
-                )
-                if mode not in best or measurement.rate > best[mode].rate:
-                    best[mode] = measurement
+        best = await _best_rounds(repeated, arguments.rounds)
         for mode, step in once.items():
             best[mode] = await step()
         order = [
@@ -374,6 +475,55 @@ async def _main(arguments: argparse.Namespace) -> int:
             server.stop()
 
 
+async def _heavy(bench: Bench, arguments: argparse.Namespace) -> int:
+    """The heavy page with its sub-resources fetched, then blocked (interleaved rounds)."""
+    pages = arguments.heavy_pages
+    repeated: dict[str, Callable[[], Awaitable[Measurement]]] = {
+        "heavy": lambda: bench.worker_mode("heavy", "/heavy", pages, PAYLOAD_RENDER),
+        "heavy-blocked": lambda: bench.worker_mode(
+            "heavy-blocked", "/heavy", pages, {**PAYLOAD_RENDER, "blockResources": HEAVY_KINDS}
+        ),
+        "heavy-blocked-all": lambda: bench.worker_mode(
+            "heavy-blocked-all",
+            "/heavy",
+            pages,
+            {**PAYLOAD_RENDER, "blockResources": [*HEAVY_KINDS, "stylesheet"]},
+        ),
+    }
+    best = await _best_rounds(repeated, arguments.rounds)
+    results = [best[mode] for mode in repeated]
+    for measurement in results:
+        print(json.dumps(measurement.as_json()), flush=True)
+    print()
+    print(_table(results))
+    print()
+    for mode in ("heavy-blocked", "heavy-blocked-all"):
+        print(
+            f"{mode} vs heavy: {best[mode].rate / best['heavy'].rate:.2f}x pages/s, "
+            f"{best[mode].cpu_seconds / best['heavy'].cpu_seconds * 100:.0f}% of the CPU per page"
+        )
+    return 0
+
+
+async def _best_rounds(
+    steps: dict[str, Callable[[], Awaitable[Measurement]]], rounds: int
+) -> dict[str, Measurement]:
+    """Run `steps` interleaved for `rounds` rounds (per-round lines to stderr); the best round
+    of each: the machine is shared, and the best round is the one least disturbed."""
+    best: dict[str, Measurement] = {}
+    for round_number in range(rounds):
+        for mode, step in steps.items():
+            measurement = await step()
+            print(
+                json.dumps({**measurement.as_json(), "round": round_number + 1}),
+                file=sys.stderr,
+                flush=True,
+            )
+            if mode not in best or measurement.rate > best[mode].rate:
+                best[mode] = measurement
+    return best
+
+
 def _listening(port: int) -> bool:
     import socket
 
@@ -389,6 +539,15 @@ def main() -> int:
     )
     parser.add_argument(
         "--rounds", type=int, default=3, help="interleaved rounds of render/bare-warm/static"
+    )
+    parser.add_argument(
+        "--only",
+        choices=("all", "heavy"),
+        default="all",
+        help="heavy: only the heavy-page modes (resource blocking off vs on)",
+    )
+    parser.add_argument(
+        "--heavy-pages", type=int, default=HEAVY_PAGES, help="jobs per heavy-page mode"
     )
     return asyncio.run(_main(parser.parse_args()))
 

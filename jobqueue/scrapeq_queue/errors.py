@@ -45,14 +45,8 @@ def translate_database_errors(
 
     @functools.wraps(function)
     async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
+        with database_errors_translated():
             return await function(*args, **kwargs)
-        except _SCHEMA_ERRORS as error:
-            raise SchemaOutOfDate(
-                f"the scrapeq schema is missing or out of date ({error}); run `scrapeq migrate`"
-            ) from error
-        except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-            raise DatabaseUnavailable(f"database unavailable: {error}") from error
 
     return wrapper
 

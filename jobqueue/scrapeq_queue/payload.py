@@ -15,6 +15,10 @@ import re2
 from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
 
 WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "networkidle2")
+# Kinds of sub-resource a job may tell the browser not to fetch (blockResources): none of them
+# changes the DOM a selector reads, except that without stylesheets, layout (and so what CSS
+# hides or shows) is not what a visitor sees.
+RESOURCE_KINDS: Final = ("image", "font", "media", "stylesheet")
 # A page that needs more than ten minutes is a stuck page, not a slow one.
 MAX_TIMEOUT_SECONDS: Final = 600.0
 EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all"})
@@ -176,6 +180,17 @@ def _check_headers(value: object) -> list[str]:
     return ["headers must be an object of header name -> string value"]
 
 
+def check_resource_kinds(name: str, value: object) -> list[str]:
+    """Problems with a blockResources list (the payload's, or a pool's default)."""
+    if (
+        isinstance(value, list | tuple)
+        and all(kind in RESOURCE_KINDS for kind in value)
+        and len(set(value)) == len(value)
+    ):
+        return []
+    return [f"{name} must be a list of distinct kinds from {', '.join(RESOURCE_KINDS)}"]
+
+
 def _check_sealed(value: object) -> list[str]:
     # Credentials the operator sealed (sealed_credentials.py); only a key holder can say more.
     if is_sealed_text(value):
@@ -193,6 +208,7 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "follow": _check_follow,
     "headers": _check_headers,
     "sealed": _check_sealed,
+    "blockResources": lambda value: check_resource_kinds("blockResources", value),
 }
 
 

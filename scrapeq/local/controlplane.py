@@ -131,7 +131,7 @@ class LocalControlPlane:
             ],
         )
         wait_until(
-            lambda: _http_ok(f"{client_url}/health"),
+            lambda: http_ok(f"{client_url}/health"),
             timeout=60,
             what="etcd to become healthy",
             failed=lambda: _exited(process, "etcd", self._log_tail("etcd")),
@@ -174,7 +174,7 @@ class LocalControlPlane:
         context.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
 
         def ready() -> bool:
-            return _http_ok(f"{self.server}/readyz", context=context)
+            return http_ok(f"{self.server}/readyz", context=context)
 
         wait_until(
             ready,
@@ -248,7 +248,8 @@ def _exited(process: subprocess.Popen[bytes], name: str, log_tail: str) -> str |
     return f"{name} exited with code {code}:\n{log_tail}"
 
 
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+def http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    """True when `url` answers 200 within 2 s."""
     try:
         with urllib.request.urlopen(url, timeout=2, context=context) as response:
             return bool(response.status == 200)

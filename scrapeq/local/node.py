@@ -33,15 +33,13 @@ import ssl
 import struct
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
 from scrapeq.local.certificates import issue_certificate, make_authority, make_service_account_keys
-from scrapeq.local.controlplane import REPOSITORY_ROOT, tool_path, write_kubeconfig
+from scrapeq.local.controlplane import REPOSITORY_ROOT, http_ok, tool_path, write_kubeconfig
 from scrapeq.local.processes import (
     LocalPartError,
     pid_alive,
@@ -537,7 +535,7 @@ state = "{RECORD_DIR / "containerd-state"}"
                 "--log-level=warn",
             ],
         )
-        self._wait("etcd", lambda: _http_ok(f"{client}/health"), "etcd to become healthy")
+        self._wait("etcd", lambda: http_ok(f"{client}/health"), "etcd to become healthy")
 
     def _start_apiserver(self) -> None:
         certs = self.certs
@@ -571,7 +569,7 @@ state = "{RECORD_DIR / "containerd-state"}"
         context.load_cert_chain(str(certs / "admin.crt"), str(certs / "admin.key"))
         self._wait(
             "kube-apiserver",
-            lambda: _http_ok(f"{self.server}/readyz", context=context),
+            lambda: http_ok(f"{self.server}/readyz", context=context),
             "kube-apiserver /readyz",
         )
 
@@ -1037,14 +1035,6 @@ def _ctr_answers(address: Path) -> bool:
         capture_output=True, check=False, timeout=10,
     )  # fmt: skip
     return result.returncode == 0
-
-
-def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2, context=context) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError, ssl.SSLError):
-        return False
 
 
 def dns_lookup(server: str, name: str, *, timeout: float = 1.0) -> str | None:

@@ -46,6 +46,32 @@ def test_the_user_agent_contact_goes_to_every_pool(helm_binary: Path) -> None:
     assert named(env_of(operator), "SCRAPEQ_USER_AGENT_CONTACT") == []
 
 
+def test_a_pools_block_resources_replace_the_workers_wide_list(helm_binary: Path) -> None:
+    values = {
+        "workers": {
+            "blockResources": ["image", "font"],
+            "pools": [
+                {"name": "default", "queues": ["default"]},
+                {"name": "media", "queues": ["media"], "blockResources": ["media"]},
+                {"name": "full", "queues": ["full"], "blockResources": []},
+            ],
+        }
+    }
+    manifests = rendered(helm_binary, values)
+    expected = {"default": "image,font", "media": "media", "full": ""}
+    for pool, value in expected.items():
+        workload = find(manifests, "Deployment", f"scrapeq-worker-{pool}")
+        assert named(env_of(workload), "SCRAPEQ_BLOCK_RESOURCES") == [
+            {"name": "SCRAPEQ_BLOCK_RESOURCES", "value": value}
+        ]
+
+
+def test_an_unknown_resource_kind_is_refused_by_the_chart_schema(helm_binary: Path) -> None:
+    error = render_error(helm_binary, {"workers": {"blockResources": ["script"]}})
+    assert "blockResources" in error
+    assert "must be one of" in error
+
+
 def test_without_a_contact_the_workers_get_no_contact_variable(helm_binary: Path) -> None:
     pool = find(rendered(helm_binary, {}), "Deployment", "scrapeq-worker-default")
     assert named(env_of(pool), "SCRAPEQ_USER_AGENT_CONTACT") == []

@@ -494,6 +494,7 @@ class BrowserPool:
         watch = PageWatch(url, page.mainFrame._id, options.timeout_seconds)
         tab.watch = watch
         watch.credentials = options.credentials
+        watch.block_resources = options.block_resources
         tab.context.route.holder = watch.refused_by_proxy
         deadline = started + options.timeout_seconds
         setup: list[Any] = []
@@ -555,6 +556,7 @@ class BrowserPool:
                 timing_ms=timing,
                 blocked_requests=watch.blocked,
                 content_length=watch.content_length,
+                skipped_requests=watch.skipped,
             )
         extracted = await self._extract(
             page, watch, options.fields, options, follow_selector, deadline
@@ -570,6 +572,7 @@ class BrowserPool:
             extracted=extracted[0],
             timing_ms=timing,
             blocked_requests=watch.blocked,
+            skipped_requests=watch.skipped,
         )
 
     async def _extract(

@@ -1,5 +1,6 @@
 """Chromium's process side: which binary, which switches, and every process of a running
-browser (to measure its memory and to kill all of it). The pool (browser.py) launches it.
+browser (to measure its memory and to kill all of it), and `RunningChromium`, the pool's record
+of one running browser. The pool (browser.py) launches it.
 
 The switches that make the worker's egress proxy the browser's only way out live here too; the
 proxy itself is egress_proxy.py (docs/worker.md, "The SSRF guard").
@@ -165,19 +166,6 @@ async def kill_group(process: asyncio.subprocess.Process, profile_marker: str) -
             os.kill(pid, signal.SIGKILL)
 
 
-__all__ = [
-    "CHROMIUM_FLAGS",
-    "EGRESS_FLAGS",
-    "EXECUTABLE_CANDIDATES",
-    "FORBIDDEN_EXTRA_ARGS",
-    "PROXY_BYPASS",
-    "browser_processes",
-    "find_chromium",
-    "kill_group",
-    "memory_mb",
-]
-
-
 class RunningChromium:
     """One running browser: its process, its pyppeteer connection and its bookkeeping."""
 
@@ -205,3 +193,17 @@ class RunningChromium:
     def alive(self) -> bool:
         connection = self.browser._connection
         return self.process.returncode is None and bool(getattr(connection, "_connected", False))
+
+
+__all__ = [
+    "CHROMIUM_FLAGS",
+    "EGRESS_FLAGS",
+    "EXECUTABLE_CANDIDATES",
+    "FORBIDDEN_EXTRA_ARGS",
+    "PROXY_BYPASS",
+    "RunningChromium",
+    "browser_processes",
+    "find_chromium",
+    "kill_group",
+    "memory_mb",
+]

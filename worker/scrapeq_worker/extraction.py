@@ -117,8 +117,11 @@ class PageOutcome:
     content_type: str | None
     extracted: ExtractedPage | None
     timing_ms: dict[str, float]
+    # Refused by the SSRF guard or the egress proxy: each one is listed.
     blocked_requests: list[dict[str, str]] = field(default_factory=list)
     content_length: int | None = None
+    # Not fetched because the job said so (blockResources): a count per kind, not a refusal.
+    skipped_requests: dict[str, int] = field(default_factory=dict)
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a

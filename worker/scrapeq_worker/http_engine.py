@@ -6,7 +6,8 @@ resolver is replaced by `GuardedResolver`, so the address actually connected to 
 the guard approved. Redirects are followed here, hop by hop, rather than inside aiohttp, so
 each hop's URL passes the guard too. With an upstream proxy (per worker pool), requests go
 through a route of the worker's egress proxy instead, which checks the address again and asks
-the upstream for a tunnel to that checked address (egress_proxy.py).
+the upstream for a tunnel to that checked address (egress_proxy.py). It fetches the document
+only, never a sub-resource, so a job's blockResources has nothing to skip here.
 """
 
 from __future__ import annotations

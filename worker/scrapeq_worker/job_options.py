@@ -7,7 +7,7 @@ values the engines need, so the two can never disagree about what is allowed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
@@ -66,14 +66,23 @@ class JobOptions:
     follow: FollowOptions | None = None
     # payload.sealed opened: headers and cookies for the origins they were given for.
     credentials: Credentials | None = None
+    # Sub-resource kinds the browser does not fetch (payload.blockResources, else the pool's).
+    block_resources: frozenset[str] = frozenset()
 
 
 def options_from_payload(
-    payload: object, *, default_timeout_seconds: float, sealing_keys: SealingKeys | None = None
+    payload: object,
+    *,
+    default_timeout_seconds: float,
+    sealing_keys: SealingKeys | None = None,
+    default_block_resources: Sequence[str] = (),
 ) -> JobOptions:
     """Validate `payload` with the queue's rules and return the options; raise BadInput with
     every problem listed when it is not valid, RetryLater (credentials_unreadable) when its
-    sealed credentials cannot be opened with `sealing_keys`."""
+    sealed credentials cannot be opened with `sealing_keys`.
+
+    A payload's blockResources replaces `default_block_resources` (the pool's) whole: `[]`
+    fetches everything whatever the pool blocks."""
     problems = validate_payload(payload)
     if problems:
         raise BadInput("invalid payload: " + "; ".join(problems), reason="invalid_payload")
@@ -101,6 +110,7 @@ def options_from_payload(
         fields=parse_fields(options.get("extract")),
         follow=follow,
         credentials=_open_credentials(options.get("sealed"), sealing_keys),
+        block_resources=frozenset(options.get("blockResources", default_block_resources)),
     )
 
 

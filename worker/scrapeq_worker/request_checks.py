@@ -6,7 +6,10 @@ sends it (pyppeteer's own `setRequestInterception` uses a CDP method Chromium re
   guard's reason, a blocked sub-resource is refused and listed in the job's `blocked_requests`;
 * the main document's response is looked at before it is rendered: error statuses, non-HTML
   content and oversized bodies never reach the renderer;
-* the bytes a page downloads are counted, and a page past the limit is stopped.
+* the bytes a page downloads are counted, and a page past the limit is stopped;
+* sub-resources of a kind the job blocks (blockResources: images, fonts, media, stylesheets)
+  are refused before they leave and counted in `skipped_requests`, apart from the guard's
+  refusals: a site's images the job chose not to load are not a security event.
 
 A `PageWatch` holds what these checks learn about the page of the job holding the tab.
 """
@@ -36,6 +39,15 @@ FETCH_PATTERNS: Final = [
 ]
 
 
+# CDP's Network.ResourceType of the kinds a job may block (scrapeq_queue.payload.RESOURCE_KINDS).
+_RESOURCE_KINDS: Final = {
+    "Image": "image",
+    "Font": "font",
+    "Media": "media",
+    "Stylesheet": "stylesheet",
+}
+
+
 class PageWatch:
     """Per-page state the CDP event handlers fill in while the page loads."""
 
@@ -56,6 +68,8 @@ class PageWatch:
         self.bytes_received = 0
         self.tasks: set[asyncio.Task[None]] = set()
         self.credentials: Credentials | None = None  # added per request on their origins
+        self.block_resources: frozenset[str] = frozenset()  # kinds the job does not want
+        self.skipped: dict[str, int] = {}  # requests not sent because of block_resources
 
     def fail(self, error: WorkerError) -> None:
         if not self.abort.done():
@@ -134,6 +148,15 @@ class RequestChecks:
         try:
             if "responseStatusCode" in event or "responseErrorReason" in event:
                 await self._paused_response(client, watch, event, request_id, request_url)
+                return
+            kind = _RESOURCE_KINDS.get(event.get("resourceType", ""))
+            if kind in watch.block_resources:
+                # The job's choice, not a refusal: counted, never listed in blocked_requests,
+                # and decided before the guard so it costs no DNS lookup.
+                watch.skipped[kind] = watch.skipped.get(kind, 0) + 1
+                await client.send(
+                    "Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"}
+                )
                 return
             try:
                 await self.guard.check_url(request_url)

@@ -132,4 +132,6 @@ def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:
         document["content_length"] = outcome.content_length
     if outcome.blocked_requests:
         document["blocked_requests"] = outcome.blocked_requests
+    if outcome.skipped_requests:
+        document["skipped_requests"] = outcome.skipped_requests
     return document

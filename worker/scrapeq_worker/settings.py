@@ -27,6 +27,7 @@ from scrapeq_queue.options import (
     parse_positive_float,
     parse_positive_int,
 )
+from scrapeq_queue.payload import RESOURCE_KINDS, check_resource_kinds
 
 from .egress_proxy import UpstreamProxy
 from .network_guard import IPNetwork, parse_networks
@@ -37,6 +38,14 @@ def _queues(text: str) -> tuple[str, ...]:
     if not queues:
         raise ValueError("at least one queue name is needed")
     return queues
+
+
+def _resource_kinds(text: str) -> tuple[str, ...]:
+    kinds = parse_names(text)
+    problems = check_resource_kinds("the list", list(kinds))
+    if problems:
+        raise ValueError(f"{problems[0]}, comma-separated; got {text!r}")
+    return kinds
 
 
 def _contact_url(text: str) -> str:
@@ -226,6 +235,16 @@ class WorkerSettings:
         help="http(s) URL where site owners learn about this crawler and reach its operator; both "
         "engines send `Mozilla/5.0 (compatible; scrapeq/<version>; +URL)` unless a job's "
         "headers set User-Agent.",
+    )
+    # Off by default: a page's images and fonts can matter (a screenshot-like extraction, a
+    # site that loads content when an image loads); a pool that only reads text turns it on.
+    block_resources: tuple[str, ...] = option(
+        (),
+        flag="--block-resources",
+        env="SCRAPEQ_BLOCK_RESOURCES",
+        parse=_resource_kinds,
+        help=f"Sub-resources the browser does not fetch, comma-separated from "
+        f"{', '.join(RESOURCE_KINDS)}; a job's blockResources replaces this list.",
     )
     max_response_bytes: int = option(
         10 * 1024 * 1024,

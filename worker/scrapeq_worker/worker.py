@@ -468,6 +468,7 @@ class Worker:
                         job.payload,
                         default_timeout_seconds=self.settings.page_timeout_seconds,
                         sealing_keys=self.sealing_keys,
+                        default_block_resources=self.settings.block_resources,
                     )
                     scraped = await self.scraper.scrape(
                         job.url, options, depth=job.depth, owner=job.owner_uid

@@ -1,5 +1,5 @@
 """`kubectl explain` documents the ScrapeJob fields a kubectl user meets first: the REASON and
-MESSAGE columns' status fields, the schedule's time zone and last schedule."""
+MESSAGE columns' status fields, the schedule's time zone and last schedule, resource blocking."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.controlplane, pytest.mark.timeout(120)]
         "scrapejob.spec.timeZone",
         "scrapejob.spec.suspend",
         "scrapejob.status.lastScheduleTime",
+        "scrapejob.spec.blockResources",
     ],
 )
 def test_kubectl_explain_describes_the_field(kubectl: Kubectl, field: str) -> None:

@@ -36,6 +36,11 @@ pytestmark = pytest.mark.controlplane
         ({"url": "https://a.example.com/", "priority": 5000}, "spec.priority"),
         ({"url": "https://a.example.com/", "timeoutSeconds": 0}, "spec.timeoutSeconds"),
         ({"url": "https://a.example.com/", "waitUntil": "whenever"}, "spec.waitUntil"),
+        ({"url": "https://a.example.com/", "blockResources": ["script"]}, "spec.blockResources"),
+        (
+            {"url": "https://a.example.com/", "blockResources": ["image", "image"]},
+            "spec.blockResources",
+        ),
         ({"url": "https://a.example.com/", "queue": "Not A Queue"}, "spec.queue"),
         (
             {"url": "https://a.example.com/", "extract": {"bad name": {"selector": "h1"}}},

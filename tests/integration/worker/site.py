@@ -36,6 +36,15 @@ STATIC_PAGE = """<!doctype html><html><head><title>Static {n}</title></head><bod
 <ul><li class="tag">a</li><li class="tag">b</li></ul>
 <a class="product" href="/static/{next}">next</a></body></html>"""
 
+# Sub-resources by extension: (content type, body) served at /asset/<name>.<extension>.
+ASSETS: dict[str, tuple[str, bytes]] = {
+    "png": ("image/png", b"\x89PNG\r\n\x1a\n"),
+    "woff2": ("font/woff2", b"wOF2"),
+    "wav": ("audio/wav", b"RIFF\x00\x00\x00\x00WAVE"),
+    "css": ("text/css", b"h1 { color: #222; }"),
+    "js": ("application/javascript", b"document.title = document.title + ' (scripted)';"),
+}
+
 LOOP_PAGE = "<!doctype html><html><body><p>spin</p><script>while (true) {}</script></body></html>"
 
 
@@ -109,6 +118,7 @@ class HostileSite(ThreadedServer):
         app.router.add_get("/page/{name}", self._registered)
         app.router.add_get("/script/{name}", self._script)
         app.router.add_get("/redirect", self._redirect)
+        app.router.add_get("/asset/{name}", self._asset)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, SITE_HOST, 0)
@@ -223,6 +233,15 @@ class HostileSite(ThreadedServer):
             content_type="application/javascript",
             headers={"Service-Worker-Allowed": "/"},
         )
+
+    async def _asset(self, request: web.Request) -> web.Response:
+        """A sub-resource of the kind its extension says (the bodies are stand-ins: the
+        tests count requests, not pixels)."""
+        self._count(request)
+        name = request.match_info["name"]
+        extension = name.rsplit(".", 1)[-1]
+        content_type, body = ASSETS.get(extension, ("application/octet-stream", b""))
+        return web.Response(body=body, content_type=content_type)
 
     async def _redirect(self, request: web.Request) -> web.Response:
         """A same-site redirect to wherever `to` says."""

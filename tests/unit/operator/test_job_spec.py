@@ -108,8 +108,14 @@ def test_row_payload_passes_the_queue_payload_validation() -> None:
         "timeoutSeconds": 30,
         "extract": {"price": {"selector": ".price", "attribute": "content", "all": False}},
         "follow": {"selector": "a.product", "maxDepth": 1, "maxPages": 500},
+        "blockResources": ["image", "font"],
     }
     assert validate_payload(row_options(spec)["payload"]) == []
+
+
+def test_an_empty_block_resources_list_reaches_the_row_to_override_the_pool() -> None:
+    spec = {"url": "https://a.example/", "blockResources": []}
+    assert row_options(spec)["payload"] == {"blockResources": []}
 
 
 def test_a_gzip_url_list_is_decompressed() -> None:

@@ -29,6 +29,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             "extract": {"name": "h1"},
         },
         "headers": {"Accept-Language": "en"},
+        "blockResources": ["image", "font", "media", "stylesheet"],
         "sealed": SealingKeys.from_text(SealingKeys.generate()).seal(
             Credentials(origins=("https://shop.example:443",), headers={"X-Token": "t"})
         ),
@@ -79,6 +80,9 @@ def test_an_unknown_option_is_reported_with_the_known_ones() -> None:
         ),
         ({"follow": {"selector": "a", "extract": {"n": 3}}}, "follow.extract.n must be a selector"),
         ({"headers": {"X": 1}}, "headers must be an object"),
+        ({"blockResources": "image"}, "blockResources must be a list of distinct kinds"),
+        ({"blockResources": ["image", "script"]}, "from image, font, media, stylesheet"),
+        ({"blockResources": ["font", "font"]}, "blockResources must be a list of distinct"),
     ],
 )
 def test_an_option_with_a_wrong_value_is_reported_by_name(

@@ -82,6 +82,33 @@ def test_a_payload_becomes_typed_options_with_the_worker_defaults() -> None:
     assert options.follow.max_depth == 1
 
 
+def test_the_pool_blocks_the_resource_kinds_its_flag_or_environment_names() -> None:
+    assert settings_from(parse(), environ={}).block_resources == ()
+    from_environment = settings_from(parse(), environ={"SCRAPEQ_BLOCK_RESOURCES": "image, font"})
+    assert from_environment.block_resources == ("image", "font")
+    from_flag = settings_from(parse("--block-resources", "media"), environ={})
+    assert from_flag.block_resources == ("media",)
+
+
+def test_an_unknown_resource_kind_for_the_pool_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(SettingsError, match=r"SCRAPEQ_BLOCK_RESOURCES.*image, font, media"):
+        settings_from(parse(), environ={"SCRAPEQ_BLOCK_RESOURCES": "image,script"})
+
+
+def test_a_jobs_block_resources_replace_the_pools_whole() -> None:
+    pool = ("image", "font")
+    inherited = options_from_payload({}, default_timeout_seconds=30, default_block_resources=pool)
+    assert inherited.block_resources == {"image", "font"}
+    own = options_from_payload(
+        {"blockResources": ["media"]}, default_timeout_seconds=30, default_block_resources=pool
+    )
+    assert own.block_resources == {"media"}
+    none = options_from_payload(
+        {"blockResources": []}, default_timeout_seconds=30, default_block_resources=pool
+    )
+    assert none.block_resources == frozenset()
+
+
 def test_an_invalid_payload_is_bad_input_listing_every_problem() -> None:
     with pytest.raises(BadInput) as bad:
         options_from_payload({"render": "yes", "colour": "red"}, default_timeout_seconds=30)
