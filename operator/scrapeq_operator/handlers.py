@@ -332,12 +332,13 @@ async def enqueue_scrapejob(
                 **options,
             )
     except DatabaseUnavailable as error:
-        metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
-        if retry == 0:
-            await _warn(runtime, body, "DatabaseUnavailable", f"cannot queue rows: {error}")
-        raise kopf.TemporaryError(
-            f"cannot queue rows, database unavailable: {error}",
-            delay=settings.database_retry_seconds,
+        raise await runtime.retry_later(
+            error,
+            doing="queue rows",
+            target=scrapejob_ref(body),
+            retry=retry,
+            reason="DatabaseUnavailable",
+            step="enqueue",
         ) from error
     metrics.JOBS_ENQUEUED_TOTAL.inc(inserted)
     logger.info("queued %d new rows (%d URLs) on queue %s", inserted, len(urls), options["queue"])
@@ -441,9 +442,9 @@ async def cancel_scrapejob_rows(
         async with runtime.connection() as connection:
             cancelled = await scrapeq_queue.cancel_owner(connection, uid)
     except DatabaseUnavailable as error:
-        metrics.RECONCILE_ERRORS_TOTAL.labels("cancel").inc()
         forced = str(meta.get("annotations", {}).get(FORCE_DELETE_ANNOTATION, "")).lower()
         if forced == "true":
+            metrics.RECONCILE_ERRORS_TOTAL.labels("cancel").inc()
             await _warn(
                 runtime,
                 body,
@@ -451,15 +452,12 @@ async def cancel_scrapejob_rows(
                 f"deleted without cancelling its rows ({FORCE_DELETE_ANNOTATION}): {error}",
             )
             return
-        if retry == 0:
-            await _warn(
-                runtime,
-                body,
-                "CancelPending",
-                f"cannot cancel rows yet, database unavailable; retrying: {error}",
-            )
-        raise kopf.TemporaryError(
-            f"cannot cancel rows, database unavailable: {error}",
-            delay=runtime.settings.database_retry_seconds,
+        raise await runtime.retry_later(
+            error,
+            doing="cancel rows",
+            target=scrapejob_ref(body),
+            retry=retry,
+            reason="CancelPending",
+            step="cancel",
         ) from error
     logger.info("cancelled %d live rows", cancelled)

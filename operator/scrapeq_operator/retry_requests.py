@@ -19,7 +19,6 @@ import kopf
 import scrapeq_queue
 from scrapeq_queue import DatabaseUnavailable
 
-from scrapeq_operator import metrics
 from scrapeq_operator.cluster import ObjectRef
 from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.vocabulary import GROUP, PLURAL, RETRY_FAILED_ANNOTATION, VERSION
@@ -76,18 +75,13 @@ async def retry_failed_rows(
         async with runtime.connection() as connection:
             requeued = await scrapeq_queue.retry_failed(connection, owner_uid=uid)
     except DatabaseUnavailable as error:
-        metrics.RECONCILE_ERRORS_TOTAL.labels("retry_failed").inc()
-        if retry == 0:
-            await _post(
-                runtime,
-                target,
-                "Warning",
-                "RetryFailedPending",
-                f"cannot re-queue failed rows yet, database unavailable; retrying: {error}",
-            )
-        raise kopf.TemporaryError(
-            f"cannot re-queue failed rows, database unavailable: {error}",
-            delay=runtime.settings.database_retry_seconds,
+        raise await runtime.retry_later(
+            error,
+            doing="re-queue failed rows",
+            target=target,
+            retry=retry,
+            reason="RetryFailedPending",
+            step="retry_failed",
         ) from error
     logger.info("re-queued %d failed rows (%s=%r)", requeued, RETRY_FAILED_ANNOTATION, value)
     message = (

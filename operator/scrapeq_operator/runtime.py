@@ -13,9 +13,11 @@ from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from scrapeq_queue import Connection, ConnectionPool
+import kopf
+from scrapeq_queue import Connection, ConnectionPool, DatabaseUnavailable
 
-from scrapeq_operator.cluster import Cluster
+from scrapeq_operator import metrics
+from scrapeq_operator.cluster import Cluster, ObjectRef
 from scrapeq_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
@@ -54,6 +56,32 @@ class OperatorRuntime:
         """A pooled autocommit connection; DatabaseUnavailable when none can be had (callers
         queue for one of POOL_MAX_SIZE slots without a deadline, see ConnectionPool)."""
         return self.pool.connection()
+
+    async def retry_later(
+        self,
+        error: DatabaseUnavailable,
+        *,
+        doing: str,
+        target: ObjectRef,
+        retry: int,
+        reason: str,
+        step: str,
+    ) -> kopf.TemporaryError:
+        """What a handler raises when the database is down: kopf retries it every
+        `database_retry_seconds`; the first attempt also posts one Warning Event (`reason`)
+        about the ScrapeJob. `doing` completes "cannot …", `step` labels the error metric."""
+        metrics.RECONCILE_ERRORS_TOTAL.labels(step).inc()
+        if retry == 0:
+            await self.cluster.announce(
+                target,
+                type_="Warning",
+                reason=reason,
+                message=f"cannot {doing} yet, database unavailable; retrying: {error}",
+            )
+        return kopf.TemporaryError(
+            f"cannot {doing}, database unavailable: {error}",
+            delay=self.settings.database_retry_seconds,
+        )
 
     def spawn(self, name: str, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run a background loop owned by this runtime until `close`."""
