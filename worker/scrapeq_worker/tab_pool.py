@@ -234,7 +234,9 @@ class TabPool:
             return
         for attempt in range(2):
             try:
-                await asyncio.wait_for(page.close(), self.settings.operation_timeout_seconds / 3)
+                await asyncio.wait_for(
+                    _close_target(page), self.settings.operation_timeout_seconds / 3
+                )
                 return
             except (TimeoutError, PyppeteerNetworkError, PyppeteerPageError):
                 if attempt == 0:
@@ -243,6 +245,17 @@ class TabPool:
                 logger.exception("unexpected error closing a tab")
                 break
         self._retire(chromium, "unresponsive")
+
+
+async def _close_target(page: Any) -> None:
+    """pyppeteer's page.close() without its flaw: a timeout around page.close() cancels the
+    future pyppeteer settles when the target is gone, so a second attempt would end at once
+    in CancelledError (and the job with it, unreported). Here that future is only watched."""
+    connection = page._client._connection
+    if connection is None or page.isClosed():
+        return
+    await connection.send("Target.closeTarget", {"targetId": page._target._targetId})
+    await asyncio.shield(page._target._isClosedPromise)
 
 
 async def terminate_scripts(page: Any) -> None:
