@@ -491,7 +491,10 @@ class BrowserPool:
                 # A job with credentials gets a context of its own, closed after it: cookies
                 # a site sets for them never reach another job, even of the same owner.
                 tab = await self.tabs.take_tab(
-                    chromium, owner, single_use=options.credentials is not None
+                    chromium,
+                    owner,
+                    single_use=options.credentials is not None,
+                    upstreams=options.upstream_proxies,
                 )
             except PyppeteerNetworkError as error:
                 self._retire(chromium, "crashed")
