@@ -148,3 +148,22 @@ def test_a_job_s_pages_go_through_its_proxies_whose_credentials_appear_nowhere_e
     for place, text in places.items():
         assert secrets_in(text) == [], f"the proxy's credentials appear in the {place}"
         assert tinyproxy.url() not in text, f"the proxy URL appears in the {place}"
+
+
+def test_a_proxy_needs_a_secret_and_cannot_change_on_a_live_scrapejob(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    missing = scrapejob("no-secret", url="https://a.example.com/", proxy={"key": "proxies"})
+    missing["metadata"]["namespace"] = namespace
+    refused = kubectl.create(missing, check=False)
+    assert "spec.proxy.secretRef: Required value" in refused.stderr, refused.stderr
+
+    manifest = scrapejob("live", url="https://a.example.com/", proxy=PROXY)
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.create(manifest)
+    changed = kubectl.run(
+        "patch", "scrapejob", "live", "-n", namespace, "--type=merge",
+        "-p", '{"spec": {"proxy": {"secretRef": {"name": "someone-elses"}}}}', check=False,
+    )  # fmt: skip
+    assert changed.returncode != 0
+    assert "spec is immutable" in changed.stderr, changed.stderr
