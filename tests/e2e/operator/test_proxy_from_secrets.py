@@ -9,8 +9,6 @@ the operator's and the worker's logs, and every column of every row of every tab
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,19 +16,19 @@ import pytest
 from scrapeq_queue.sealed_credentials import SealingKeys
 
 from tests.e2e.operator.operator_parts import (
-    REPOSITORY_ROOT,
     Kubectl,
     OperatorProcess,
     owner_progress,
     poll,
     scrapejob,
     wait_for_status,
-    worker_command,
 )
 from tests.e2e.operator.test_credentials_from_secrets import (
     RecordingSite,
-    _every_row_as_text,
+    apply_before_their_secret,
+    places_a_reader_could_look,
     recording_site,
+    run_worker_burst,
 )
 from tests.integration.worker.tinyproxy import Tinyproxy, running_tinyproxy, secrets_in
 
@@ -73,18 +71,8 @@ def test_a_job_s_pages_go_through_its_proxies_whose_credentials_appear_nowhere_e
             "static", url=f"{shop.url}/static", render=False, proxy=PROXY, retries={"limit": 0}
         ),
     }
-    for manifest in jobs.values():
-        manifest["metadata"]["namespace"] = namespace
-        kubectl.apply(manifest)
     # No Secret yet: the jobs wait with a reason naming the Secret, and queue nothing.
-    for name in jobs:
-        status = wait_for_status(
-            kubectl,
-            namespace,
-            name,
-            lambda s: s.get("reason") == "SecretNotFound",
-            what=f"{name}: Ready=False SecretNotFound",
-        )
+    for status in apply_before_their_secret(kubectl, namespace, jobs).values():
         assert f"spec.proxy: Secret {namespace}/shop-proxy does not exist" in status["message"]
 
     # A Secret whose list holds something that is not a proxy URL: InvalidProxy, naming the
@@ -114,16 +102,7 @@ def test_a_job_s_pages_go_through_its_proxies_whose_credentials_appear_nowhere_e
             what="rows queued once the Secret is right",
         )
 
-    worker = subprocess.run(
-        worker_command("--burst", "--log-level", "DEBUG"),
-        cwd=REPOSITORY_ROOT,
-        env={**os.environ, "DATABASE_URL": empty_database_url, "SCRAPEQ_SEALING_KEY": key},
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
-    assert worker.returncode == 0, worker.stderr[-3000:]
+    worker = run_worker_burst(empty_database_url, key)
     for name in jobs:
         wait_for_status(
             kubectl, namespace, name, lambda s: s.get("phase") == "Succeeded", what=f"{name} done"
@@ -135,13 +114,7 @@ def test_a_job_s_pages_go_through_its_proxies_whose_credentials_appear_nowhere_e
     assert len(shop.headers_of("/static")) == 1
     assert len(tunnels) >= 2, tinyproxy.requests()
 
-    places = {
-        "ScrapeJobs": kubectl.run("get", "scrapejobs", "-n", namespace, "-o", "yaml").stdout,
-        "Events": kubectl.run("get", "events", "-n", namespace, "-o", "yaml").stdout,
-        "operator log": operator.log_tail(characters=10_000_000),
-        "worker log": worker.stdout + worker.stderr,
-        "database rows": _every_row_as_text(empty_database_url),
-    }
+    places = places_a_reader_could_look(kubectl, namespace, operator, worker, empty_database_url)
     assert "scrapeq-sealed:v1:" in places["database rows"]
     assert "shop-proxy" in places["ScrapeJobs"]
     assert "InvalidProxy" in places["Events"]
