@@ -82,10 +82,13 @@ def documented_options(page: Path) -> str:
 
 
 def operator_rules() -> str:
-    documents = yaml.safe_load_all((ROOT / "deploy" / "rbac" / "operator.yaml").read_text())
-    role = next(doc for doc in documents if doc and doc.get("kind") == "ClusterRole")
+    """The ClusterRole's rules (`rules`) and the pool Role's (`poolRules`; the chart replaces
+    their resourceNames with its own pools' Deployments)."""
+    documents = list(yaml.safe_load_all((ROOT / "deploy" / "rbac" / "operator.yaml").read_text()))
+    cluster_role = next(doc for doc in documents if doc and doc.get("kind") == "ClusterRole")
+    pool_role = next(doc for doc in documents if doc and doc.get("kind") == "Role")
     return HEADER.format(source="deploy/rbac/operator.yaml") + yaml.safe_dump(
-        {"rules": role["rules"]}, sort_keys=False
+        {"rules": cluster_role["rules"], "poolRules": pool_role["rules"]}, sort_keys=False
     )
 
 

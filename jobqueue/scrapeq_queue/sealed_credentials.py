@@ -1,9 +1,13 @@
-"""Credentials (headers and cookies) sealed into a row's payload, readable only with the key.
+"""Credentials (headers, cookies and upstream proxies) sealed into a row's payload, readable
+only with the key.
 
 A ScrapeJob names its credentials in a Secret; the operator reads the Secret and stores the
 values in each row as `payload.sealed`, encrypted with AES-256-GCM under a key that only the
 operator and the workers hold (`SCRAPEQ_SEALING_KEY`). Anyone who can read the table, the
 ScrapeJob or the logs sees an opaque string; a worker opens it just before the request.
+
+The upstream proxies of a ScrapeJob (spec.proxy: `http://user:password@host:port` URLs from a
+Secret) travel the same way: every request of the row's page goes through one of them.
 
 The sealed text also names the origins (scheme://host:port) the credentials were given for,
 inside the encryption: a row that copies the sealed text next to another URL cannot send the
@@ -61,11 +65,13 @@ def origin_of(url: str) -> str | None:
 
 @dataclass(frozen=True)
 class Credentials:
-    """Headers and cookies for requests to `origins` only. repr() never shows the values."""
+    """Headers and cookies for requests to `origins` only, and the upstream proxies for every
+    request of the page (a job's spec.proxy). repr() never shows the values."""
 
     origins: tuple[str, ...]
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     cookies: Mapping[str, str] = field(default_factory=dict, repr=False)
+    proxies: tuple[str, ...] = field(default=(), repr=False)
 
     def applies_to(self, url: str) -> bool:
         """True when `url` is on one of the origins the credentials were given for."""
@@ -96,6 +102,35 @@ def credential_problems(headers: Mapping[str, str], cookies: Mapping[str, str]) 
                 "(a semicolon, a line break, a control or non-ASCII character)"
             )
     return problems
+
+
+def parse_proxy_list(text: str) -> tuple[str, ...]:
+    """The upstream proxies of a spec.proxy Secret value: one `http://[user:password@]host:port`
+    per line; blank lines and lines starting with `#` are skipped. ValueError names the line
+    and what is wrong, never the line's text (it may hold a password)."""
+    proxies: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            parts = urlsplit(line)
+            port = parts.port
+        except ValueError:
+            port = None
+            parts = urlsplit("")
+        if parts.scheme != "http" or not parts.hostname or port is None:
+            raise ValueError(
+                f"line {number} is not an upstream proxy http://[user:password@]host:port"
+            )
+        if parts.path not in ("", "/") or parts.query or parts.fragment:
+            raise ValueError(f"line {number}: an upstream proxy URL has no path or query")
+        if any(ord(char) < 0x21 or ord(char) == 0x7F for char in line):
+            raise ValueError(f"line {number} contains a space or control character")
+        proxies.append(line)
+    if not proxies:
+        raise ValueError("it lists no upstream proxy (one http://[user:password@]host:port a line)")
+    return tuple(proxies)
 
 
 def _key_id(key: bytes) -> str:
@@ -148,14 +183,14 @@ class SealingKeys:
 
     def seal(self, credentials: Credentials) -> str:
         """The credentials as a sealed text for `payload.sealed`."""
-        plain = json.dumps(
-            {
-                "origins": list(credentials.origins),
-                "headers": dict(credentials.headers),
-                "cookies": dict(credentials.cookies),
-            },
-            separators=(",", ":"),
-        ).encode("utf-8")
+        content: dict[str, object] = {
+            "origins": list(credentials.origins),
+            "headers": dict(credentials.headers),
+            "cookies": dict(credentials.cookies),
+        }
+        if credentials.proxies:
+            content["proxies"] = list(credentials.proxies)
+        plain = json.dumps(content, separators=(",", ":")).encode("utf-8")
         nonce = os.urandom(NONCE_BYTES)
         sealed = self._keys[self._newest].encrypt(nonce, plain, _authenticated_data(self._newest))
         body = base64.urlsafe_b64encode(nonce + sealed).decode("ascii").rstrip("=")
@@ -184,6 +219,7 @@ class SealingKeys:
             origins=tuple(str(origin) for origin in data.get("origins", ())),
             headers={str(k): str(v) for k, v in (data.get("headers") or {}).items()},
             cookies={str(k): str(v) for k, v in (data.get("cookies") or {}).items()},
+            proxies=tuple(str(proxy) for proxy in data.get("proxies") or ()),
         )
 
     def __repr__(self) -> str:
@@ -204,4 +240,5 @@ __all__ = [
     "credential_problems",
     "is_sealed_text",
     "origin_of",
+    "parse_proxy_list",
 ]

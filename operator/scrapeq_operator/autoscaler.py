@@ -142,7 +142,7 @@ class Autoscaler:
                 backlog[queue].due_pending,
                 WORKER_POOL_LABEL,
                 QUEUE_ANNOTATION,
-                "" if self.settings.clusterwide else " in the watched namespaces",
+                "" if not self.settings.worker_pool_namespaces else " in the pool namespaces",
             )
         for queue in change.cleared:
             logger.info("queue %s is served again (or has no due rows left)", queue)
@@ -151,7 +151,7 @@ class Autoscaler:
     async def scale_round(self) -> list[ScalingDecision]:
         """Decide and apply the replicas of every worker pool once."""
         deployments = await self.runtime.cluster.list_worker_deployments(
-            WORKER_POOL_LABEL, self.settings.namespaces
+            WORKER_POOL_LABEL, self.settings.worker_pool_namespaces
         )
         backlog = await self.read_backlog(
             sorted({queue for item in deployments for queue in queues_of(item)})

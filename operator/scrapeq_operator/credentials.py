@@ -1,4 +1,5 @@
-"""spec.credentials: headers and cookies read from a Secret and sealed into the rows' payload.
+"""spec.credentials and spec.proxy: headers, cookies and upstream proxies read from Secrets and
+sealed into the rows' payload.
 
 The operator is the only reader of the Secret. It seals the values at once with the sealing key
 (scrapeq_queue.sealed_credentials) and never puts them in a message, a condition, an Event or
@@ -17,11 +18,16 @@ from scrapeq_queue.sealed_credentials import (
     SealingKeys,
     credential_problems,
     origin_of,
+    parse_proxy_list,
 )
 
 from scrapeq_operator.errors import JobNotRunnableError
 
 SecretReader = Callable[[str, str], Awaitable[dict[str, bytes] | None]]
+
+
+# The key of a spec.proxy Secret holding the proxy list when spec.proxy.key is not given.
+DEFAULT_PROXY_KEY = "proxies"
 
 
 async def sealed_credentials(
@@ -31,24 +37,63 @@ async def sealed_credentials(
     read_secret: SecretReader,
     keys: SealingKeys | None,
 ) -> str | None:
-    """The job's spec.credentials as a sealed text for `payload.sealed` (None without them).
+    """The job's spec.credentials and spec.proxy as one sealed text for `payload.sealed` (None
+    without either).
 
     Raises JobNotRunnableError (retried: the Secret or the key may be created or fixed later)
-    with reason NoSealingKey, SecretNotFound, SecretNotReadable, SecretKeyNotFound or
-    InvalidCredentials.
+    with reason NoSealingKey, SecretNotFound, SecretNotReadable, SecretKeyNotFound,
+    InvalidCredentials or InvalidProxy.
     """
     wanted = spec.get("credentials")
-    if not wanted:
+    proxy = spec.get("proxy")
+    if not wanted and not proxy:
         return None
     if keys is None:
+        field = "spec.credentials" if wanted else "spec.proxy"
         raise JobNotRunnableError(
             "NoSealingKey",
-            f"spec.credentials: the operator has no sealing key ({SEALING_KEY_ENV}), so it "
+            f"{field}: the operator has no sealing key ({SEALING_KEY_ENV}), so it "
             "cannot store credentials encrypted; install the chart's sealing key "
             "(docs/chart.md) and restart the operator",
         )
-    name = str(wanted["secretRef"]["name"])
-    where = f"spec.credentials: Secret {namespace}/{name}"
+    headers: dict[str, str] = {}
+    cookies: dict[str, str] = {}
+    if wanted:
+        where = f"spec.credentials: Secret {namespace}/{wanted['secretRef']['name']}"
+        data = await _secret(read_secret, namespace, str(wanted["secretRef"]["name"]), where)
+        headers = _values(data, wanted.get("headers") or {}, where, "header")
+        cookies = _values(data, wanted.get("cookies") or {}, where, "cookie")
+        problems = credential_problems(headers, cookies)
+        if problems:
+            raise JobNotRunnableError("InvalidCredentials", f"{where}: " + "; ".join(problems))
+    proxies: tuple[str, ...] = ()
+    if proxy:
+        key = str(proxy.get("key") or DEFAULT_PROXY_KEY)
+        where = f"spec.proxy: Secret {namespace}/{proxy['secretRef']['name']}"
+        data = await _secret(read_secret, namespace, str(proxy["secretRef"]["name"]), where)
+        if key not in data:
+            raise JobNotRunnableError(
+                "SecretKeyNotFound",
+                f"{where} has no key {key!r} with the proxy list (keys: "
+                f"{', '.join(sorted(data)) or 'none'})",
+            )
+        try:
+            proxies = parse_proxy_list(data[key].decode("utf-8"))
+        except UnicodeDecodeError:
+            raise JobNotRunnableError(
+                "InvalidProxy", f"{where}: key {key!r} is not UTF-8"
+            ) from None
+        except ValueError as error:
+            raise JobNotRunnableError("InvalidProxy", f"{where}, key {key!r}: {error}") from None
+    origins = sorted({origin for origin in map(origin_of, urls) if origin is not None})
+    return keys.seal(
+        Credentials(origins=tuple(origins), headers=headers, cookies=cookies, proxies=proxies)
+    )
+
+
+async def _secret(
+    read_secret: SecretReader, namespace: str, name: str, where: str
+) -> dict[str, bytes]:
     try:
         data = await read_secret(namespace, name)
     except ApiException as error:
@@ -63,13 +108,7 @@ async def sealed_credentials(
         raise JobNotRunnableError(
             "SecretNotFound", f"{where} does not exist (the job starts once it is created)"
         )
-    headers = _values(data, wanted.get("headers") or {}, where, "header")
-    cookies = _values(data, wanted.get("cookies") or {}, where, "cookie")
-    problems = credential_problems(headers, cookies)
-    if problems:
-        raise JobNotRunnableError("InvalidCredentials", f"{where}: " + "; ".join(problems))
-    origins = sorted({origin for origin in map(origin_of, urls) if origin is not None})
-    return keys.seal(Credentials(origins=tuple(origins), headers=headers, cookies=cookies))
+    return data
 
 
 def _values(

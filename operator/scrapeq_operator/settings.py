@@ -102,6 +102,18 @@ class OperatorSettings:
         repeatable=True,
         shown_default="all",
     )
+    # Where the autoscaler finds worker Deployments. Empty means the watched namespaces (every
+    # namespace when cluster-wide); the chart names its own namespace, so that the operator's
+    # Deployment and Pod rights are a Role there, not cluster-wide (docs/operator.md, RBAC).
+    pool_namespaces: tuple[str, ...] = option(
+        (),
+        flag="--pool-namespace",
+        env=_env("pool_namespaces"),
+        parse=parse_names,
+        help="Namespaces holding worker Deployments, comma-separated; the flag may be repeated.",
+        repeatable=True,
+        shown_default="the watched ones",
+    )
     # Run the queue migrations at start (under the queue's advisory lock). When false, the
     # operator refuses to start unless the schema is already current.
     migrate: bool = option(
@@ -298,6 +310,11 @@ class OperatorSettings:
     @property
     def clusterwide(self) -> bool:
         return not self.namespaces
+
+    @property
+    def worker_pool_namespaces(self) -> tuple[str, ...]:
+        """Where the autoscaler lists worker Deployments (empty: every namespace)."""
+        return self.pool_namespaces or self.namespaces
 
     @classmethod
     def read(

@@ -1,5 +1,6 @@
-"""Chart values for what the workers send: the User-Agent's contact URL, and the key ring that
-seals ScrapeJob credentials (env SCRAPEQ_SEALING_KEY of the operator and of every pool),
+"""Chart values for what the workers send: the User-Agent's contact URL, the upstream proxy
+(from a Secret, per pool), and the key ring that seals ScrapeJob credentials (env
+SCRAPEQ_SEALING_KEY of the operator and of every pool),
 rendered by the real helm binary. The generated key that `helm install` makes and `helm upgrade`
 keeps is covered by test_chart.py's install test."""
 
@@ -140,3 +141,44 @@ def test_helm_template_without_a_key_renders_none_rather_than_a_new_one_each_tim
     assert [s["metadata"]["name"] for s in of_kind(manifests, "Secret")] == ["scrapeq-database"]
     for workload in of_kind(manifests, "Deployment"):
         assert named(env_of(workload), "SCRAPEQ_SEALING_KEY") == []
+
+
+def test_the_upstream_proxy_comes_from_a_secret_and_a_pool_may_set_its_own(
+    helm_binary: Path,
+) -> None:
+    values = {
+        "workers": {
+            "upstreamProxy": {"existingSecret": {"name": "pool-proxy"}},
+            "pools": [
+                {"name": "default", "queues": ["default"]},
+                {"name": "direct", "queues": ["d"], "upstreamProxy": {"existingSecret": {}}},
+                {
+                    "name": "other",
+                    "queues": ["o"],
+                    "upstreamProxy": {"existingSecret": {"name": "other-proxy", "key": "url"}},
+                },
+            ],
+        }
+    }
+    manifests = rendered(helm_binary, values)
+
+    def upstream_of(pool: str) -> list[dict[str, Any]]:
+        deployment = find(manifests, "Deployment", f"scrapeq-worker-{pool}")
+        return named(env_of(deployment), "SCRAPEQ_UPSTREAM_PROXY")
+
+    def from_secret(name: str, key: str) -> list[dict[str, Any]]:
+        reference = {"secretKeyRef": {"name": name, "key": key}}
+        return [{"name": "SCRAPEQ_UPSTREAM_PROXY", "valueFrom": reference}]
+
+    assert upstream_of("default") == from_secret("pool-proxy", "SCRAPEQ_UPSTREAM_PROXY")
+    assert upstream_of("direct") == []
+    assert upstream_of("other") == from_secret("other-proxy", "url")
+    # Never a plain value: the URL holds the proxy's credentials.
+    assert "value" not in upstream_of("default")[0]
+    operator = find(manifests, "Deployment", "scrapeq-operator")
+    assert named(env_of(operator), "SCRAPEQ_UPSTREAM_PROXY") == []
+
+
+def test_without_an_upstream_proxy_the_workers_get_no_proxy_variable(helm_binary: Path) -> None:
+    pool = find(rendered(helm_binary, {}), "Deployment", "scrapeq-worker-default")
+    assert named(env_of(pool), "SCRAPEQ_UPSTREAM_PROXY") == []

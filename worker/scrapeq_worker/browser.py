@@ -92,6 +92,45 @@ _repair_pyppeteer()
 _PROBE_SECONDS: Final = 1.0
 # How much later than the job's deadline pyppeteer's navigation timer may fire (see goto).
 _NAVIGATION_TIMER_MARGIN_MS: Final = 2000
+# A page that navigates itself while it is extracted (a script redirect) is extracted again
+# where it lands, this many times at most; one that keeps going is retried
+# (`navigated_during_extraction`, docs/worker.md).
+MAX_EXTRACT_NAVIGATIONS: Final = 3
+# What Chromium answers a Runtime.evaluate whose document went away under it.
+_NAVIGATED_AWAY: Final = (
+    "Inspected target navigated or closed",
+    "Execution context was destroyed",
+    "Cannot find context with specified id",
+)
+
+
+class _Landing:
+    """Resolves when the page's main frame has committed a new document and that document
+    fired its load event: where a page that navigated itself has landed."""
+
+    def __init__(self, page: Any) -> None:
+        self._page = page
+        self._committed = False
+        self.loaded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        page.on("framenavigated", self._on_navigated)
+        page.on("load", self._on_load)
+
+    def _on_navigated(self, frame: Any) -> None:
+        if frame.parentFrame is None:
+            self._committed = True
+
+    def _on_load(self, *_: Any) -> None:
+        if self._committed and not self.loaded.done():
+            self.loaded.set_result(None)
+
+    def close(self) -> None:
+        self._page.remove_listener("framenavigated", self._on_navigated)
+        self._page.remove_listener("load", self._on_load)
+        self.loaded.cancel()
+
+
+def _navigated_away(error: BaseException) -> bool:
+    return any(text in str(error) for text in _NAVIGATED_AWAY)
 
 
 @dataclass(frozen=True)
@@ -452,7 +491,10 @@ class BrowserPool:
                 # A job with credentials gets a context of its own, closed after it: cookies
                 # a site sets for them never reach another job, even of the same owner.
                 tab = await self.tabs.take_tab(
-                    chromium, owner, single_use=options.credentials is not None
+                    chromium,
+                    owner,
+                    single_use=options.credentials is not None,
+                    upstreams=options.upstream_proxies,
                 )
             except PyppeteerNetworkError as error:
                 self._retire(chromium, "crashed")
@@ -593,16 +635,35 @@ class BrowserPool:
         )
         # One Runtime.evaluate round trip (pyppeteer's evaluate takes three).
         expression = f"({BROWSER_EXTRACT_SCRIPT.strip()})({json.dumps(argument)})"
-        answer = await self._bounded(
-            watch,
-            page._client.send(
-                "Runtime.evaluate",
-                {"expression": expression, "awaitPromise": True, "returnByValue": True},
-            ),
-            deadline,
-            page,
-            "extract",
-        )
+        for navigations in range(MAX_EXTRACT_NAVIGATIONS + 1):
+            landing = _Landing(page)
+            try:
+                answer = await self._bounded(
+                    watch,
+                    page._client.send(
+                        "Runtime.evaluate",
+                        {"expression": expression, "awaitPromise": True, "returnByValue": True},
+                    ),
+                    deadline,
+                    page,
+                    "extract",
+                )
+                break
+            except PyppeteerNetworkError as error:
+                if page.isClosed() or not _navigated_away(error):
+                    raise
+                if navigations == MAX_EXTRACT_NAVIGATIONS:
+                    raise RetryLater(
+                        f"{watch.url} kept navigating itself while it was extracted (more "
+                        f"than {MAX_EXTRACT_NAVIGATIONS} times, last to {page.url})",
+                        reason="navigated_during_extraction",
+                    ) from error
+                # The page navigated itself (a script redirect): extract where it lands.
+                await self._bounded(
+                    watch, asyncio.shield(landing.loaded), deadline, page, "extract (it navigated)"
+                )
+            finally:
+                landing.close()
         if "exceptionDetails" in answer:
             details = answer["exceptionDetails"]
             text = details.get("exception", {}).get("description") or details.get("text")

@@ -24,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import unquote, urlsplit
@@ -105,9 +106,13 @@ class UpstreamProxy:
 class Route:
     """One listening port of the proxy. `holder` receives its refusals (None: logged only)."""
 
-    def __init__(self, proxy: EgressProxy, *, refuse_all: bool) -> None:
+    def __init__(
+        self, proxy: EgressProxy, *, refuse_all: bool, upstream: UpstreamProxy | None = None
+    ) -> None:
         self.proxy = proxy
         self.refuse_all = refuse_all
+        # This route's own upstream (a job's spec.proxy); None: the proxy's (the pool's).
+        self.upstream = upstream
         self.holder: Callable[[Refusal], None] | None = None
         self.server: asyncio.Server | None = None
         self.port = 0
@@ -150,11 +155,16 @@ class EgressProxy:
         self.connect_timeout_seconds = connect_timeout_seconds
         self.routes: set[Route] = set()
         self._connections: set[asyncio.Task[None]] = set()
+        self._turns = itertools.count()
 
-    async def open_route(self, *, refuse_all: bool = False) -> Route:
+    async def open_route(
+        self, *, refuse_all: bool = False, upstreams: Sequence[UpstreamProxy] = ()
+    ) -> Route:
         """A new listening port on 127.0.0.1. `refuse_all`: a port that lets nothing out (for
-        the browser's default context, which no job uses)."""
-        route = Route(self, refuse_all=refuse_all)
+        the browser's default context, which no job uses). `upstreams`: a job's own upstream
+        proxies instead of the pool's; the route goes through one of them, each in turn."""
+        upstream = upstreams[next(self._turns) % len(upstreams)] if upstreams else None
+        route = Route(self, refuse_all=refuse_all, upstream=upstream)
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
@@ -212,7 +222,7 @@ class EgressProxy:
                     "browser context",
                     reason="blocked_context",
                 )
-            upstream = await self._connect(host, port, shown)
+            upstream = await self._connect(host, port, shown, route.upstream or self.upstream)
         except (BlockedRequest, RetryLater) as refusal:
             route.report(
                 Refusal(
@@ -243,13 +253,14 @@ class EgressProxy:
             up_writer.close()
 
     async def _connect(
-        self, host: str, port: int, shown: str
+        self, host: str, port: int, shown: str, upstream: UpstreamProxy | None
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """Resolve `host` once, check every address, connect to a checked one."""
+        """Resolve `host` once, check every address, connect to a checked one (through
+        `upstream` when there is one)."""
         url = f"http://{_bracket(host)}:{port}/"
         addresses = await self.guard.check_url(url)
-        if self.upstream is not None:
-            return await self._through_upstream(self.upstream, addresses[0], port, shown)
+        if upstream is not None:
+            return await self._through_upstream(upstream, addresses[0], port, shown)
         last: OSError | None = None
         for address in addresses:
             # Connect to the address that was checked, never to the name again.

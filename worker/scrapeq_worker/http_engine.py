@@ -55,9 +55,10 @@ class HttpEngine:
         upstream_proxy: UpstreamProxy | None = None,
     ) -> None:
         self.guard = guard
-        self._egress = (
-            EgressProxy(guard, upstream=upstream_proxy) if upstream_proxy is not None else None
-        )
+        # Routes through the egress proxy: the pool's (with its upstream proxy) and one per job
+        # that brings its own upstream proxies (spec.proxy).
+        self._egress = EgressProxy(guard, upstream=upstream_proxy)
+        self._upstream_proxy = upstream_proxy
         self._proxy_url: str | None = None
         self.max_response_bytes = max_response_bytes
         self.max_links = max_links
@@ -83,7 +84,7 @@ class HttpEngine:
             # trust_env=False: a proxy from the environment would connect on our behalf to
             # addresses the guard never saw.
             self._session = aiohttp.ClientSession(connector=connector, trust_env=False)
-            if self._egress is not None:
+            if self._upstream_proxy is not None:
                 # An IP literal: aiohttp connects to it without asking the resolver.
                 self._proxy_url = (await self._egress.open_route()).url
 
@@ -91,8 +92,7 @@ class HttpEngine:
         if self._session is not None:
             await self._session.close()
             self._session = None
-        if self._egress is not None:
-            await self._egress.close()
+        await self._egress.close()
 
     async def fetch(
         self, url: str, options: JobOptions, *, follow_selector: str | None = None
@@ -105,13 +105,25 @@ class HttpEngine:
             await self.start()
         assert self._session is not None
         if options.credentials is None:
-            return await self._fetch(self._session, url, options, follow_selector)
+            return await self._fetch(self._session, url, options, follow_selector, self._proxy_url)
         # A job with credentials gets a cookie jar of its own (on the shared connections): a
-        # session cookie the site sets in return ends with the job, as in the browser.
-        async with aiohttp.ClientSession(
-            connector=self._session.connector, connector_owner=False, trust_env=False
-        ) as session:
-            return await self._fetch(session, url, options, follow_selector)
+        # session cookie the site sets in return ends with the job, as in the browser. A job
+        # with its own upstream proxies gets a route through one of them for this page.
+        route = (
+            await self._egress.open_route(upstreams=options.upstream_proxies)
+            if options.upstream_proxies
+            else None
+        )
+        try:
+            async with aiohttp.ClientSession(
+                connector=self._session.connector, connector_owner=False, trust_env=False
+            ) as session:
+                return await self._fetch(
+                    session, url, options, follow_selector, route.url if route else self._proxy_url
+                )
+        finally:
+            if route is not None:
+                await route.close()
 
     async def _fetch(
         self,
@@ -119,6 +131,7 @@ class HttpEngine:
         url: str,
         options: JobOptions,
         follow_selector: str | None,
+        proxy_url: str | None,
     ) -> PageOutcome:
         # Reject selectors the static engine cannot parse before any network traffic.
         selectors = (*(spec.selector for spec in options.fields), follow_selector, options.wait_for)
@@ -141,9 +154,9 @@ class HttpEngine:
                     headers=request_headers(headers, current, options.credentials) or headers,
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=remaining),
-                    proxy=self._proxy_url,
+                    proxy=proxy_url,
                 ) as response:
-                    await self._check_refusal(response, current)
+                    await self._check_refusal(response, current, proxy_url)
                     location = response.headers.get("Location")
                     if 300 <= response.status < 400 and location:
                         current = urljoin(current, location)
@@ -176,9 +189,11 @@ class HttpEngine:
                 f"could not fetch {current}: {error}", reason="network_error"
             ) from error
 
-    async def _check_refusal(self, response: aiohttp.ClientResponse, url: str) -> None:
+    async def _check_refusal(
+        self, response: aiohttp.ClientResponse, url: str, proxy_url: str | None
+    ) -> None:
         """The egress proxy's own refusal of a plain-HTTP request (not the site's answer)."""
-        if self._proxy_url is None or REFUSAL_HEADER not in response.headers:
+        if proxy_url is None or REFUSAL_HEADER not in response.headers:
             return
         reason = response.headers[REFUSAL_HEADER]
         message = (await response.text())[:500] or f"the egress proxy refused {url}"

@@ -19,6 +19,7 @@ from scrapeq_queue.payload import (
 )
 from scrapeq_queue.sealed_credentials import Credentials, SealingError, SealingKeys
 
+from .egress_proxy import UpstreamProxy
 from .errors import BadInput, RetryLater
 from .extraction import FieldSpec, parse_fields
 
@@ -68,6 +69,9 @@ class JobOptions:
     credentials: Credentials | None = None
     # Sub-resource kinds the browser does not fetch (payload.blockResources, else the pool's).
     block_resources: frozenset[str] = frozenset()
+    # The job's own upstream proxies (spec.proxy, sealed with the credentials), each page
+    # through one of them in turn; empty: the worker pool's upstream proxy, if any.
+    upstream_proxies: tuple[UpstreamProxy, ...] = ()
 
 
 def options_from_payload(
@@ -101,6 +105,7 @@ def options_from_payload(
             extract=dict(raw["extract"]) if "extract" in raw else None,
         )
     headers = options.get("headers")
+    credentials = _open_credentials(options.get("sealed"), sealing_keys)
     return JobOptions(
         render=bool(options.get("render", True)),
         wait_until=cast(WaitUntil, options.get("waitUntil", _default_wait_until(options))),
@@ -109,9 +114,26 @@ def options_from_payload(
         headers=dict(headers) if headers else None,
         fields=parse_fields(options.get("extract")),
         follow=follow,
-        credentials=_open_credentials(options.get("sealed"), sealing_keys),
+        credentials=credentials,
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
+        upstream_proxies=_upstream_proxies(credentials),
     )
+
+
+def _upstream_proxies(credentials: Credentials | None) -> tuple[UpstreamProxy, ...]:
+    """The sealed proxy URLs as upstream proxies (the operator checked them; the message of a
+    bad one names its position, never its text)."""
+    proxies: list[UpstreamProxy] = []
+    for position, url in enumerate(credentials.proxies if credentials else (), start=1):
+        try:
+            proxies.append(UpstreamProxy.parse(url))
+        except ValueError:
+            raise BadInput(
+                f"the row's sealed upstream proxy {position} is not http://[user:password@]"
+                "host:port",
+                reason="invalid_payload",
+            ) from None
+    return tuple(proxies)
 
 
 def _open_credentials(sealed: object, keys: SealingKeys | None) -> Credentials | None:

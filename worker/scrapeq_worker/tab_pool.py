@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyppeteer.browser import BrowserContext
@@ -21,7 +21,7 @@ from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 
 from .chromium_process import PROXY_BYPASS, RunningChromium
-from .egress_proxy import EgressProxy, Route
+from .egress_proxy import EgressProxy, Route, UpstreamProxy
 from .errors import BrowserUnavailable, RetryLater
 from .request_checks import FETCH_PATTERNS, PageWatch, RequestChecks
 
@@ -88,16 +88,23 @@ class TabPool:
         self._closing = closing
 
     async def _take_context(
-        self, chromium: RunningChromium, owner: str | None, *, single_use: bool = False
+        self,
+        chromium: RunningChromium,
+        owner: str | None,
+        *,
+        single_use: bool = False,
+        upstreams: Sequence[UpstreamProxy] = (),
     ) -> Context:
         """An idle context of `owner` (the most recently used), or a new one with its own
-        proxy route (always new, and closed after its job, when `single_use`)."""
+        proxy route (always new, and closed after its job, when `single_use` or when the job
+        brings its own `upstreams`)."""
+        single_use = single_use or bool(upstreams)
         if not self.settings.isolate_pages and not single_use:
             for context in reversed(chromium.idle_contexts):
                 if context.owner == owner:
                     del chromium.idle_contexts[context]
                     return context
-        route = await self.proxy.open_route()
+        route = await self.proxy.open_route(upstreams=upstreams)
         try:
             answer = await self._operation(
                 chromium,
@@ -149,11 +156,19 @@ class TabPool:
         await context.route.close()
 
     async def take_tab(
-        self, chromium: RunningChromium, owner: str | None, *, single_use: bool = False
+        self,
+        chromium: RunningChromium,
+        owner: str | None,
+        *,
+        single_use: bool = False,
+        upstreams: Sequence[UpstreamProxy] = (),
     ) -> Tab:
         """The warm tab of an idle context of `owner`, or a new one with the pool's handlers
-        attached (in a new context when needed)."""
-        context = await self._take_context(chromium, owner, single_use=single_use)
+        attached (in a new context when needed; its route through one of `upstreams`, when
+        given, instead of the pool's upstream proxy)."""
+        context = await self._take_context(
+            chromium, owner, single_use=single_use, upstreams=upstreams
+        )
         try:
             return await self._tab_of(context)
         except BaseException:
@@ -234,7 +249,9 @@ class TabPool:
             return
         for attempt in range(2):
             try:
-                await asyncio.wait_for(page.close(), self.settings.operation_timeout_seconds / 3)
+                await asyncio.wait_for(
+                    _close_target(page), self.settings.operation_timeout_seconds / 3
+                )
                 return
             except (TimeoutError, PyppeteerNetworkError, PyppeteerPageError):
                 if attempt == 0:
@@ -243,6 +260,17 @@ class TabPool:
                 logger.exception("unexpected error closing a tab")
                 break
         self._retire(chromium, "unresponsive")
+
+
+async def _close_target(page: Any) -> None:
+    """pyppeteer's page.close() without its flaw: a timeout around page.close() cancels the
+    future pyppeteer settles when the target is gone, so a second attempt would end at once
+    in CancelledError (and the job with it, unreported). Here that future is only watched."""
+    connection = page._client._connection
+    if connection is None or page.isClosed():
+        return
+    await connection.send("Target.closeTarget", {"targetId": page._target._targetId})
+    await asyncio.shield(page._target._isClosedPromise)
 
 
 async def terminate_scripts(page: Any) -> None:

@@ -150,6 +150,59 @@ def _every_row_as_text(database_url: str) -> str:
     return "\n".join(texts)
 
 
+def apply_before_their_secret(
+    kubectl: Kubectl, namespace: str, jobs: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Apply the ScrapeJobs in `namespace` and wait until each reports SecretNotFound; give
+    their statuses by name."""
+    for manifest in jobs.values():
+        manifest["metadata"]["namespace"] = namespace
+        kubectl.apply(manifest)
+    return {
+        name: wait_for_status(
+            kubectl,
+            namespace,
+            name,
+            lambda s: s.get("reason") == "SecretNotFound",
+            what=f"{name}: Ready=False SecretNotFound",
+        )
+        for name in jobs
+    }
+
+
+def run_worker_burst(database_url: str, key: str) -> subprocess.CompletedProcess[str]:
+    """A real worker process (`--burst`, DEBUG logs) holding the sealing key; it must succeed."""
+    worker = subprocess.run(
+        worker_command("--burst", "--log-level", "DEBUG"),
+        cwd=REPOSITORY_ROOT,
+        env={**os.environ, "DATABASE_URL": database_url, "SCRAPEQ_SEALING_KEY": key},
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    return worker
+
+
+def places_a_reader_could_look(
+    kubectl: Kubectl,
+    namespace: str,
+    operator: OperatorProcess,
+    worker: subprocess.CompletedProcess[str],
+    database_url: str,
+) -> dict[str, str]:
+    """The ScrapeJobs (spec and status), the namespace's Events, the operator's and the
+    worker's logs, and every row of every table, each as text."""
+    return {
+        "ScrapeJobs": kubectl.run("get", "scrapejobs", "-n", namespace, "-o", "yaml").stdout,
+        "Events": kubectl.run("get", "events", "-n", namespace, "-o", "yaml").stdout,
+        "operator log": operator.log_tail(characters=10_000_000),
+        "worker log": worker.stdout + worker.stderr,
+        "database rows": _every_row_as_text(database_url),
+    }
+
+
 def _a_sealed_text(database_url: str) -> str:
     with psycopg.connect(database_url, autocommit=True) as connection:
         row = connection.execute(
@@ -189,18 +242,8 @@ def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
             retries={"limit": 0},
         ),
     }
-    for manifest in jobs.values():
-        manifest["metadata"]["namespace"] = namespace
-        kubectl.apply(manifest)
     # No Secret yet: the jobs wait with a reason, and queue nothing.
-    for name in jobs:
-        status = wait_for_status(
-            kubectl,
-            namespace,
-            name,
-            lambda s: s.get("reason") == "SecretNotFound",
-            what=f"{name}: Ready=False SecretNotFound",
-        )
+    for status in apply_before_their_secret(kubectl, namespace, jobs).values():
         assert status["phase"] == "Pending"
         assert f"Secret {namespace}/shop-login does not exist" in status["message"]
     uids = {name: kubectl.get("scrapejob", name, namespace)["metadata"]["uid"] for name in jobs}
@@ -224,16 +267,7 @@ def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
             what="rows queued once the Secret exists",
         )
 
-    worker = subprocess.run(
-        worker_command("--burst", "--log-level", "DEBUG"),
-        cwd=REPOSITORY_ROOT,
-        env={**os.environ, "DATABASE_URL": empty_database_url, "SCRAPEQ_SEALING_KEY": key},
-        capture_output=True,
-        text=True,
-        timeout=150,
-        check=False,
-    )
-    assert worker.returncode == 0, worker.stderr[-3000:]
+    worker = run_worker_burst(empty_database_url, key)
     for name in jobs:
         wait_for_status(
             kubectl,
@@ -255,13 +289,7 @@ def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
     assert not any(_mentions_a_secret(headers) for _, headers in other.seen)
 
     # And the values are nowhere a reader of the cluster, the logs or the table could look.
-    places = {
-        "ScrapeJobs": kubectl.run("get", "scrapejobs", "-n", namespace, "-o", "yaml").stdout,
-        "Events": kubectl.run("get", "events", "-n", namespace, "-o", "yaml").stdout,
-        "operator log": operator.log_tail(characters=10_000_000),
-        "worker log": worker.stdout + worker.stderr,
-        "database rows": _every_row_as_text(empty_database_url),
-    }
+    places = places_a_reader_could_look(kubectl, namespace, operator, worker, empty_database_url)
     assert "scrapeq-sealed:v1:" in places["database rows"]
     assert "shop-login" in places["ScrapeJobs"]
     assert "SecretNotFound" in places["Events"]

@@ -4,8 +4,10 @@ The operator runs cluster-wide, as deployed by default (it also sees ScrapeJobs 
 other tests left in their namespaces; the assertions only look at this test's namespace).
 
 The operator runs with a real ServiceAccount token (TokenRequest on the real kube-apiserver)
-of the `scrapeq-operator` ServiceAccount bound to the ClusterRole from deploy/rbac, and goes
-through a whole ScrapeJob lifecycle and a scale-up; its log must show no forbidden request.
+of the `scrapeq-operator` ServiceAccount bound to the ClusterRole from deploy/rbac, plus the
+pool Role of deploy/rbac bound in this test's namespace for its pool `scrapers` (the operator runs
+with `--pool-namespace` set to it), and goes through a whole ScrapeJob lifecycle and a scale-up;
+its log must show no forbidden request.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 import scrapeq_queue
+import yaml
 from scrapeq_queue.sealed_credentials import SealingKeys
 
 from tests.e2e.operator.operator_parts import (
@@ -41,13 +44,22 @@ SYSTEM_NAMESPACE = "scrapeq-system"
 QUEUE = "rbac-test"
 # The scheduled job's runs queue here, away from the backlog the scaling assertions count.
 SCHEDULE_QUEUE = "rbac-schedule"
+POOL = "scrapers"
 
 
-def _service_account_kubeconfig(kubectl: Kubectl, directory: Path) -> Path:
+def _service_account_kubeconfig(kubectl: Kubectl, namespace: str, directory: Path) -> Path:
     """A kubeconfig that authenticates as the operator's ServiceAccount with a bound token."""
     if not kubectl.exists("namespace", SYSTEM_NAMESPACE, ""):
         kubectl.run("create", "namespace", SYSTEM_NAMESPACE, check=False)
     kubectl.run("apply", "-k", str(RBAC_DIR))
+    # The pool Role as shipped, moved to this test's namespace and naming its pool.
+    for document in yaml.safe_load_all((RBAC_DIR / "operator.yaml").read_text()):
+        if document and document["kind"] in ("Role", "RoleBinding"):
+            document["metadata"]["namespace"] = namespace
+            for rule in document.get("rules", []):
+                if "resourceNames" in rule:
+                    rule["resourceNames"] = [POOL]
+            kubectl.apply(document)
     token = kubectl.run(
         "create", "token", SERVICE_ACCOUNT, "-n", SYSTEM_NAMESPACE, "--duration=1h"
     ).stdout.strip()
@@ -95,11 +107,19 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
     operator_factory: Callable[..., OperatorProcess],
     tmp_path: Path,
 ) -> None:
-    kubeconfig = _service_account_kubeconfig(kubectl, tmp_path)
+    kubeconfig = _service_account_kubeconfig(kubectl, namespace, tmp_path)
     as_operator = Kubectl(kubeconfig)
     denied = as_operator.run("get", "secrets", "-n", namespace, check=False)
     assert denied.returncode != 0
     assert "forbidden" in denied.stderr.lower()
+    # A stolen token rewrites no other Deployment: neither another one in the pool namespace
+    # nor the pool's namesake elsewhere.
+    for name, where in (("bystander", namespace), (POOL, "default")):
+        refused = as_operator.run(
+            "patch", "deployment", name, "-n", where, "--type=merge",
+            "-p", '{"metadata": {"labels": {"rewritten": "yes"}}}', check=False,
+        )  # fmt: skip
+        assert "forbidden" in refused.stderr.lower(), refused.stderr
 
     kubectl.create(
         {
@@ -137,7 +157,10 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
         empty_database_url,
         kubeconfig=kubeconfig,
         clusterwide=True,
-        environment={"SCRAPEQ_SEALING_KEY": SealingKeys.generate()},
+        environment={
+            "SCRAPEQ_SEALING_KEY": SealingKeys.generate(),
+            "SCRAPEQ_OPERATOR_POOL_NAMESPACES": namespace,
+        },
     )
 
     listed = scrapejob(

@@ -4,24 +4,20 @@ address; the credentials never show in a result, a row or a log line (docs/worke
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import logging
-import shutil
-import socket
-from collections.abc import AsyncIterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import scrapeq_queue as queue
+from scrapeq_queue.sealed_credentials import SEALING_KEY_ENV, Credentials, SealingKeys
 from scrapeq_worker.egress_proxy import UpstreamProxy
 from scrapeq_worker.settings import WorkerSettings
 
-from tests.conftest import missing_part
-
 from .conftest import Connection, JobRow, eventually, job_row, run_burst
 from .site import SITE_HOST, HostileSite
+from .tinyproxy import PASSWORD, USER, Tinyproxy, running_tinyproxy, secrets_in
 
 pytestmark = [
     pytest.mark.postgres,
@@ -29,65 +25,17 @@ pytestmark = [
     pytest.mark.timeout(120),
 ]
 
-USER = "scrapeq"
-PASSWORD = "s3cret-upstream-pw"
 
-
-@dataclass
-class Tinyproxy:
-    port: int
-    log: Path
-
-    def url(self, password: str = PASSWORD) -> str:
-        return f"http://{USER}:{password}@127.0.0.1:{self.port}"
-
-    def requests(self) -> list[str]:
-        return [line for line in self.log.read_text().splitlines() if "Request (" in line]
+@pytest.fixture
+def tinyproxy(tmp_path: Path) -> Iterator[Tinyproxy]:
+    with running_tinyproxy(tmp_path / "first") as proxy:
+        yield proxy
 
 
 @pytest.fixture
-async def tinyproxy(tmp_path: Path) -> AsyncIterator[Tinyproxy]:
-    if shutil.which("tinyproxy") is None:
-        # A skip on a developer's machine, a failure under CI=true (never a silent pass).
-        missing_part("tinyproxy", "not installed (apt-get install tinyproxy)")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = tmp_path / "tinyproxy.conf"
-    config.write_text(
-        f"Port {port}\nListen 127.0.0.1\nTimeout 60\nLogLevel Connect\nMaxClients 50\n"
-        f"Allow 127.0.0.1\nBasicAuth {USER} {PASSWORD}\n"
-    )
-    log = tmp_path / "tinyproxy.log"
-    with log.open("wb") as output:
-        process = await asyncio.create_subprocess_exec(
-            "tinyproxy", "-d", "-c", str(config), stdout=output, stderr=output
-        )
-
-    async def listening() -> bool:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            return False
-        writer.close()
-        return True
-
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while not await listening():
-            assert process.returncode is None, log.read_text()
-            assert loop.time() < deadline, "tinyproxy did not start listening within 10 s"
-            await asyncio.sleep(0.05)
-        yield Tinyproxy(port, log)
-    finally:
-        process.terminate()
-        await process.wait()
-
-
-def secrets_in(text: str) -> list[str]:
-    encoded = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    return [secret for secret in (PASSWORD, encoded) if secret in text]
+def second_tinyproxy(tmp_path: Path) -> Iterator[Tinyproxy]:
+    with running_tinyproxy(tmp_path / "second") as proxy:
+        yield proxy
 
 
 @dataclass(frozen=True)
@@ -163,6 +111,53 @@ async def test_a_refused_upstream_login_fails_the_job_without_showing_the_creden
     assert PASSWORD not in row.last_error
     assert PASSWORD not in caplog.text
     assert case.site.hits[case.path] == 0
+
+
+async def test_a_job_s_own_proxies_carry_its_pages_in_turn_instead_of_the_pool_s(
+    case: Case,
+    second_tinyproxy: Tinyproxy,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """spec.proxy as the operator seals it into the rows: two pages of one job go through the
+    two proxies of its list, one each; the pool's upstream (a dead port here) is not used."""
+    key = SealingKeys.generate()
+    monkeypatch.setenv(SEALING_KEY_ENV, key)
+    proxies = (case.tinyproxy.url(), second_tinyproxy.url())
+    sealed = SealingKeys.from_text(key).seal(Credentials(origins=(), proxies=proxies))
+    paths = [case.path, case.path.replace("3", "4")]
+    ids = [
+        await queue.enqueue(
+            case.connection, case.site.url(path), payload={**case.payload, "sealed": sealed}
+        )
+        for path in paths
+    ]
+
+    await run_burst(case.settings, upstream_proxy=UpstreamProxy.parse("http://127.0.0.1:9"))
+
+    rows = [await job_row(case.connection, job_id) for job_id in ids]
+    assert [row.status for row in rows] == ["completed", "completed"], rows
+    assert [row.result["fields"]["n"] for row in rows] == [
+        case.heading,
+        case.heading.replace("3", "4"),
+    ]
+    tunnel = f"CONNECT {SITE_HOST}:{case.site.port}"
+    for proxy in (case.tinyproxy, second_tinyproxy):
+        await eventually(
+            lambda proxy=proxy: sum(tunnel in line for line in proxy.requests()) >= 1,  # type: ignore[misc]
+            within=5,
+            what=f"tinyproxy on port {proxy.port} to log a tunnel of the job",
+        )
+    # The proxy list is in no log line, result, error or readable column of the rows.
+    cursor = await case.connection.execute(
+        "SELECT payload::text, result::text, coalesce(last_error, '') FROM scraping_jobs"
+    )
+    stored = " ".join(" ".join(row) for row in await cursor.fetchall())
+    assert sealed in stored
+    for secret in (PASSWORD, *proxies):
+        assert secret not in stored
+        assert secret not in caplog.text
+    assert secrets_in(caplog.text) == []
 
 
 def test_an_upstream_proxy_is_shown_without_its_credentials() -> None:

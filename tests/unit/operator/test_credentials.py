@@ -75,3 +75,69 @@ async def test_what_cannot_be_sealed_names_the_reason_and_never_the_value(
     assert message in caught.value.message
     assert not caught.value.permanent
     assert SECRET not in caught.value.message
+
+
+PROXY_SPEC: dict[str, Any] = {"proxy": {"secretRef": {"name": "shop-login"}}}
+PROXY_URL = f"http://user:{SECRET}@proxy.example:3128"
+
+
+async def test_the_proxy_list_is_sealed_with_the_credentials_or_alone() -> None:
+    data = {
+        "auth": b"Bearer x",
+        "cookie": b"c",
+        "proxies": f"# rotated per page\n{PROXY_URL}\n\nhttp://proxy2.example:8080\n".encode(),
+    }
+    both = await sealed_credentials({**SPEC, **PROXY_SPEC}, "shop", URLS, reader(data), KEYS)
+    alone = await sealed_credentials(PROXY_SPEC, "shop", URLS, reader(data), KEYS)
+    assert both is not None
+    assert alone is not None
+    assert SECRET not in both
+    assert SECRET not in alone
+    assert KEYS.open(both).proxies == (PROXY_URL, "http://proxy2.example:8080")
+    assert KEYS.open(both).headers == {"Authorization": "Bearer x"}
+    assert KEYS.open(alone).proxies == (PROXY_URL, "http://proxy2.example:8080")
+    assert KEYS.open(alone).headers == {}
+
+
+@pytest.mark.parametrize(
+    ("spec", "data", "reason", "message"),
+    [
+        (PROXY_SPEC, {"other": b"x"}, "SecretKeyNotFound", "has no key 'proxies'"),
+        (
+            {"proxy": {"secretRef": {"name": "shop-login"}, "key": "list"}},
+            {"proxies": PROXY_URL.encode()},
+            "SecretKeyNotFound",
+            "has no key 'list' with the proxy list (keys: proxies)",
+        ),
+        (
+            PROXY_SPEC,
+            {"proxies": f"{PROXY_URL}\nsocks5://user:{SECRET}@p:1080".encode()},
+            "InvalidProxy",
+            "line 2 is not an upstream proxy",
+        ),
+        (PROXY_SPEC, {"proxies": b"# nothing\n\n"}, "InvalidProxy", "lists no upstream proxy"),
+        (
+            PROXY_SPEC,
+            {"proxies": f"http://user:{SECRET}@p:3128/path".encode()},
+            "InvalidProxy",
+            "line 1: an upstream proxy URL has no path",
+        ),
+    ],
+    ids=["no-key", "named-key", "not-http", "empty", "path"],
+)
+async def test_a_proxy_list_that_cannot_be_used_names_the_line_and_never_its_text(
+    spec: dict[str, Any], data: dict[str, bytes], reason: str, message: str
+) -> None:
+    with pytest.raises(JobNotRunnableError) as raised:
+        await sealed_credentials(spec, "shop", URLS, reader(data), KEYS)
+    assert raised.value.reason == reason
+    assert message in raised.value.message
+    assert "spec.proxy: Secret shop/shop-login" in raised.value.message
+    assert SECRET not in raised.value.message
+
+
+async def test_a_proxy_without_a_sealing_key_waits_for_one() -> None:
+    with pytest.raises(JobNotRunnableError) as raised:
+        await sealed_credentials(PROXY_SPEC, "shop", URLS, reader({}), None)
+    assert raised.value.reason == "NoSealingKey"
+    assert raised.value.message.startswith("spec.proxy:")
