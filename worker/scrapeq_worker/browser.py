@@ -146,7 +146,8 @@ class BrowserSettings:
     launch_timeout_seconds: float = 15.0
     # New tab, close tab, health probe: these take milliseconds when the browser is healthy.
     operation_timeout_seconds: float = 15.0
-    # One incognito context per job (~51 MB and ~170 ms more per page) instead of a tab.
+    # A fresh context for every job (~370 ms and ~51 MB per page: docs/worker.md, "Measured
+    # browser costs") instead of the owner's warm one.
     isolate_pages: bool = False
     # Jobs one tab serves before it is closed. A new tab costs a renderer process (~200 ms of
     # wall time, ~360 ms CPU: docs/worker.md); navigating a warm tab costs ~80 ms.
