@@ -1,10 +1,12 @@
 """Worker benchmark: pages per second and CPU per page, the worker against simpler loops.
 
-    python -m benchmarks.worker_pages                         # every mode, full sizes (~4 min)
+    python -m benchmarks.worker_pages                         # every mode but heavy (~4 min)
+    python -m benchmarks.worker_pages --only heavy            # the three heavy modes only
     python -m benchmarks.worker_pages --pages 100 --rounds 1  # smaller, for a smoke run
 
 A local site on loopback (127.0.0.2, its own process) serves a JS-rendered page — the content
-only exists after a script runs — and a static page. Modes, in one run:
+only exists after a script runs — a static page and a heavy page. Modes (the heavy ones only
+with `--only heavy`, the others only without it):
 
 - render:            the worker (`Worker`, default settings, burst mode) on N rendered jobs
                      from a real PostgreSQL queue (each job waits for the script's content and
@@ -544,7 +546,8 @@ def main() -> int:
         "--only",
         choices=("all", "heavy"),
         default="all",
-        help="heavy: only the heavy-page modes (resource blocking off vs on)",
+        help="all (default): every mode but the heavy-page ones; heavy: only the heavy-page"
+        " modes (resource blocking off vs on)",
     )
     parser.add_argument(
         "--heavy-pages", type=int, default=HEAVY_PAGES, help="jobs per heavy-page mode"
