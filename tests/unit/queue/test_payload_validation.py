@@ -94,3 +94,26 @@ def test_an_option_with_a_wrong_value_is_reported_by_name(
 
 def test_every_problem_is_reported_not_only_the_first() -> None:
     assert len(validate_payload({"render": 1, "nope": 2, "waitUntil": "never"})) == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "pattern", "fragment"),
+    [
+        ("include", r"/(\w+)/\1", "invalid escape sequence: \\1"),
+        ("exclude", r"/p/(?!sale)", "invalid perl operator: (?!"),
+        ("include", r"(?<=/)item", "invalid perl operator: (?<"),
+    ],
+)
+def test_a_follow_pattern_python_accepts_but_re2_refuses_is_reported_with_the_re2_rules(
+    name: str, pattern: str, fragment: str
+) -> None:
+    """The operator turns these problems into InvalidSpec, so a ScrapeJob hears why at once."""
+    (problem,) = validate_payload({"follow": {"selector": "a", name: [pattern]}})
+    assert problem.startswith(f"follow.{name}[0] {pattern!r} is not a valid regular expression")
+    assert fragment in problem
+    assert "no backreferences" in problem
+    assert "lookaround" in problem
+
+
+def test_a_pattern_that_backtracks_exponentially_in_python_is_accepted_for_re2() -> None:
+    assert validate_payload({"follow": {"selector": "a", "include": ["(a+)+$"]}}) == []
