@@ -303,6 +303,25 @@ async def test_refusals_are_reported_only_by_the_job_whose_page_made_them(
     assert secret.hits == 0
 
 
+def rebind_after(monkeypatch: pytest.MonkeyPatch, checks: int) -> list[IPAddress]:
+    """Stand in a resolver the test controls: `rebind.test` resolves to the allowed site's
+    address for the first `checks` lookups and to the secret's loopback address after (no
+    cache in between). Returns the answers given, in order."""
+    answers: list[IPAddress] = []
+    original = NetworkGuard._lookup
+
+    async def rebinding(self: NetworkGuard, host: str, port: int) -> tuple[IPAddress, ...]:
+        if host != "rebind.test":
+            return await original(self, host, port)
+        answer = ipaddress.ip_address(SITE_HOST if len(answers) < checks else "127.0.0.1")
+        answers.append(answer)
+        return (answer,)
+
+    monkeypatch.setattr(NetworkGuard, "_lookup", rebinding)
+    monkeypatch.setattr(network_guard, "DNS_CACHE_SECONDS", 0.0)
+    return answers
+
+
 async def test_a_name_that_rebinds_to_the_secret_after_its_checks_is_never_connected_to(
     site: HostileSite,
     worker_settings: WorkerSettings,
@@ -316,18 +335,7 @@ async def test_a_name_that_rebinds_to_the_secret_after_its_checks_is_never_conne
     here it sees the loopback answer and refuses."""
     secrets = running_secret(site.port)
     secret = next(secrets)
-    answers: list[IPAddress] = []
-    original = NetworkGuard._lookup
-
-    async def rebinding(self: NetworkGuard, host: str, port: int) -> tuple[IPAddress, ...]:
-        if host != "rebind.test":
-            return await original(self, host, port)
-        answer = ipaddress.ip_address(SITE_HOST if len(answers) < 2 else "127.0.0.1")
-        answers.append(answer)
-        return (answer,)
-
-    monkeypatch.setattr(NetworkGuard, "_lookup", rebinding)
-    monkeypatch.setattr(network_guard, "DNS_CACHE_SECONDS", 0.0)
+    answers = rebind_after(monkeypatch, checks=2)
     try:
         job_id = await queue.enqueue(
             connection, f"http://rebind.test:{site.port}/js/1", payload=DONE, max_retries=0
@@ -344,3 +352,40 @@ async def test_a_name_that_rebinds_to_the_secret_after_its_checks_is_never_conne
     assert row.last_reason == "blocked_address"
     assert row.last_error is not None
     assert "127.0.0.1 is a loopback address" in row.last_error
+
+
+async def test_the_plain_http_engine_connects_to_the_checked_address_or_not_at_all(
+    site: HostileSite,
+    worker_settings: WorkerSettings,
+    connection: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`render: false` after one good answer: every later lookup of the name says loopback.
+    Whatever the engine does after its first check, the secret (on the site's port on
+    127.0.0.1) must see nothing: the page is fetched from the checked address, or the job
+    fails with the guard's reason."""
+    secrets = running_secret(site.port)
+    secret = next(secrets)
+    answers = rebind_after(monkeypatch, checks=1)
+    try:
+        job_id = await queue.enqueue(
+            connection,
+            f"http://rebind.test:{site.port}/static/1",
+            payload={"render": False},
+            max_retries=0,
+        )
+        await run_burst(worker_settings)
+        row = await job_row(connection, job_id)
+    finally:
+        next(secrets, None)
+
+    assert answers, "the engine never asked the resolver the test controls"
+    assert secret.hits == 0
+    if row.status == "completed":
+        assert site.hits["/static/1"] == 1
+    else:
+        assert row.status == "failed", row.last_error
+        assert row.last_reason == "blocked_address"
+        assert row.last_error is not None
+        assert "127.0.0.1 is a loopback address" in row.last_error
+        assert site.hits["/static/1"] == 0
