@@ -47,6 +47,44 @@ def test_the_user_agent_contact_goes_to_every_pool(helm_binary: Path) -> None:
     assert named(env_of(operator), "SCRAPEQ_USER_AGENT_CONTACT") == []
 
 
+def test_a_pools_own_contact_replaces_the_workers_wide_one(helm_binary: Path) -> None:
+    values = {
+        "workers": {
+            "userAgentContact": "https://crawler.example.org/about",
+            "pools": [
+                {"name": "default", "queues": ["default"]},
+                {
+                    "name": "research",
+                    "queues": ["research"],
+                    "userAgentContact": "https://research.example.org/bot",
+                },
+                {"name": "quiet", "queues": ["quiet"], "userAgentContact": ""},
+            ],
+        }
+    }
+    manifests = rendered(helm_binary, values)
+    expected = {
+        "default": ["https://crawler.example.org/about"],
+        "research": ["https://research.example.org/bot"],
+        "quiet": [],
+    }
+    for pool, contacts in expected.items():
+        workload = find(manifests, "Deployment", f"scrapeq-worker-{pool}")
+        assert named(env_of(workload), "SCRAPEQ_USER_AGENT_CONTACT") == [
+            {"name": "SCRAPEQ_USER_AGENT_CONTACT", "value": contact} for contact in contacts
+        ]
+
+
+def test_a_pools_bad_contact_url_is_refused_by_the_chart_schema(helm_binary: Path) -> None:
+    pool = {"name": "default", "queues": ["default"], "userAgentContact": "mailto:ops@x.org"}
+    error = render_error(
+        helm_binary,
+        {"workers": {"pools": [pool]}, "database": {"bundled": {"password": "p"}}},
+    )
+    assert "userAgentContact" in error
+    assert "does not match pattern" in error
+
+
 def test_a_pools_block_resources_replace_the_workers_wide_list(helm_binary: Path) -> None:
     values = {
         "workers": {
