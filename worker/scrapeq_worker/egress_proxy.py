@@ -88,10 +88,13 @@ class UpstreamProxy:
         except ValueError:
             port = None
         if parts.scheme != "http" or not parts.hostname or port is None:
-            raise ValueError(
-                "an upstream proxy is http://[user:password@]host:port (got a value with "
-                f"scheme {parts.scheme or '(none)'!r}, host {parts.hostname or '(none)'!r})"
-            )
+            if parts.scheme != "http":
+                problem = f"its scheme is {parts.scheme or '(none)'!r}, not 'http'"
+            elif not parts.hostname:
+                problem = "it names no host"
+            else:
+                problem = f"its port is missing or not a number 0-65535 (host {parts.hostname!r})"
+            raise ValueError(f"an upstream proxy is http://[user:password@]host:port: {problem}")
         authorization = None
         if parts.username is not None:
             pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"

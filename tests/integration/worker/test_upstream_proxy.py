@@ -169,3 +169,24 @@ def test_an_upstream_proxy_is_shown_without_its_credentials() -> None:
     with pytest.raises(ValueError, match="http://") as error:
         UpstreamProxy.parse(f"socks5://{USER}:{PASSWORD}@proxy.internal:1080")
     assert PASSWORD not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        (f"socks5://{USER}:{PASSWORD}@proxy.internal:1080", "its scheme is 'socks5', not 'http'"),
+        (f"https://{USER}:{PASSWORD}@proxy.internal:3128", "its scheme is 'https', not 'http'"),
+        (f"http://{USER}:{PASSWORD}@:3128", "it names no host"),
+        (f"http://{USER}:{PASSWORD}@proxy.internal", "its port is missing"),
+        (f"http://{USER}:{PASSWORD}@proxy.internal:http", "its port is missing or not a number"),
+        ("proxy.internal:3128", "not 'http'"),
+    ],
+    ids=["socks", "https", "no-host", "no-port", "port-not-a-number", "no-scheme"],
+)
+def test_a_bad_upstream_proxy_is_refused_naming_what_is_wrong_but_not_the_password(
+    text: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=r"^an upstream proxy is http://\[user:") as error:
+        UpstreamProxy.parse(text)
+    assert problem in str(error.value)
+    assert PASSWORD not in str(error.value)
