@@ -16,7 +16,7 @@ What this machine kind needs, measured: the pod sandbox's negative oom_score_adj
 because root here lacks CAP_SYS_RESOURCE (`runc create failed: ... can't get final child's PID
 from pipe: EOF`), so containerd restricts oom_score_adj; there is no systemd, so cgroupfs; there
 is no registry, so images are loaded into containerd (`scrapeq dev images`) and pods use
-`imagePullPolicy: Never`. See docs/development.md, "The local node".
+`imagePullPolicy: Never`. See docs/local-node.md, "Facts this machine kind needs".
 """
 
 from __future__ import annotations

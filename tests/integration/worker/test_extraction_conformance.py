@@ -1,6 +1,6 @@
 """One extract spec means the same in both engines: the same specs against the same pages,
 rendered by real Chromium through the worker's renderer and fetched by the plain-HTTP engine
-(lexbor), must give identical results (docs/worker.md, "Extraction")."""
+(lexbor), must give identical results (docs/worker.md, "Jobs: options and results")."""
 
 from __future__ import annotations
 

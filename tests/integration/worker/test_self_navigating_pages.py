@@ -1,6 +1,6 @@
 """A page that navigates itself while the worker extracts it (a script redirect right after
 load, or during a waitFor) ends its row with an outcome at once — never `processing` until the
-lease expires (docs/worker.md, "Pages that navigate themselves")."""
+lease expires (docs/worker.md, "What happens when — the documented end states")."""
 
 from __future__ import annotations
 
