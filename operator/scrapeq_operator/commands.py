@@ -4,6 +4,7 @@ At start it brings the queue schema up to date (`scrapeq_queue.migrate`, which s
 PostgreSQL advisory lock, so several starting operators or a concurrent `scrapeq migrate` are
 safe). With --no-migrate it instead refuses to start, exit code 2, when the schema is behind.
 A database that does not answer yet is waited for (--database-wait-seconds), then exit code 3.
+A background loop (status sync, retention, autoscaler) that dies stops it with exit code 1.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 import time
 
@@ -27,6 +29,7 @@ from scrapeq_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
 
+EXIT_BACKGROUND_TASK_DIED = 1
 EXIT_CONFIGURATION = 2
 EXIT_DATABASE = 3
 
@@ -120,6 +123,7 @@ def run_operator(args: argparse.Namespace) -> int:
     import kopf
 
     from scrapeq_operator import handlers, metrics, retry_requests, schedules
+    from scrapeq_operator.runtime import FatalTasks
 
     kopf.configure(verbose=bool(args.verbose))
     if applied:
@@ -130,12 +134,21 @@ def run_operator(args: argparse.Namespace) -> int:
         if settings.liveness_port
         else None
     )
+    # kopf stops gracefully on SIGTERM (its own handler); a dead background task sends one.
+    fatal = FatalTasks(stop=lambda: signal.raise_signal(signal.SIGTERM))
     kopf.run(
         standalone=True,
         clusterwide=settings.clusterwide,
         namespaces=settings.namespaces,
         liveness_endpoint=liveness,
-        memo=kopf.Memo(settings=settings),
+        memo=kopf.Memo(settings=settings, fatal=fatal),
     )
     del handlers, retry_requests, schedules
+    if fatal.died:
+        print(
+            f"scrapeq operator: stopped: background task {', '.join(fatal.died)} died "
+            "(the log above has its error)",
+            file=sys.stderr,
+        )
+        return EXIT_BACKGROUND_TASK_DIED
     return 0

@@ -82,7 +82,7 @@ async def start_operator(
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
 
-    runtime = OperatorRuntime(config, Cluster(load_api_client()))
+    runtime = OperatorRuntime(config, Cluster(load_api_client()), memo.get("fatal"))
     await runtime.open()
     memo["runtime"] = runtime
     directory = IndexDirectory(index)

@@ -7,9 +7,8 @@ handler, so every task has an owner and a shutdown path.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -30,12 +29,32 @@ POOL_TIMEOUT_SECONDS = 5.0
 POOL_MAX_SIZE = 6
 
 
+class FatalTasks:
+    """Which background tasks died, and how to stop the operator when one does.
+
+    Every loop handles its own failures round by round; one that ends with an error anyway is
+    a bug the process must not hide: `stop` ends kopf as SIGTERM does (cleanup handlers run)
+    and `scrapeq operator` exits with status 1, so that the kubelet restarts the pod."""
+
+    def __init__(self, stop: Callable[[], None]) -> None:
+        self.stop = stop
+        self.died: list[str] = []
+
+    def report(self, name: str) -> None:
+        self.died.append(name)
+        self.stop()
+
+
 class OperatorRuntime:
     """The database pool, the Kubernetes client and the background tasks of one operator."""
 
-    def __init__(self, settings: OperatorSettings, cluster: Cluster) -> None:
+    def __init__(
+        self, settings: OperatorSettings, cluster: Cluster, fatal: FatalTasks | None = None
+    ) -> None:
         self.settings = settings
         self.cluster = cluster
+        # None (tests that build a runtime by hand): a dead task is only logged.
+        self.fatal = fatal
         self.pool = ConnectionPool(
             settings.database_url,
             max_size=POOL_MAX_SIZE,
@@ -84,26 +103,34 @@ class OperatorRuntime:
         )
 
     def spawn(self, name: str, coroutine: Coroutine[Any, Any, None]) -> None:
-        """Run a background loop owned by this runtime until `close`."""
+        """Run a background loop owned by this runtime until `close`; one that dies with an
+        error stops the operator (FatalTasks)."""
         task = asyncio.create_task(coroutine, name=name)
-        task.add_done_callback(_log_unexpected_exit)
+        task.add_done_callback(self._task_ended)
         self._tasks.append(task)
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is None:
+            return
+        logger.critical(
+            "background task %s died: %r; stopping the operator",
+            task.get_name(),
+            error,
+            exc_info=error,
+        )
+        if self.fatal is not None:
+            self.fatal.report(task.get_name())
 
     async def close(self) -> None:
         """Cancel the background loops, then close the pool and the API client."""
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # A task that died was reported when it ended (_task_ended); its error must not stop
+        # the rest of the shutdown.
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await self.pool.close()
         self.cluster.close()
-
-
-def _log_unexpected_exit(task: asyncio.Task[None]) -> None:
-    if task.cancelled():
-        return
-    error = task.exception()
-    if error is not None:
-        logger.error("background task %s stopped: %r", task.get_name(), error, exc_info=error)

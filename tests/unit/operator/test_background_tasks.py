@@ -1,0 +1,96 @@
+"""A background loop of the operator that dies stops the operator instead of leaving it
+running without that loop (status sync, retention, autoscaler)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import pytest
+from scrapeq_operator.runtime import FatalTasks, OperatorRuntime
+from scrapeq_operator.settings import OperatorSettings
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class StopRecorder:
+    def __init__(self) -> None:
+        self.stopped = asyncio.Event()
+
+    def __call__(self) -> None:
+        self.stopped.set()
+
+
+class ClosedCluster:
+    """Stands in for the API client: the runtime only closes it here."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def runtime_with(fatal: FatalTasks, cluster: ClosedCluster | None = None) -> OperatorRuntime:
+    # No database and no API server are touched: the pool is never opened.
+    settings = OperatorSettings(database_url="postgresql://db/x")
+    return OperatorRuntime(settings, cast(Any, cluster or ClosedCluster()), fatal)
+
+
+async def test_a_background_task_that_dies_stops_the_operator_and_is_named(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stop = StopRecorder()
+    fatal = FatalTasks(stop)
+    runtime = runtime_with(fatal)
+
+    async def broken_loop() -> None:
+        raise RuntimeError("a bug outside the loop's own error handling")
+
+    runtime.spawn("status-sync", broken_loop())
+
+    await asyncio.wait_for(stop.stopped.wait(), 10)
+    assert fatal.died == ["status-sync"]
+    assert "background task status-sync died" in caplog.text
+    assert "a bug outside the loop's own error handling" in caplog.text
+
+
+async def test_a_task_that_ends_cleanly_or_is_cancelled_does_not_stop_the_operator() -> None:
+    stop = StopRecorder()
+    fatal = FatalTasks(stop)
+    cluster = ClosedCluster()
+    runtime = runtime_with(fatal, cluster)
+    finished = asyncio.Event()
+    never = asyncio.Event()
+
+    async def turned_off() -> None:  # retention with a prune interval of 0 returns at once
+        finished.set()
+
+    async def waiting() -> None:
+        await never.wait()
+
+    runtime.spawn("retention", turned_off())
+    runtime.spawn("autoscaler", waiting())
+    await asyncio.wait_for(finished.wait(), 10)
+    await runtime.close()  # cancels the autoscaler
+
+    assert fatal.died == []
+    assert not stop.stopped.is_set()
+    assert cluster.closed
+
+
+async def test_the_shutdown_completes_although_a_task_died() -> None:
+    """kopf retries a failing cleanup handler for a minute: a dead task's error must not
+    surface again from close()."""
+    stop = StopRecorder()
+    cluster = ClosedCluster()
+    runtime = runtime_with(FatalTasks(stop), cluster)
+
+    async def broken_loop() -> None:
+        raise RuntimeError("a bug")
+
+    runtime.spawn("retention", broken_loop())
+    await asyncio.wait_for(stop.stopped.wait(), 10)
+
+    await asyncio.wait_for(runtime.close(), 10)
+    assert cluster.closed
