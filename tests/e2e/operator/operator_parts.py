@@ -241,6 +241,21 @@ def scrapejob(name: str, **spec: Any) -> dict[str, Any]:
 WORKER_ID = "e2e-test-worker"
 
 
+def run_operator_command(
+    *arguments: str, environment: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`scrapeq operator ARGUMENTS` to its end, with `environment` over this process's."""
+    return subprocess.run(
+        [sys.executable, "-m", "scrapeq", "operator", *arguments],
+        cwd=REPOSITORY_ROOT,
+        env={**os.environ, **environment},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def run_queue_call(database_url: str, call: Callable[[Any], Awaitable[T]]) -> T:
     """Run one scrapeq_queue call on a fresh autocommit connection (from synchronous tests)."""
 

@@ -9,16 +9,14 @@ the retention loop raises as it starts. Real kube-apiserver and PostgreSQL.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.e2e.operator.operator_parts import (
     FAST_OPERATOR_ENVIRONMENT,
-    REPOSITORY_ROOT,
     Kubectl,
+    run_operator_command,
 )
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres, pytest.mark.timeout(120)]
@@ -39,22 +37,16 @@ def test_a_background_loop_that_dies_stops_the_operator_with_status_1(
     kubectl: Kubectl, namespace: str, database_url: str, tmp_path: Path
 ) -> None:
     (tmp_path / "sitecustomize.py").write_text(FAULT)
-    environment = {
-        **os.environ,
-        **FAST_OPERATOR_ENVIRONMENT,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
-        "KUBECONFIG": str(kubectl.kubeconfig),
-        "DATABASE_URL": database_url,
-    }
-
-    result = subprocess.run(
-        [sys.executable, "-m", "scrapeq", "operator", "--namespace", namespace],
-        cwd=REPOSITORY_ROOT,
-        env=environment,
-        capture_output=True,
-        text=True,
+    result = run_operator_command(
+        "--namespace",
+        namespace,
+        environment={
+            **FAST_OPERATOR_ENVIRONMENT,
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+            "KUBECONFIG": str(kubectl.kubeconfig),
+            "DATABASE_URL": database_url,
+        },
         timeout=90,
-        check=False,
     )
 
     output = result.stdout + result.stderr

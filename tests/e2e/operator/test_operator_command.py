@@ -18,21 +18,18 @@ import scrapeq_queue
 
 from scrapeq.local.postgres import LocalPostgres
 from scrapeq.local.processes import free_port
-from tests.e2e.operator.operator_parts import REPOSITORY_ROOT, run_queue_call
+from tests.e2e.operator.operator_parts import (
+    REPOSITORY_ROOT,
+    run_operator_command,
+    run_queue_call,
+)
 
 pytestmark = pytest.mark.postgres
 
 
 def _run_operator(*arguments: str, database_url: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": database_url, "KUBECONFIG": "/nonexistent"}
-    return subprocess.run(
-        [sys.executable, "-m", "scrapeq", "operator", *arguments],
-        cwd=REPOSITORY_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return run_operator_command(
+        *arguments, environment={"DATABASE_URL": database_url, "KUBECONFIG": "/nonexistent"}
     )
 
 
