@@ -165,8 +165,15 @@ class StatusSync:
             ),
             name="status-sync-listen",
         )
+        listener.add_done_callback(lambda _: self._wake.set())
         try:
             while True:
+                if listener.done():
+                    # listen_and_wake runs until cancelled: without it this loop would fall
+                    # back to polling unnoticed, so it ends too (and the runtime stops the
+                    # operator, see FatalTasks).
+                    listener.result()
+                    raise RuntimeError("the status sync's LISTEN task ended")
                 try:
                     await self.sync_round()
                 except asyncio.CancelledError:

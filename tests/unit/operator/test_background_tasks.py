@@ -94,3 +94,29 @@ async def test_the_shutdown_completes_although_a_task_died() -> None:
 
     await asyncio.wait_for(runtime.close(), 10)
     assert cluster.closed
+
+
+async def test_the_status_sync_ends_when_its_listen_task_dies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from scrapeq_operator import status_sync
+
+    async def broken_listener(*_: Any, **__: Any) -> None:
+        raise RuntimeError("the LISTEN loop hit a bug")
+
+    class Rounds(status_sync.StatusSync):
+        async def sync_round(self) -> int:
+            return 0
+
+    monkeypatch.setattr(status_sync.notifications, "listen_and_wake", broken_listener)
+    settings = OperatorSettings(database_url="postgresql://db/x", status_poll_seconds=60)
+    sync = Rounds(settings, cast(Any, None), runtime_with(FatalTasks(StopRecorder())))
+
+    # Without the listener the loop would poll every 60 s unnoticed; it must end instead.
+    loop = asyncio.create_task(sync.run())
+    done, _ = await asyncio.wait({loop}, timeout=10)
+    if not done:
+        loop.cancel()
+        pytest.fail("the status sync went on without its LISTEN task")
+    with pytest.raises(RuntimeError, match="the LISTEN loop hit a bug"):
+        loop.result()
