@@ -222,6 +222,8 @@ class Worker:
         )
         # When the readiness checks run next (None: not until a job shows a problem).
         self._recheck_seconds = recheck_seconds
+        # How many readiness rounds have run (each `recheck_seconds` while one check fails).
+        self.readiness_rounds = 0
         self._recheck_at: float | None = 0.0
         # The local checks (temporary directory, browser) are due at start and while one fails.
         self._local_checks_due = True
@@ -402,6 +404,7 @@ class Worker:
 
     async def _check_readiness(self) -> None:
         """Run every readiness check and schedule the next round while one fails."""
+        self.readiness_rounds += 1
         if self._local_checks_due:
             self.readiness.report("temp_dir", await asyncio.to_thread(temp_dir_problem))
             self.readiness.report("browser", await self._browser_problem())

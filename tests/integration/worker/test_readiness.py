@@ -161,6 +161,16 @@ def repair_browser(chromium: Path, real: str) -> None:
     chromium.symlink_to(real)
 
 
+async def checked_again(running: RunningWorker, *, rounds: int) -> None:
+    """Wait until the worker has run `rounds` more readiness rounds."""
+    target = running.worker.readiness_rounds + rounds
+    await eventually(
+        lambda: running.worker.readiness_rounds >= target,
+        within=RECHECK_SECONDS * rounds + 30,
+        what=f"{rounds} more readiness rounds",
+    )
+
+
 async def not_ready_for(
     running: RunningWorker, connection: Connection, ids: list[int], reason: str, words: str
 ) -> None:
@@ -175,7 +185,7 @@ async def not_ready_for(
     assert gauges[("scrapeq_worker_ready", "")] == 0
     assert gauges[("scrapeq_worker_not_ready", reason)] == 1
     # It keeps checking (several rounds) and still claims nothing.
-    await asyncio.sleep(RECHECK_SECONDS * 4)
+    await checked_again(running, rounds=3)
     assert running.worker.metrics.jobs_claimed.labels("default")._value.get() == 0
     await assert_untouched(connection, ids)
 
@@ -253,7 +263,7 @@ async def test_a_browser_that_fails_to_launch_at_work_hands_its_jobs_back_unspen
             assert row.retry_count == 0
             assert {attempt.outcome for attempt in row.attempts} == {"released"}
         claimed = running.worker.metrics.jobs_claimed.labels("default")._value.get()
-        await asyncio.sleep(RECHECK_SECONDS * 4)
+        await checked_again(running, rounds=3)
         assert running.worker.metrics.jobs_claimed.labels("default")._value.get() == claimed
 
         repair_browser(chromium, chromium_executable)
