@@ -73,10 +73,13 @@ class ThreadedServer:
 
 
 class HostileSite(ThreadedServer):
-    """The running site: `url(path)`, hit counters, and the bystander's hit count."""
+    """The running site: `url(path)`, hit counters, and the bystander's hit count.
 
-    def __init__(self) -> None:
+    `port`: serve on this port of SITE_HOST instead of a free one."""
+
+    def __init__(self, port: int = 0) -> None:
         super().__init__()
+        self._wanted_port = port
         self.hits: collections.Counter[str] = collections.Counter()
         # Pages a test registers: `pages[name]` is served as HTML at /page/<name>.
         self.pages: dict[str, str] = {}
@@ -121,7 +124,7 @@ class HostileSite(ThreadedServer):
         app.router.add_get("/asset/{name}", self._asset)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, SITE_HOST, 0)
+        site = web.TCPSite(runner, SITE_HOST, self._wanted_port)
         await site.start()
         self.port = _port_of(site)
         self._runners.append(runner)
@@ -283,9 +286,9 @@ def _port_of(site: web.TCPSite) -> int:
     return port
 
 
-def running_site() -> Iterator[HostileSite]:
-    """Start a HostileSite, yield it, stop it (for fixtures)."""
-    site = HostileSite()
+def running_site(port: int = 0) -> Iterator[HostileSite]:
+    """Start a HostileSite (on `port`, if given), yield it, stop it (for fixtures)."""
+    site = HostileSite(port)
     site.start()
     try:
         yield site

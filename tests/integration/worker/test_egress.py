@@ -22,7 +22,7 @@ from scrapeq_worker.settings import WorkerSettings
 
 from .conftest import Connection, job_row, run_burst
 from .secret import SecretServer, running_secret
-from .site import SITE_HOST, HostileSite
+from .site import SITE_HOST, HostileSite, running_site
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium, pytest.mark.timeout(120)]
 
@@ -322,8 +322,19 @@ def rebind_after(monkeypatch: pytest.MonkeyPatch, checks: int) -> list[IPAddress
     return answers
 
 
+@pytest.fixture
+def secret_and_site() -> Iterator[tuple[SecretServer, HostileSite]]:
+    """The secret on a free port of 127.0.0.1 and the site on the same port of its own
+    address, so that a connection by name to the site's port lands on the secret when the
+    name resolves to loopback. The secret takes its port first: a free port chosen for the
+    site could be in use on 127.0.0.1 (by any local connection's end)."""
+    for secret in running_secret():
+        for site in running_site(secret.port):
+            yield secret, site
+
+
 async def test_a_name_that_rebinds_to_the_secret_after_its_checks_is_never_connected_to(
-    site: HostileSite,
+    secret_and_site: tuple[SecretServer, HostileSite],
     worker_settings: WorkerSettings,
     connection: Connection,
     monkeypatch: pytest.MonkeyPatch,
@@ -333,17 +344,13 @@ async def test_a_name_that_rebinds_to_the_secret_after_its_checks_is_never_conne
     The secret listens on the site's port on 127.0.0.1, so a connection made by name after the
     checks would land on it. The proxy resolves once, checks, and connects to what it checked:
     here it sees the loopback answer and refuses."""
-    secrets = running_secret(site.port)
-    secret = next(secrets)
+    secret, site = secret_and_site
     answers = rebind_after(monkeypatch, checks=2)
-    try:
-        job_id = await queue.enqueue(
-            connection, f"http://rebind.test:{site.port}/js/1", payload=DONE, max_retries=0
-        )
-        await run_burst(worker_settings)
-        row = await job_row(connection, job_id)
-    finally:
-        next(secrets, None)
+    job_id = await queue.enqueue(
+        connection, f"http://rebind.test:{site.port}/js/1", payload=DONE, max_retries=0
+    )
+    await run_burst(worker_settings)
+    row = await job_row(connection, job_id)
 
     assert len(answers) >= 3  # the proxy asked the resolver itself
     assert secret.hits == 0
@@ -355,7 +362,7 @@ async def test_a_name_that_rebinds_to_the_secret_after_its_checks_is_never_conne
 
 
 async def test_the_plain_http_engine_connects_to_the_checked_address_or_not_at_all(
-    site: HostileSite,
+    secret_and_site: tuple[SecretServer, HostileSite],
     worker_settings: WorkerSettings,
     connection: Connection,
     monkeypatch: pytest.MonkeyPatch,
@@ -364,20 +371,16 @@ async def test_the_plain_http_engine_connects_to_the_checked_address_or_not_at_a
     Whatever the engine does after its first check, the secret (on the site's port on
     127.0.0.1) must see nothing: the page is fetched from the checked address, or the job
     fails with the guard's reason."""
-    secrets = running_secret(site.port)
-    secret = next(secrets)
+    secret, site = secret_and_site
     answers = rebind_after(monkeypatch, checks=1)
-    try:
-        job_id = await queue.enqueue(
-            connection,
-            f"http://rebind.test:{site.port}/static/1",
-            payload={"render": False},
-            max_retries=0,
-        )
-        await run_burst(worker_settings)
-        row = await job_row(connection, job_id)
-    finally:
-        next(secrets, None)
+    job_id = await queue.enqueue(
+        connection,
+        f"http://rebind.test:{site.port}/static/1",
+        payload={"render": False},
+        max_retries=0,
+    )
+    await run_burst(worker_settings)
+    row = await job_row(connection, job_id)
 
     assert answers, "the engine never asked the resolver the test controls"
     assert secret.hits == 0
