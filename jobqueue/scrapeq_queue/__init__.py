@@ -44,6 +44,7 @@ from scrapeq_queue.exports import (
     write_csv,
     write_jsonl,
 )
+from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.inspection import (
     busy_workers,
     database_now,
@@ -69,6 +70,12 @@ from scrapeq_queue.notifications import (
     wait_for_notification,
 )
 from scrapeq_queue.payload import PAYLOAD_OPTIONS, validate_payload
+from scrapeq_queue.politeness import (
+    DEFAULT_POLITENESS,
+    NO_HOST_LIMIT,
+    HostPoliteness,
+    set_crawl_delay,
+)
 from scrapeq_queue.producers import (
     cancel_jobs,
     cancel_owner,
@@ -96,11 +103,13 @@ from scrapeq_queue.urls import normalise_url
 
 __all__ = [
     "CSV_HEADER_SAMPLE_ROWS",
+    "DEFAULT_POLITENESS",
     "EXPORT_FORMATS",
     "INVALID_PAYLOAD_REASON",
     "JITTER_RANGE",
     "MAX_RETRY_DELAY_SECONDS",
     "NOTIFY_CHANNEL",
+    "NO_HOST_LIMIT",
     "PAYLOAD_OPTIONS",
     "RECONNECT_MAX_SECONDS",
     "SCHEMA_VERSION",
@@ -113,6 +122,7 @@ __all__ = [
     "ExportRow",
     "FailedJob",
     "FollowUrl",
+    "HostPoliteness",
     "InvalidJob",
     "NamedOwner",
     "NewJob",
@@ -145,6 +155,7 @@ __all__ = [
     "export_results",
     "fail_job",
     "failed_jobs",
+    "host_key_of",
     "job_attempts",
     "latest_failures",
     "listen",
@@ -166,6 +177,7 @@ __all__ = [
     "retry_failed",
     "retry_job",
     "schema_is_current",
+    "set_crawl_delay",
     "validate_payload",
     "wait_for_notification",
     "write_csv",

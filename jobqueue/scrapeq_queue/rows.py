@@ -51,6 +51,9 @@ class ClaimedJob:
     run_at: datetime
     claimed_at: datetime
     lease_expires_at: datetime
+    # The politeness key of the row's host (hosts.host_key_of); None only for rows claimed
+    # before the host columns existed.
+    host_key: str | None = None
 
     @property
     def token(self) -> tuple[int, int]:
@@ -204,3 +207,4 @@ class ExportRow:
     status: str
     finished_at: datetime
     fields: dict[str, Any]
+

@@ -59,6 +59,7 @@ from .browser import BrowserPool, BrowserSettings
 from .errors import BrowserUnavailable, PermanentFailure, RetryLater, WorkerError
 from .following import followed_payload
 from .http_engine import HttpEngine
+from .http_status import SERVER_ERROR_REASONS
 from .job_options import options_from_payload
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
@@ -385,6 +386,7 @@ class Worker:
                         queues=self.settings.queues,
                         limit=limit,  # noqa: B023 - called before the loop moves on
                         lease_seconds=self.settings.lease_seconds,
+                        politeness=self.settings.politeness,
                     ),
                     what="claim jobs",
                     claims=True,
@@ -393,12 +395,27 @@ class Worker:
                     self._start(job)
             if claimed is None:
                 continue  # a database error; _database already waited out the backoff
-            if self.settings.burst and not claimed and not self._running:
+            # An empty claim can also mean that every due row's site is at its politeness
+            # limit, delayed or paused: a burst run ends only when nothing is due at all.
+            if (
+                self.settings.burst
+                and not claimed
+                and not self._running
+                and await self._nothing_due()
+            ):
                 logger.info("burst mode: no job is due; exiting")
                 return
             if claimed and self._free_slots() > 0:
                 continue  # there may be more due work for the free slots
             await wait_for_event(self._wake, self.settings.poll_seconds)
+
+    async def _nothing_due(self) -> bool:
+        backlog = await self._database(
+            lambda connection: scrapeq_queue.queue_backlog(connection, self.settings.queues),
+            what="read the backlog",
+            claims=True,
+        )
+        return backlog is not None and all(queue.due_pending == 0 for queue in backlog.values())
 
     async def _check_readiness(self) -> None:
         """Run every readiness check and schedule the next round while one fails."""
@@ -668,6 +685,12 @@ class Worker:
                 reason=error.reason,
                 duration_seconds=duration,
                 retry_after_seconds=error.delay_seconds,
+                # A site that says "come back later" (429/503 with Retry-After) or keeps
+                # failing means every worker should leave it alone, not only this row.
+                pause_host_seconds=(
+                    error.delay_seconds if error.reason in SERVER_ERROR_REASONS else None
+                ),
+                server_error=error.reason in SERVER_ERROR_REASONS,
             ),
             what=f"retry job {job.id}",
             persistent=True,
