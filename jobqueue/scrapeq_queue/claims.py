@@ -333,6 +333,7 @@ async def retry_job(
     jitter: float | None = None,
     pause_host_seconds: float | None = None,
     server_error: bool = False,
+    host_key: str | None = None,
 ) -> RetryOutcome:
     """Record a failed attempt that deserves another try.
 
@@ -342,10 +343,11 @@ async def retry_job(
     jitter factor in JITTER_RANGE, or `retry_after_seconds` when the site sent Retry-After,
     never more than MAX_RETRY_DELAY_SECONDS. `jitter` fixes the factor (tests).
 
-    The attempt's host slot is given back in the same statement. `pause_host_seconds` (a 429 or
+    `pause_host_seconds` (a 429 or
     503 with Retry-After) pauses the whole host: no claimer gets a row of it for that long.
-    `server_error` counts a server error against the host: SERVER_ERROR_THRESHOLD of them in a
-    row pause it for SERVER_ERROR_PAUSE_SECONDS.
+    `server_error` counts a server error against the host: SERVER_ERROR_THRESHOLD of them less
+    than a minute apart pause it for SERVER_ERROR_PAUSE_SECONDS. Both need the job's
+    `host_key` (ClaimedJob.host_key).
     """
     factor = random.uniform(*JITTER_RANGE) if jitter is None else jitter
     cursor = await connection.execute(
@@ -364,7 +366,8 @@ async def retry_job(
                 if pause_host_seconds is None
                 else min(MAX_RETRY_DELAY_SECONDS, max(0.0, float(pause_host_seconds)))
             ),
-            "server_error": server_error,
+            "server_error": server_error and host_key is not None,
+            "host_key": host_key,
             "server_error_threshold": SERVER_ERROR_THRESHOLD,
             "server_error_pause_seconds": SERVER_ERROR_PAUSE_SECONDS,
         },

@@ -98,10 +98,12 @@ def _heads_moved_up(rows: str) -> str:
 #   due since its head was set);
 # - chosen: the best `limit` rows of all queues (priority DESC, run_at, id), each host within
 #   its free slots;
-# - locked / claimed: those rows become `processing` with a new attempt number and lease. A
+# - claimed: those rows become `processing` with a new attempt number and lease. They need no
+#   lock of their own first: only the holder of a host's lock claims that host's rows, and a
 #   row another claim took after this statement's snapshot fails `status = 'pending'` on the
-#   lock's re-check and is left out; a row a canceller or a retry holds is skipped (SKIP
-#   LOCKED), never waited for: a retry may be waiting for this claim's host lock;
+#   update's re-check and is left out. The update may wait for a row another statement holds
+#   (a cancel); none of those waits for a host lock while it holds a row (a retry that pauses
+#   a host takes the host first), so this cannot deadlock;
 # - taken: each host that gave rows is written once: its slots become those still running
 #   plus the new ones, last_finished_at moves to the end of the attempts dropped, and with a
 #   delay next_allowed_at moves to now + delay;
@@ -185,11 +187,6 @@ chosen AS (
     ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
     LIMIT (SELECT %(limit)s::integer)
 ),
-locked AS (
-    SELECT jobs.id FROM scraping_jobs AS jobs
-    WHERE jobs.id = ANY (ARRAY(SELECT id FROM chosen)) AND jobs.status = 'pending'
-    FOR UPDATE SKIP LOCKED
-),
 claimed AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'processing',
@@ -198,7 +195,7 @@ claimed AS (
         processing_started_at = now(),
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
         updated_at = now()
-    WHERE jobs.id = ANY (ARRAY(SELECT id FROM locked))
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM chosen)) AND jobs.status = 'pending'
     RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type, jobs.payload,
               jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries, jobs.depth,
               jobs.parent_id, jobs.owner_uid, jobs.owner_namespace, jobs.owner_name, jobs.run_at,
@@ -269,6 +266,12 @@ reheaded AS (
         ) AS best ON true
         WHERE last.id IS NOT NULL OR NOT visits.full
     ) AS moved
+    JOIN LATERAL (
+        -- A head a producer is moving right now is left to it (never waited for).
+        SELECT FROM scrapeq_host_queues AS free
+        WHERE free.queue = moved.queue AND free.host_key = moved.host_key
+        FOR UPDATE SKIP LOCKED
+    ) AS unlocked ON true
     WHERE known.queue = moved.queue AND known.host_key = moved.host_key
       AND known.generation = moved.generation
 )
@@ -396,7 +399,22 @@ RETURNING id
 # %(server_error_pause_seconds)s. The row itself goes back to pending, so its host's head may
 # move up.
 JOB_RETRY: Final = f"""
-WITH decided AS (
+WITH paused AS (
+    SELECT hosts.host_key,
+           CASE WHEN hosts.last_server_error_at > now() - interval '1 minute'
+                THEN hosts.server_errors + 1 ELSE 1 END AS server_errors,
+           CASE
+               WHEN %(host_pause_seconds)s::double precision IS NOT NULL
+                   THEN %(host_pause_seconds)s::double precision
+               WHEN hosts.last_server_error_at > now() - interval '1 minute'
+                    AND hosts.server_errors + 1 >= %(server_error_threshold)s::integer
+                   THEN %(server_error_pause_seconds)s::double precision
+           END AS pause
+    FROM scrapeq_hosts AS hosts
+    WHERE %(server_error)s AND hosts.host_key = %(host_key)s
+    FOR UPDATE OF hosts
+),
+decided AS (
     UPDATE scraping_jobs AS jobs
     SET status = CASE WHEN jobs.retry_count < jobs.max_retries
                       THEN 'pending' ELSE 'failed' END::scraping_job_status,
@@ -416,23 +434,11 @@ WITH decided AS (
         last_error_reason = %(reason)s,
         updated_at = now()
     WHERE jobs.id = %(id)s AND jobs.attempt = %(attempt)s AND jobs.status = 'processing'
+      -- The host's lock first (the InitPlan runs before the row is locked): a claim holding
+      -- the host may be waiting for this row.
+      AND (SELECT count(*) FROM paused) >= 0
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.status, jobs.processed_by,
               jobs.processing_started_at, jobs.host_key, jobs.priority, jobs.run_at
-),
-paused AS (
-    SELECT hosts.host_key,
-           CASE WHEN hosts.last_server_error_at > now() - interval '1 minute'
-                THEN hosts.server_errors + 1 ELSE 1 END AS server_errors,
-           CASE
-               WHEN %(host_pause_seconds)s::double precision IS NOT NULL
-                   THEN %(host_pause_seconds)s::double precision
-               WHEN hosts.last_server_error_at > now() - interval '1 minute'
-                    AND hosts.server_errors + 1 >= %(server_error_threshold)s::integer
-                   THEN %(server_error_pause_seconds)s::double precision
-           END AS pause
-    FROM scrapeq_hosts AS hosts JOIN decided ON decided.host_key = hosts.host_key
-    WHERE %(server_error)s
-    FOR UPDATE OF hosts
 ),
 host_paused AS (
     UPDATE scrapeq_hosts AS hosts

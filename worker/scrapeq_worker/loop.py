@@ -691,6 +691,7 @@ class Worker:
                     error.delay_seconds if error.reason in SERVER_ERROR_REASONS else None
                 ),
                 server_error=error.reason in SERVER_ERROR_REASONS,
+                host_key=job.host_key,
             ),
             what=f"retry job {job.id}",
             persistent=True,
