@@ -208,3 +208,17 @@ class ExportRow:
     finished_at: datetime
     fields: dict[str, Any]
 
+
+@dataclass(frozen=True)
+class HostState:
+    """One host's politeness state, as the claim sees it."""
+
+    host_key: str
+    in_flight: int  # attempts handed out and still running
+    max_in_flight: int | None  # its producers' limit (None: the claiming pool's default)
+    delay_seconds: float | None  # its producers' delay (None: the claiming pool's default)
+    crawl_delay_seconds: float
+    next_allowed_at: datetime
+    paused_until: datetime | None
+    pause_reason: str | None
+    server_errors: int

@@ -64,6 +64,22 @@ $$;
 
 
 --
+-- Name: scrapeq_hosts_after_pending(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_hosts_after_pending() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM scrapeq_hosts_pending(ARRAY[NEW.queue], ARRAY[NEW.host_key], ARRAY[NEW.priority],
+                                  ARRAY[NEW.run_at], ARRAY[NEW.id], ARRAY[NULL::integer],
+                                  ARRAY[NULL::double precision]);
+    RETURN NULL;
+END;
+$$;
+
+
+--
 -- Name: scrapeq_hosts_pending(text[], text[], integer[], timestamp with time zone[], bigint[], integer[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -237,11 +253,11 @@ CREATE TABLE public.scrapeq_hosts (
     host_key text NOT NULL,
     slot_ids bigint[] DEFAULT '{}'::bigint[] NOT NULL,
     slot_attempts integer[] DEFAULT '{}'::integer[] NOT NULL,
-    last_finished_at timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
+    last_finished_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
     max_in_flight integer,
     delay_seconds double precision,
     crawl_delay_seconds double precision DEFAULT 0 NOT NULL,
-    next_allowed_at timestamp with time zone DEFAULT '-infinity'::timestamp with time zone NOT NULL,
+    next_allowed_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
     paused_until timestamp with time zone,
     pause_reason text,
     server_errors integer DEFAULT 0 NOT NULL,
@@ -511,6 +527,13 @@ CREATE TRIGGER scrapeq_jobs_fill_host_key BEFORE INSERT OR UPDATE OF host_key ON
 --
 
 CREATE TRIGGER scrapeq_jobs_hosts_on_insert AFTER INSERT ON public.scraping_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.scrapeq_hosts_after_insert();
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_hosts_on_pending; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status ON public.scraping_jobs FOR EACH ROW WHEN (((new.status = 'pending'::public.scraping_job_status) AND (old.status <> 'pending'::public.scraping_job_status))) EXECUTE FUNCTION public.scrapeq_hosts_after_pending();
 
 
 --

@@ -49,46 +49,15 @@ _CLAIM_HOST_LIMIT = (
     "ELSE coalesce(hosts.max_in_flight, %(max_per_host)s::integer) END"
 )
 
-# Whether a row's key beats a (queue, host) head, as row values ("smaller" first): due rows
-# before rows that are not due, then the claim order priority DESC, run_at, id.
-_HEAD_IS_BETTER = (
-    "known.head_id IS NULL OR (excluded.head_run_at > now(), -excluded.head_priority, "
-    "excluded.head_run_at, excluded.head_id) < (known.head_run_at > now(), "
-    "-known.head_priority, known.head_run_at, known.head_id)"
-)
-
-
-def _heads_moved_up(rows: str) -> str:
-    """A CTE `heads` moving each (queue, host) head of `rows` (a CTE with queue, host_key,
-    status, priority, run_at and id columns) up to its best row back to pending, as the insert
-    trigger does for new rows (scrapeq_hosts_pending)."""
-    return f"""heads AS (
-    INSERT INTO scrapeq_host_queues AS known (queue, host_key, head_priority, head_run_at,
-                                              head_id)
-    SELECT DISTINCT ON (back.queue, back.host_key)
-           back.queue, back.host_key, back.priority, back.run_at, back.id
-    FROM {rows} AS back
-    WHERE back.status = 'pending' AND back.host_key IS NOT NULL
-    ORDER BY back.queue, back.host_key, back.run_at > now(), back.priority DESC, back.run_at,
-             back.id
-    ON CONFLICT (queue, host_key) DO UPDATE
-    SET head_priority = CASE WHEN {_HEAD_IS_BETTER}
-            THEN excluded.head_priority ELSE known.head_priority END,
-        head_run_at = CASE WHEN {_HEAD_IS_BETTER}
-            THEN excluded.head_run_at ELSE known.head_run_at END,
-        head_id = CASE WHEN {_HEAD_IS_BETTER} THEN excluded.head_id ELSE known.head_id END,
-        generation = known.generation + 1
-)"""
-
-
 # Claims up to `limit` due pending rows of the given queues in one statement, never more per
 # host than its politeness allows, whichever worker of whichever pool asks:
 # - walked: per queue, the hosts in head order (head: the claim-order key of a host's best
 #   pending row, scrapeq_host_queues) whose head is due, whose delay or pause is over and that
 #   have a free slot, each followed by its due rows of at least its head's priority (in claim
-#   order, at most its free slots), until `limit` rows came out. A host's slots in use are its attempts
-#   still running (slots: its slot_ids/slot_attempts whose row is `processing` at that attempt,
-#   or shows an older attempt because another claim took it after this statement's snapshot).
+#   order, at most its free slots), until `limit` rows came out. A host's slots in use are its
+#   attempts still running (its slot_ids/slot_attempts whose row is `processing` at that
+#   attempt, or shows an older attempt: another claim took it after this statement's
+#   snapshot).
 #   Each host's state row is locked with SKIP LOCKED as the walk reaches it: two claimers never
 #   count the same host's slots at once (the second walks on to the next hosts), and the lock
 #   re-reads the host's latest slots (PostgreSQL re-evaluates the row under the lock), so a
@@ -114,8 +83,9 @@ def _heads_moved_up(rows: str) -> str:
 #   rows of that priority ran out, or were claimed or cancelled meanwhile) gets the key of
 #   its best due pending row, else of its best pending row (NULL: none).
 # A claim that got no row but corrected stale heads answers one row of NULLs: claim again, the
-# walk now starts further on. Nothing but claims writes slots, so finishing a row (complete, fail, retry, release, rescue,
-# cancel) costs no write here: the slot is free from that moment for the next claim.
+# walk now starts further on. Nothing but claims writes slots, so finishing a row (complete,
+# fail, retry, release, rescue, cancel) costs no write there: the slot is free from that moment
+# for the next claim.
 # The caller's autocommit ends the transaction. Plan stability: the limits come from
 # sub-selects (the cached generic plan costs what a custom one does), and the update finds its
 # rows through `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the plan
@@ -294,6 +264,20 @@ ON CONFLICT (host_key) DO UPDATE SET crawl_delay_seconds = excluded.crawl_delay_
     WHERE hosts.crawl_delay_seconds IS DISTINCT FROM excluded.crawl_delay_seconds
 """
 
+# The politeness state of the given hosts, with the attempts each has running.
+HOST_STATES: Final = """
+SELECT hosts.host_key,
+       (SELECT count(*)
+        FROM unnest(hosts.slot_ids, hosts.slot_attempts) AS given(id, attempt)
+        JOIN scraping_jobs AS jobs ON jobs.id = given.id
+        WHERE jobs.attempt < given.attempt
+           OR (jobs.attempt = given.attempt AND jobs.status = 'processing')) AS in_flight,
+       hosts.max_in_flight, hosts.delay_seconds, hosts.crawl_delay_seconds,
+       hosts.next_allowed_at, hosts.paused_until, hosts.pause_reason, hosts.server_errors
+FROM scrapeq_hosts AS hosts
+WHERE hosts.host_key = ANY(%(host_keys)s::text[])
+"""
+
 # Extends the leases of the (id, attempt) pairs this worker still holds; returns their ids.
 # A pair whose attempt moved on (rescued and re-claimed) or that was cancelled is not renewed.
 # Touches no indexed column, so the update stays HOT.
@@ -396,9 +380,8 @@ RETURNING id
 # A server error (%(server_error)s: a 5xx or 429) speaks for the whole host: the site's
 # Retry-After (%(host_pause_seconds)s, with a 429 or 503) pauses it for every worker that
 # long, and %(server_error_threshold)s server errors less than a minute apart pause it for
-# %(server_error_pause_seconds)s. The row itself goes back to pending, so its host's head may
-# move up.
-JOB_RETRY: Final = f"""
+# %(server_error_pause_seconds)s.
+JOB_RETRY: Final = """
 WITH paused AS (
     SELECT hosts.host_key,
            CASE WHEN hosts.last_server_error_at > now() - interval '1 minute'
@@ -438,7 +421,7 @@ decided AS (
       -- the host may be waiting for this row.
       AND (SELECT count(*) FROM paused) >= 0
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.status, jobs.processed_by,
-              jobs.processing_started_at, jobs.host_key, jobs.priority, jobs.run_at
+              jobs.processing_started_at
 ),
 host_paused AS (
     UPDATE scrapeq_hosts AS hosts
@@ -453,7 +436,6 @@ host_paused AS (
     FROM paused
     WHERE hosts.host_key = paused.host_key
 ),
-{_heads_moved_up("decided")},
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome, reason, error,
                                   duration_seconds)
@@ -498,17 +480,15 @@ SELECT id FROM failed
 
 # Gives held jobs back untouched (graceful drain): pending and due now, retry_count unchanged,
 # the attempt logged as released, and one NOTIFY so another worker picks them up at once.
-JOB_RELEASE: Final = f"""
+JOB_RELEASE: Final = """
 WITH released AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'pending', run_at = now(), lease_expires_at = NULL, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[]) AS held(id, attempt)
     WHERE jobs.id = held.id AND jobs.attempt = held.attempt
       AND jobs.status = 'processing' AND jobs.processed_by = %(worker_id)s
-    RETURNING jobs.id, jobs.attempt, jobs.processed_by, jobs.processing_started_at,
-              jobs.host_key, jobs.queue, jobs.status, jobs.priority, jobs.run_at
+    RETURNING jobs.id, jobs.attempt, jobs.processed_by, jobs.processing_started_at
 ),
-{_heads_moved_up("released")},
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
                                   duration_seconds)
@@ -525,7 +505,7 @@ SELECT (SELECT count(*) FROM released) AS released, (SELECT count(*) FROM notifi
 # Returns rows whose lease expired (their worker died or hung) to pending, due now, counting
 # the lost attempt as a retry; rows out of retries fail with reason lease_expired. Rows being
 # rescued by another rescuer at the same moment are skipped (SKIP LOCKED).
-JOB_RESCUE_EXPIRED: Final = f"""
+JOB_RESCUE_EXPIRED: Final = """
 WITH expired AS (
     SELECT id FROM scraping_jobs
     WHERE status = 'processing' AND lease_expires_at < now()
@@ -547,9 +527,8 @@ rescued AS (
     FROM expired
     WHERE jobs.id = expired.id
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.status, jobs.processed_by,
-              jobs.processing_started_at, jobs.host_key, jobs.priority, jobs.run_at
+              jobs.processing_started_at
 ),
-{_heads_moved_up("rescued")},
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome, reason, error,
                                   duration_seconds)
@@ -842,7 +821,7 @@ LIMIT %(limit)s
 # with a fresh retry budget; finished_at and the lease are cleared (the CHECKs require it),
 # last_error and the attempts history are kept. One NOTIFY wakes the workers when any row moved.
 # `error_pattern` is an ILIKE pattern the caller has already escaped and wrapped in %.
-JOBS_RETRY_FAILED: Final = f"""
+JOBS_RETRY_FAILED: Final = """
 WITH retried AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'pending', run_at = now(), retry_count = 0, finished_at = NULL,
@@ -854,9 +833,8 @@ WITH retried AS (
       AND (%(owner_name)s::text IS NULL OR jobs.owner_name = %(owner_name)s::text)
       AND (%(owner_uid)s::text IS NULL OR jobs.owner_uid = %(owner_uid)s::text)
       AND (%(error_pattern)s::text IS NULL OR jobs.last_error ILIKE %(error_pattern)s::text)
-    RETURNING jobs.id, jobs.queue, jobs.host_key, jobs.status, jobs.priority, jobs.run_at
+    RETURNING jobs.id
 ),
-{_heads_moved_up("retried")},
 notified AS (
     SELECT pg_notify('scrapeq_jobs', '') WHERE EXISTS (SELECT FROM retried)
 )

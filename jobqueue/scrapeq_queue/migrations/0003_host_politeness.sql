@@ -10,8 +10,8 @@
 -- the host's best due pending row (or, with none due, of its best pending row), its "head". The claim walks the heads in claim order and takes
 -- each ready host's best rows: priority keeps its meaning across hosts, and a host holding
 -- most of the rows cannot block the others (no head-of-line blocking). Heads are written once
--- per claim per host and once per producing statement per host, never by a per-row trigger on
--- the claim's path.
+-- per claim per host, once per producing statement per host, and once per row that goes back
+-- to pending; no trigger fires for a claim or a completion.
 
 ALTER TABLE scraping_jobs ADD COLUMN host_key TEXT;
 
@@ -51,7 +51,7 @@ CREATE TABLE scrapeq_hosts (
     slot_attempts INTEGER[] NOT NULL DEFAULT '{}',
     -- When the latest dropped attempt ended: a host with a delay starts its next request no
     -- sooner than that plus the delay.
-    last_finished_at TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+    last_finished_at TIMESTAMPTZ NOT NULL DEFAULT '1970-01-01 00:00:00+00',
     -- The limits the latest producer that named them gave (payload.politeness); NULL: the
     -- claiming worker pool's defaults.
     max_in_flight INTEGER,
@@ -59,7 +59,7 @@ CREATE TABLE scrapeq_hosts (
     -- robots.txt's Crawl-delay: a floor under the delay.
     crawl_delay_seconds DOUBLE PRECISION NOT NULL DEFAULT 0,
     -- No claim hands out a row of this host before this time (the delay after a claim, a pause).
-    next_allowed_at TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+    next_allowed_at TIMESTAMPTZ NOT NULL DEFAULT '1970-01-01 00:00:00+00',
     -- The latest pause the site asked for (429/503 Retry-After) or earned (repeated 5xx).
     paused_until TIMESTAMPTZ,
     pause_reason TEXT,
@@ -199,6 +199,24 @@ $$;
 CREATE TRIGGER scrapeq_jobs_hosts_on_insert
     AFTER INSERT ON scraping_jobs REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION scrapeq_hosts_after_insert();
+
+-- A row back to pending (retry, release, rescue, a retried dead job, or an application's own
+-- UPDATE) makes its host claimable again. Claims and completions never fire it (their rows do
+-- not become pending), so the claim's path pays only the WHEN test.
+CREATE FUNCTION scrapeq_hosts_after_pending() RETURNS trigger
+    LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM scrapeq_hosts_pending(ARRAY[NEW.queue], ARRAY[NEW.host_key], ARRAY[NEW.priority],
+                                  ARRAY[NEW.run_at], ARRAY[NEW.id], ARRAY[NULL::integer],
+                                  ARRAY[NULL::double precision]);
+    RETURN NULL;
+END;
+$$;
+
+CREATE TRIGGER scrapeq_jobs_hosts_on_pending
+    AFTER UPDATE OF status ON scraping_jobs
+    FOR EACH ROW WHEN (NEW.status = 'pending' AND OLD.status <> 'pending')
+    EXECUTE FUNCTION scrapeq_hosts_after_pending();
 
 -- Rows queued before this migration: give them their host and make their hosts claimable,
 -- counting the attempts in flight.
