@@ -64,6 +64,7 @@ from .job_options import options_from_payload
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
 from .readiness import RECHECK_SECONDS, Problem, Readiness, browser_problem, temp_dir_problem
+from .robots import MAX_ROBOTS_BYTES, ROBOTS_TIMEOUT_SECONDS, RobotsRules, respects_robots
 from .scraper import Scraper, ScrapeResult
 from .settings import WorkerSettings
 
@@ -197,6 +198,12 @@ class Worker:
             max_response_bytes=settings.max_response_bytes,
             user_agent=settings.user_agent,
             upstream_proxy=settings.upstream_proxy,
+        )
+        # robots.txt goes through the plain-HTTP engine: the same guard, proxy and user agent.
+        self.robots = RobotsRules(
+            lambda url: self.http.fetch_text(
+                url, timeout_seconds=ROBOTS_TIMEOUT_SECONDS, max_bytes=MAX_ROBOTS_BYTES
+            )
         )
         self.scraper = Scraper(
             self.browser,
@@ -409,6 +416,21 @@ class Worker:
                 continue  # there may be more due work for the free slots
             await wait_for_event(self._wake, self.settings.poll_seconds)
 
+    async def _obey_robots_txt(self, job: ClaimedJob) -> None:
+        """Raise when the site's robots.txt forbids the job's URL (or cannot be read); the job
+        that fetched the file records its Crawl-delay for every claimer (scrapeq_hosts)."""
+        if not respects_robots(job.payload, self.settings.respect_robots_txt):
+            return
+        verdict = await self.robots.check(job.url)
+        if verdict.fresh and job.host_key is not None:
+            host_key = job.host_key
+            await self._database(
+                lambda connection: scrapeq_queue.set_crawl_delay(
+                    connection, host_key, verdict.crawl_delay_seconds or 0.0
+                ),
+                what=f"record the Crawl-delay of {host_key}",
+            )
+
     async def _nothing_due(self) -> bool:
         backlog = await self._database(
             lambda connection: scrapeq_queue.queue_backlog(connection, self.settings.queues),
@@ -486,6 +508,7 @@ class Worker:
                         default_timeout_seconds=self.settings.page_timeout_seconds,
                         sealing_keys=self.sealing_keys,
                     )
+                    await self._obey_robots_txt(job)
                     scraped = await self.scraper.scrape(
                         job.url, options, depth=job.depth, owner=job.owner_uid
                     )

@@ -27,10 +27,10 @@ from scrapeq_queue.options import (
     parse_positive_float,
     parse_positive_int,
 )
-
 from scrapeq_queue.politeness import (
     DEFAULT_DELAY_SECONDS,
     DEFAULT_MAX_CONCURRENT_PER_HOST,
+    DEFAULT_RESPECT_ROBOTS_TXT,
     MAX_CONCURRENT_PER_HOST_LIMIT,
     MAX_DELAY_SECONDS,
     HostPoliteness,
@@ -165,6 +165,16 @@ class WorkerSettings:
         help="Seconds between the end of one request to a site and the start of the next (a "
         "delay makes the site one request at a time), for sites whose rows set no "
         "politeness.delaySeconds.",
+    )
+    respect_robots_txt: bool = option(
+        DEFAULT_RESPECT_ROBOTS_TXT,
+        flag="--respect-robots-txt",
+        negative_flag="--ignore-robots-txt",
+        env="SCRAPEQ_RESPECT_ROBOTS_TXT",
+        parse=parse_bool,
+        help="Read each site's robots.txt and fail the URLs it disallows (robots_disallowed), "
+        "for rows that set no politeness.respectRobotsTxt; false turns it off for the pool.",
+        switch=True,
     )
     # Long enough that a slow page (30 s default timeout) is renewed twice before it could lapse.
     lease_seconds: float = option(
@@ -352,6 +362,7 @@ class WorkerSettings:
         return HostPoliteness(
             max_concurrent_per_host=self.max_concurrent_per_host,
             delay_seconds=self.host_delay_seconds,
+            respect_robots_txt=self.respect_robots_txt,
         )
 
 

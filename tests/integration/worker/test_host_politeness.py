@@ -1,4 +1,4 @@
-"""Per-host politeness, proved with real `scrapeq worker` processes.
+"""Per-host politeness and robots.txt, proved with real `scrapeq worker` processes.
 
 Three worker processes with 8 page slots each share one PostgreSQL queue and a site that is four
 hosts (127.0.0.2-5) and writes down every request's arrival and how many it had in flight at once.
@@ -8,6 +8,7 @@ Pages are `render: false`: politeness lives in the claim, the same for both engi
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import signal
@@ -17,9 +18,11 @@ from typing import Any, Final
 
 import pytest
 import scrapeq_queue as queue
+from scrapeq_worker.network_guard import parse_networks
+from scrapeq_worker.settings import WorkerSettings
 
-from .conftest import Connection, job_row, poll
-from .polite_site import ALLOW_HOSTS, PoliteSite, running_polite_site
+from .conftest import Connection, job_row, poll, run_burst
+from .polite_site import ALLOW_HOSTS, PoliteSite, Robots, running_polite_site
 from .test_priorities_and_pools import scrapeq_worker
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
@@ -163,3 +166,81 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
         attempt for job_id in ids for attempt in (await job_row(connection, job_id)).attempts
     ]
     assert any(attempt.reason == "lease_expired" for attempt in attempts)
+
+
+# --- robots.txt (one in-process worker: the cache is per process) ------------------------------
+
+
+@pytest.fixture
+def polite_settings(worker_settings: WorkerSettings) -> WorkerSettings:
+    return dataclasses.replace(worker_settings, allow_networks=parse_networks(ALLOW_HOSTS))
+
+
+async def test_robots_txt_is_read_once_and_disallowed_urls_fail(
+    polite_site: PoliteSite, connection: Connection, polite_settings: WorkerSettings
+) -> None:
+    polite_site.robots[A] = Robots(200, "User-agent: *\nDisallow: /page/private\n")
+    allowed = await enqueue(connection, [polite_site.url(A, f"/page/{n}") for n in range(10)])
+    [forbidden] = await enqueue(connection, [polite_site.url(A, "/page/private/1")])
+
+    await run_burst(polite_settings)
+
+    assert set(await statuses(connection, allowed)) == {"completed"}
+    row = await job_row(connection, forbidden)
+    assert (row.status, row.last_reason) == ("failed", "robots_disallowed")
+    assert polite_site.records[A].robots_fetches == 1
+    assert polite_site.arrivals(A, "/page/private") == []
+
+
+async def test_a_row_or_a_pool_can_turn_robots_txt_off(
+    polite_site: PoliteSite, connection: Connection, polite_settings: WorkerSettings
+) -> None:
+    polite_site.robots[A] = Robots(200, "User-agent: *\nDisallow: /\n")
+    [per_row] = await enqueue(connection, [polite_site.url(A, "/page/1")], respectRobotsTxt=False)
+    await run_burst(polite_settings)
+    [per_pool] = await enqueue(connection, [polite_site.url(A, "/page/2")])
+    await run_burst(polite_settings, respect_robots_txt=False)
+
+    assert await statuses(connection, [per_row, per_pool]) == ["completed", "completed"]
+
+
+async def test_crawl_delay_becomes_the_sites_delay(
+    polite_site: PoliteSite, connection: Connection, polite_settings: WorkerSettings
+) -> None:
+    polite_site.robots[B] = Robots(200, "User-agent: *\nCrawl-delay: 0.3\n")
+    await enqueue(connection, [polite_site.url(B, "/page/first")])
+
+    await run_burst(polite_settings)
+
+    state = (await queue.host_states(connection, [B]))[B]
+    assert state.crawl_delay_seconds == pytest.approx(0.3)
+    # From now on the site takes one request at a time, whichever worker claims.
+    await enqueue(connection, [polite_site.url(B, f"/page/{n}") for n in range(3)])
+    claimed: list[queue.ClaimedJob] = []
+
+    async def claimed_some() -> bool:
+        claimed.extend(
+            await queue.claim_jobs(
+                connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+            )
+        )
+        return bool(claimed)
+
+    await poll(claimed_some, within=5, what="the delay after the first page to pass")
+    assert len(claimed) == 1
+
+
+@pytest.mark.parametrize(
+    "robots", [Robots(503), Robots(200, "", stall_seconds=15)], ids=["5xx", "timeout"]
+)
+async def test_an_unreadable_robots_txt_holds_the_site_back_and_its_rows_retry(
+    polite_site: PoliteSite, connection: Connection, polite_settings: WorkerSettings, robots: Robots
+) -> None:
+    polite_site.robots[C] = robots
+    [job_id] = await enqueue(connection, [polite_site.url(C, "/page/1")])
+
+    await run_burst(polite_settings)
+
+    row = await job_row(connection, job_id)
+    assert (row.status, row.last_reason) == ("pending", "robots_unavailable")
+    assert polite_site.arrivals(C, "/page/") == []
