@@ -43,9 +43,9 @@ from typing import Any, Protocol
 
 import psycopg
 import scrapeq_queue as queue
-from scrapeq_queue import claims as queue_claims
 from psycopg import sql
 from psycopg.types.json import Jsonb
+from scrapeq_queue import claims as queue_claims
 
 from scrapeq.local.postgres import LocalPostgres
 
