@@ -58,10 +58,11 @@ _CLAIM_HOST_LIMIT = (
 #   attempts still running (its slot_ids/slot_attempts whose row is `processing` at that
 #   attempt, or shows an older attempt: another claim took it after this statement's
 #   snapshot).
-#   Each host's state row is locked with SKIP LOCKED as the walk reaches it: two claimers never
-#   count the same host's slots at once (the second walks on to the next hosts), and the lock
-#   re-reads the host's latest slots (PostgreSQL re-evaluates the row under the lock), so a
-#   claim that committed a moment ago counts. Only as many hosts are visited as the rows need.
+#   Each host's state row is locked with SKIP LOCKED as the walk reaches it, before its slots
+#   are counted (from the locked, latest row): two claimers never count the same host's slots
+#   at once (the second walks on to the next hosts, without reading theirs), and a claim that
+#   committed a moment ago counts. A host found full stays locked, unwritten, until this
+#   statement ends. Only as many hosts are visited as the rows need (at most 10 x `limit`).
 #   Rows come out in priority order across hosts: hosts are visited by their head's priority
 #   and give rows of at least that priority (higher only when a delayed row of the host came
 #   due since its head was set);
@@ -95,42 +96,38 @@ WITH walked AS (
     SELECT visit.*
     FROM unnest(%(queues)s::text[]) AS wanted(queue)
     CROSS JOIN LATERAL (
-        SELECT host.queue, host.host_key, host.generation, host.free, host.delay,
-               host.running_ids, host.running_attempts, host.ended_at, row.id, row.priority,
-               row.run_at
+        SELECT host.queue, host.host_key, host.generation, host.host_limit - slots.running AS free,
+               host.delay, slots.running_ids, slots.running_attempts,
+               greatest(host.last_finished_at, slots.ended_at) AS ended_at, row.id,
+               row.priority, row.run_at
         FROM (
             SELECT known.queue, known.host_key, known.generation, known.head_priority,
-                   {_CLAIM_HOST_LIMIT} - slots.running AS free, {_CLAIM_DELAY} AS delay,
-                   slots.running_ids, slots.running_attempts,
-                   greatest(hosts.last_finished_at, slots.ended_at) AS ended_at
+                   hosts.slot_ids, hosts.slot_attempts, hosts.last_finished_at,
+                   {_CLAIM_HOST_LIMIT} AS host_limit, {_CLAIM_DELAY} AS delay
             FROM scrapeq_host_queues AS known
             JOIN scrapeq_hosts AS hosts ON hosts.host_key = known.host_key
-            CROSS JOIN LATERAL (
-                SELECT count(*) FILTER (WHERE slot.running) AS running,
-                       coalesce(array_agg(slot.id) FILTER (WHERE slot.running), '{{}}')
-                           AS running_ids,
-                       coalesce(array_agg(slot.attempt) FILTER (WHERE slot.running), '{{}}')
-                           AS running_attempts,
-                       max(slot.ended_at) FILTER (WHERE NOT slot.running) AS ended_at
-                FROM (
-                    SELECT given.id, given.attempt, jobs.updated_at AS ended_at,
-                           coalesce(jobs.attempt < given.attempt
-                                    OR (jobs.attempt = given.attempt
-                                        AND jobs.status = 'processing'), false) AS running
-                    FROM unnest(hosts.slot_ids, hosts.slot_attempts) AS given(id, attempt)
-                    LEFT JOIN scraping_jobs AS jobs ON jobs.id = given.id
-                ) AS slot
-            ) AS slots
             WHERE known.queue = wanted.queue AND known.head_id IS NOT NULL
               AND known.head_run_at <= now() AND hosts.next_allowed_at <= now()
-              AND slots.running < {_CLAIM_HOST_LIMIT}
-              AND (slots.running = 0 OR {_CLAIM_DELAY} = 0)
-              AND greatest(hosts.last_finished_at, slots.ended_at)
-                  + make_interval(secs => {_CLAIM_DELAY}) <= now()
             ORDER BY known.head_priority DESC, known.head_run_at, known.head_id
-            LIMIT (SELECT %(limit)s::integer)
+            LIMIT (SELECT %(limit)s::integer * 10)
             FOR UPDATE OF hosts SKIP LOCKED
         ) AS host
+        CROSS JOIN LATERAL (
+            SELECT count(*) FILTER (WHERE slot.running) AS running,
+                   coalesce(array_agg(slot.id) FILTER (WHERE slot.running), '{{}}')
+                       AS running_ids,
+                   coalesce(array_agg(slot.attempt) FILTER (WHERE slot.running), '{{}}')
+                       AS running_attempts,
+                   max(slot.ended_at) FILTER (WHERE NOT slot.running) AS ended_at
+            FROM (
+                SELECT given.id, given.attempt, jobs.updated_at AS ended_at,
+                       coalesce(jobs.attempt < given.attempt
+                                OR (jobs.attempt = given.attempt
+                                    AND jobs.status = 'processing'), false) AS running
+                FROM unnest(host.slot_ids, host.slot_attempts) AS given(id, attempt)
+                LEFT JOIN scraping_jobs AS jobs ON jobs.id = given.id
+            ) AS slot
+        ) AS slots
         LEFT JOIN LATERAL (
             SELECT jobs.id, jobs.priority, jobs.run_at
             FROM scraping_jobs AS jobs
@@ -138,8 +135,11 @@ WITH walked AS (
               AND jobs.queue = host.queue AND jobs.priority >= host.head_priority
               AND jobs.run_at <= now()
             ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
-            LIMIT host.free
+            LIMIT host.host_limit - slots.running
         ) AS row ON true
+        WHERE slots.running < host.host_limit AND (slots.running = 0 OR host.delay = 0)
+          AND greatest(host.last_finished_at, slots.ended_at)
+              + make_interval(secs => host.delay) <= now()
         LIMIT (SELECT %(limit)s::integer)
     ) AS visit
 ),
