@@ -162,24 +162,15 @@ CREATE FUNCTION scrapeq_hosts_pending(queues TEXT[], host_keys TEXT[], prioritie
     ORDER BY given.queue, given.host_key, given.run_at > now(), given.priority DESC,
              given.run_at, given.id
     ON CONFLICT (queue, host_key) DO UPDATE
-    SET head_priority = CASE WHEN known.head_id IS NULL
-            OR (excluded.head_run_at > now(), -excluded.head_priority, excluded.head_run_at,
-                excluded.head_id)
-               < (known.head_run_at > now(), -known.head_priority, known.head_run_at,
-                  known.head_id)
-            THEN excluded.head_priority ELSE known.head_priority END,
-        head_run_at = CASE WHEN known.head_id IS NULL
-            OR (excluded.head_run_at > now(), -excluded.head_priority, excluded.head_run_at,
-                excluded.head_id)
-               < (known.head_run_at > now(), -known.head_priority, known.head_run_at,
-                  known.head_id)
-            THEN excluded.head_run_at ELSE known.head_run_at END,
-        head_id = CASE WHEN known.head_id IS NULL
-            OR (excluded.head_run_at > now(), -excluded.head_priority, excluded.head_run_at,
-                excluded.head_id)
-               < (known.head_run_at > now(), -known.head_priority, known.head_run_at,
-                  known.head_id)
-            THEN excluded.head_id ELSE known.head_id END,
+    -- The better of the two heads: due before not due, then the claim order.
+    SET (head_priority, head_run_at, head_id) = (
+            SELECT head.priority, head.run_at, head.id
+            FROM (VALUES (known.head_priority, known.head_run_at, known.head_id),
+                         (excluded.head_priority, excluded.head_run_at, excluded.head_id))
+                 AS head(priority, run_at, id)
+            ORDER BY head.id IS NULL, head.run_at > now(), head.priority DESC, head.run_at,
+                     head.id
+            LIMIT 1),
         generation = known.generation + 1;
 $$;
 
