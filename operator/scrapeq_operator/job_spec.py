@@ -18,7 +18,15 @@ from scrapeq_operator.errors import JobNotRunnableError
 
 # Spec fields that become options in each row's payload (the worker's contract, see
 # scrapeq_queue.payload). spec.payload supplies further options and loses on a clash.
-PAYLOAD_FIELDS = ("render", "waitUntil", "waitFor", "timeoutSeconds", "extract", "follow")
+PAYLOAD_FIELDS = (
+    "render",
+    "waitUntil",
+    "waitFor",
+    "timeoutSeconds",
+    "extract",
+    "follow",
+    "politeness",
+)
 # How many bad lines an error message quotes.
 QUOTED_BAD_LINES = 3
 # A ConfigMap holds at most 1 MiB, about 30,000 URLs as text; gzip in binaryData holds ten
