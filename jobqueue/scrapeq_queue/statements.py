@@ -62,7 +62,9 @@ _CLAIM_HOST_LIMIT = (
 #   are counted (from the locked, latest row): two claimers never count the same host's slots
 #   at once (the second walks on to the next hosts, without reading theirs), and a claim that
 #   committed a moment ago counts. A host found full stays locked, unwritten, until this
-#   statement ends. Only as many hosts are visited as the rows need (at most 10 x `limit`).
+#   statement ends. Only as many hosts are visited as the rows need; a claim passes over at
+#   most 5,000 full hosts (busy hosts of a higher priority than the free ones: claimed hosts of
+#   equal priority go to the back, see reheaded).
 #   Rows come out in priority order across hosts: hosts are visited by their head's priority
 #   and give rows of at least that priority (higher only when a delayed row of the host came
 #   due since its head was set);
@@ -109,7 +111,7 @@ WITH walked AS (
             WHERE known.queue = wanted.queue AND known.head_id IS NOT NULL
               AND known.head_run_at <= now() AND hosts.next_allowed_at <= now()
             ORDER BY known.head_priority DESC, known.head_run_at, known.head_id
-            LIMIT (SELECT %(limit)s::integer * 10)
+            LIMIT (SELECT %(limit)s::integer + 5000)
             FOR UPDATE OF hosts SKIP LOCKED
         ) AS host
         CROSS JOIN LATERAL (
