@@ -9,6 +9,8 @@ documented handling of robots.txt (docs/worker.md#robotstxt):
 - 4xx (404, 403, ...): there are no rules, everything is allowed;
 - 5xx, a timeout or a network error: the site is treated as disallowing everything for
   UNAVAILABLE_TTL_SECONDS; its rows retry later (reason `robots_unavailable`) instead of failing.
+  An error of the worker's own (its upstream proxy refused it) is the job's error, as it would
+  be for the page.
 
 A URL the rules disallow fails for good with reason `robots_disallowed`. The cache is per worker
 process and per origin (scheme, host, port: robots.txt belongs to an origin); concurrent jobs of
@@ -44,6 +46,10 @@ ROBOTS_TIMEOUT_SECONDS: Final = 10.0
 ROBOTS_USER_AGENT: Final = "scrapeq"
 DISALLOWED_REASON: Final = "robots_disallowed"
 UNAVAILABLE_REASON: Final = "robots_unavailable"
+
+# Errors reading robots.txt that say nothing about the site (the pool's upstream proxy refused
+# the worker): the job fails with them as its page would, not as robots_unavailable.
+OWN_PROBLEMS: Final = frozenset({"upstream_proxy_error"})
 
 Fetch = Callable[[str], Any]  # url -> awaitable (status, text)
 
@@ -141,6 +147,8 @@ class RobotsRules:
         try:
             status, text = await self._fetch(f"{origin}/robots.txt")
         except RetryLater as error:
+            if error.reason in OWN_PROBLEMS:
+                raise  # the worker's problem, not the site's: the page would hit it too
             logger.warning("robots.txt of %s unavailable: %s", origin, error)
             return _Entry(None, self._clock() + self._unavailable_ttl, error.message)
         if status >= 500:
