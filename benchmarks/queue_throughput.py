@@ -44,6 +44,8 @@ from typing import Any, Protocol
 import psycopg
 import scrapeq_queue as queue
 from psycopg import sql
+from psycopg.types.json import Jsonb
+from scrapeq_queue import claims as queue_claims
 
 from scrapeq.local.postgres import LocalPostgres
 
@@ -121,17 +123,43 @@ FROM done
 
 
 class Scrapeq:
+    """scrapeq as a site sees it by default: rows of many hosts, the pool's politeness
+    defaults (2 per host) binding every claim, rows spread over `hosts` sites."""
+
     name = "scrapeq"
+    hosts = 1000
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
+
+    def url(self, n: int) -> str:
+        return f"https://site{n % self.hosts}.test/{n}"
+
+    def measured_jobs(self, enqueued: int) -> int:
+        """How many of the enqueued jobs the drain must process (all of them)."""
+        return enqueued
+
+    async def claim(
+        self, connection: psycopg.AsyncConnection[Any], worker: str, limit: int
+    ) -> list[tuple[int, int, str]]:
+        """(id, attempt, host key) of up to `limit` claimed jobs."""
+        jobs = await queue.claim_jobs(
+            connection, worker_id=worker, queues=["default"], limit=limit, lease_seconds=60
+        )
+        return [(job.id, job.attempt, job.host_key or "") for job in jobs]
+
+    async def finished(self, connection: psycopg.AsyncConnection[Any]) -> bool:
+        """Whether a drain that claimed nothing may stop (claims skip a host another claimer
+        holds for an instant, so "nothing claimed" alone does not mean "nothing due")."""
+        backlog = await queue.queue_backlog(connection, ["default"])
+        return backlog["default"].due_pending == 0
 
     async def install(self, dsn: str) -> None:
         await asyncio.to_thread(queue.migrate, dsn)
 
     async def enqueue_bulk(self, dsn: str, count: int) -> None:
         async with await queue.connect(dsn) as connection:
-            await queue.enqueue_many(connection, [f"https://bench.test/{n}" for n in range(count)])
+            await queue.enqueue_many(connection, [self.url(n) for n in range(count)])
 
     @contextlib.asynccontextmanager
     async def producer(self, dsn: str) -> AsyncIterator[Callable[[], Awaitable[int]]]:
@@ -158,24 +186,21 @@ class Scrapeq:
             processed = 0
             completing: asyncio.Task[set[int]] | None = None
             while True:
-                jobs = await queue.claim_jobs(
-                    claimer,
-                    worker_id=worker,
-                    queues=["default"],
-                    limit=self.batch_size,
-                    lease_seconds=60,
-                )
+                jobs = await self.claim(claimer, worker, self.batch_size)
                 if completing is not None:
                     processed += len(await completing)
                     completing = None
-                if not jobs:
+                if not jobs and await self.finished(claimer):
                     return processed
-                completing = asyncio.create_task(
-                    queue.complete_many(
-                        completer,
-                        [queue.Completion(job.id, job.attempt, {}, 0.0) for job in jobs],
-                    )
-                )
+                completing = asyncio.create_task(self.complete(completer, jobs))
+
+    async def complete(
+        self, connection: psycopg.AsyncConnection[Any], jobs: list[tuple[int, int, str]]
+    ) -> set[int]:
+        """Complete the jobs; return the ids this measure counts."""
+        return await queue.complete_many(
+            connection, [queue.Completion(job_id, attempt, {}, 0.0) for job_id, attempt, _ in jobs]
+        )
 
     async def consume(self, dsn: str, ready: Callable[[], Awaitable[None]], report: Report) -> None:
         async with (
@@ -206,12 +231,156 @@ class Scrapeq:
         async with await queue.connect(dsn) as connection:
 
             async def claim_one() -> None:
-                jobs = await queue.claim_jobs(
-                    connection, worker_id="probe", queues=["default"], limit=1, lease_seconds=60
-                )
-                assert len(jobs) == 1
+                assert len(await self.claim(connection, "probe", 1)) == 1
 
             yield claim_one
+
+
+# The claim and completion statements as they were before per-host politeness (schema 0002),
+# verbatim: the baseline the politeness modes are compared with in the same run.
+PRE_POLITENESS_COMPLETE = """
+WITH done AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = 'completed', result = outcome.result, finished_at = now(), updated_at = now(),
+        lease_expires_at = NULL
+    FROM (
+        SELECT given.id, given.attempt, result.value AS result, given.duration
+        FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[],
+                    %(durations)s::double precision[]) WITH ORDINALITY
+                 AS given(id, attempt, duration, position)
+        JOIN jsonb_array_elements(%(results)s::jsonb) WITH ORDINALITY AS result(value, position)
+            USING (position)
+    ) AS outcome
+    WHERE jobs.id = outcome.id AND jobs.attempt = outcome.attempt AND jobs.status = 'processing'
+    RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by,
+              jobs.processing_started_at, outcome.duration
+),
+logged AS (
+    INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
+                                  duration_seconds)
+    SELECT id, attempt, processed_by, processing_started_at, 'completed', duration FROM done
+),
+counted AS (
+    INSERT INTO scrapeq_queue_counters AS counters (queue, outcome, shard, total)
+    SELECT queue, 'completed', pg_backend_pid() %% 16, count(*) FROM done
+    GROUP BY queue ORDER BY queue
+    ON CONFLICT (queue, outcome, shard) DO UPDATE SET total = counters.total + excluded.total
+)
+SELECT id FROM done
+"""
+
+PRE_POLITENESS_CLAIM = """
+WITH candidates AS (
+    SELECT locked.id
+    FROM unnest(%(queues)s::text[]) AS wanted(queue)
+    CROSS JOIN LATERAL (
+        SELECT jobs.id, jobs.priority, jobs.run_at
+        FROM scraping_jobs AS jobs
+        WHERE jobs.status = 'pending' AND jobs.queue = wanted.queue AND jobs.run_at <= now()
+        ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+        LIMIT (SELECT %(limit)s::integer)
+        FOR UPDATE SKIP LOCKED
+    ) AS locked
+    ORDER BY locked.priority DESC, locked.run_at, locked.id
+    LIMIT (SELECT %(limit)s::integer)
+),
+claimed AS (
+    UPDATE scraping_jobs AS jobs
+    SET status = 'processing',
+        attempt = jobs.attempt + 1,
+        processed_by = %(worker_id)s,
+        processing_started_at = now(),
+        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        updated_at = now()
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM candidates)) AND jobs.status = 'pending'
+    RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type, jobs.payload,
+              jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries, jobs.depth,
+              jobs.parent_id, jobs.owner_uid, jobs.owner_namespace, jobs.owner_name, jobs.run_at,
+              jobs.processing_started_at, jobs.lease_expires_at
+)
+SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_count,
+       max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
+       processing_started_at, lease_expires_at
+FROM claimed
+ORDER BY priority DESC, run_at, id
+"""
+
+
+class ScrapeqBeforePoliteness(Scrapeq):
+    """Today's figure: the claim and completion without per-host politeness
+    (PRE_POLITENESS_CLAIM, PRE_POLITENESS_COMPLETE) on the same schema and the same rows of
+    1,000 sites."""
+
+    name = "scrapeq-before"
+
+    async def claim(
+        self, connection: psycopg.AsyncConnection[Any], worker: str, limit: int
+    ) -> list[tuple[int, int, str]]:
+        cursor = await connection.execute(
+            PRE_POLITENESS_CLAIM,
+            {"queues": ["default"], "limit": limit, "worker_id": worker, "lease_seconds": 60.0},
+        )
+        # What claim_jobs does with each row, so that both modes pay the same Python.
+        jobs = [
+            queue_claims.job_from_row((*row, None))
+            for row in await cursor.fetchall()
+            if not queue.validate_payload(row[4])
+        ]
+        return [(job.id, job.attempt, "") for job in jobs]
+
+    async def complete(
+        self, connection: psycopg.AsyncConnection[Any], jobs: list[tuple[int, int, str]]
+    ) -> set[int]:
+        jobs = sorted(jobs)
+        cursor = await connection.execute(
+            PRE_POLITENESS_COMPLETE,
+            {
+                "ids": [job_id for job_id, _, _ in jobs],
+                "attempts": [attempt for _, attempt, _ in jobs],
+                "results": Jsonb([{} for _ in jobs]),
+                "durations": [0.0 for _ in jobs],
+            },
+        )
+        return {row[0] for row in await cursor.fetchall()}
+
+    async def finished(self, connection: psycopg.AsyncConnection[Any]) -> bool:
+        return True
+
+
+class ScrapeqHotHost(Scrapeq):
+    """One hot host holds 90 % of the rows (its limit: 2 at a time); the measure is how fast
+    the other hosts' rows finish, to compare with `scrapeq` (no head-of-line blocking)."""
+
+    name = "scrapeq-hot-host"
+    hot = "hot.test"
+    # Latency and claim-time measures would mostly wait for the hot host: they say nothing here.
+    measures = ("throughput",)
+
+    def url(self, n: int) -> str:
+        if n % 10:
+            return f"https://{self.hot}/{n}"
+        return f"https://site{(n // 10) % self.hosts}.test/{n}"
+
+    def measured_jobs(self, enqueued: int) -> int:
+        return len([n for n in range(enqueued) if not n % 10])
+
+    async def complete(
+        self, connection: psycopg.AsyncConnection[Any], jobs: list[tuple[int, int, str]]
+    ) -> set[int]:
+        done = await super().complete(connection, jobs)
+        return {job_id for job_id, _, host in jobs if job_id in done and host != self.hot}
+
+    async def finished(self, connection: psycopg.AsyncConnection[Any]) -> bool:
+        cursor = await connection.execute(HOT_HOST_OTHERS_LEFT, {"hot": self.hot})
+        row = await cursor.fetchone()
+        return row is not None and row[0] == 0
+
+
+# Rows of other hosts not finished yet (the hot-host measure stops at 0).
+HOT_HOST_OTHERS_LEFT = """
+SELECT count(*) FROM scraping_jobs
+WHERE status IN ('pending', 'processing') AND host_key <> %(hot)s
+"""
 
 
 # --- PgQueuer ------------------------------------------------------------------------------------
@@ -425,6 +594,8 @@ class Procrastinate:
 
 IMPLEMENTATIONS: dict[str, Callable[[int], System]] = {
     "scrapeq": Scrapeq,
+    "scrapeq-before": ScrapeqBeforePoliteness,
+    "scrapeq-hot-host": ScrapeqHotHost,
     "pgqueuer": PgQueuerSystem,
     "procrastinate": Procrastinate,
 }
@@ -574,13 +745,14 @@ async def measure_throughput(
                 await _stop(worker)
         processed = sum(result["processed"] for result in results)
         seconds = max(result["finished_at"] for result in results) - go
-        if processed != settings.jobs:
-            raise RuntimeError(f"processed {processed} of {settings.jobs} jobs")
+        measured = getattr(system, "measured_jobs", lambda enqueued: enqueued)(settings.jobs)
+        if processed != measured:
+            raise RuntimeError(f"processed {processed} of {measured} jobs")
         return {
-            "jobs": settings.jobs,
+            "jobs": measured,
             "workers": settings.workers,
             "seconds": round(seconds, 3),
-            "jobs_per_s": round(settings.jobs / seconds, 1),
+            "jobs_per_s": round(measured / seconds, 1),
         }
 
 
@@ -721,6 +893,8 @@ async def run(
             for round_number in range(rounds if measure != "backlog" else 1):
                 for name, system in implementations.items():
                     if round_number >= ROUNDS_CAP.get((name, measure), rounds):
+                        continue
+                    if measure not in getattr(system, "measures", MEASURES):
                         continue
                     outcome = await _run_one(system, measure, databases, settings)
                     runs.setdefault((name, measure), []).append(outcome)

@@ -29,9 +29,11 @@ from scrapeq_queue.exports import (
     write_csv,
     write_jsonl,
 )
+from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.inspection import (
     busy_workers,
     database_now,
+    host_states,
     job_attempts,
     latest_failures,
     owner_progress,
@@ -54,6 +56,12 @@ from scrapeq_queue.notifications import (
     wait_for_notification,
 )
 from scrapeq_queue.payload import PAYLOAD_OPTIONS, validate_payload
+from scrapeq_queue.politeness import (
+    DEFAULT_POLITENESS,
+    NO_HOST_LIMIT,
+    HostPoliteness,
+    set_crawl_delay,
+)
 from scrapeq_queue.producers import (
     cancel_jobs,
     cancel_owner,
@@ -84,6 +92,7 @@ from scrapeq_queue.rows import (
     ExportRow,
     FailedJob,
     FollowUrl,
+    HostState,
     NewJob,
     Owner,
     OwnerProgress,
@@ -96,11 +105,13 @@ from scrapeq_queue.urls import normalise_url
 
 __all__ = [
     "CSV_HEADER_SAMPLE_ROWS",
+    "DEFAULT_POLITENESS",
     "EXPORT_FORMATS",
     "INVALID_PAYLOAD_REASON",
     "JITTER_RANGE",
     "MAX_RETRY_DELAY_SECONDS",
     "NOTIFY_CHANNEL",
+    "NO_HOST_LIMIT",
     "PAYLOAD_OPTIONS",
     "RECONNECT_MAX_SECONDS",
     "SCHEMA_VERSION",
@@ -113,6 +124,8 @@ __all__ = [
     "ExportRow",
     "FailedJob",
     "FollowUrl",
+    "HostPoliteness",
+    "HostState",
     "InvalidJob",
     "NamedOwner",
     "NewJob",
@@ -145,6 +158,8 @@ __all__ = [
     "export_results",
     "fail_job",
     "failed_jobs",
+    "host_key_of",
+    "host_states",
     "job_attempts",
     "latest_failures",
     "listen",
@@ -166,6 +181,7 @@ __all__ = [
     "retry_failed",
     "retry_job",
     "schema_is_current",
+    "set_crawl_delay",
     "validate_payload",
     "wait_for_notification",
     "write_csv",

@@ -18,6 +18,7 @@ from scrapeq_queue.errors import translate_database_errors
 from scrapeq_queue.rows import (
     AttemptRecord,
     FailedJob,
+    HostState,
     Owner,
     OwnerProgress,
     QueueBacklog,
@@ -189,3 +190,13 @@ async def job_attempts(
     """Every attempt of one job, oldest first: who ran it, when, how long, how it ended."""
     cursor = await connection.execute(statements.JOB_ATTEMPTS, {"id": job_id})
     return [AttemptRecord(*row) for row in await cursor.fetchall()]
+
+
+@translate_database_errors
+async def host_states(
+    connection: psycopg.AsyncConnection[Any], host_keys: Sequence[str]
+) -> dict[str, HostState]:
+    """The politeness state of the given host keys (hosts.host_key_of); a host no row ever
+    named is missing from the answer."""
+    cursor = await connection.execute(statements.HOST_STATES, {"host_keys": list(host_keys)})
+    return {row[0]: HostState(*row) for row in await cursor.fetchall()}

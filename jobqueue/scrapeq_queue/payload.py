@@ -12,6 +12,7 @@ from typing import Any, Final, Protocol
 
 import re2
 
+from scrapeq_queue.politeness import MAX_CONCURRENT_PER_HOST_LIMIT, MAX_DELAY_SECONDS
 from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
 
 WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "networkidle2")
@@ -22,6 +23,7 @@ RESOURCE_KINDS: Final = ("image", "font", "media", "stylesheet")
 # A page that needs more than ten minutes is a stuck page, not a slow one.
 MAX_TIMEOUT_SECONDS: Final = 600.0
 EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all"})
+POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerHost", "delaySeconds", "respectRobotsTxt"})
 FOLLOW_KEYS: Final = frozenset(
     {"selector", "maxDepth", "maxPages", "sameDomain", "include", "exclude", "extract"}
 )
@@ -172,6 +174,38 @@ def _check_patterns(name: str, value: object) -> list[str]:
     return problems
 
 
+def _check_politeness(value: object) -> list[str]:
+    if not isinstance(value, Mapping):
+        return [
+            'politeness must be an object {"maxConcurrentPerHost": ..., "delaySeconds": ..., '
+            '"respectRobotsTxt": ...}'
+        ]
+    problems: list[str] = []
+    unknown = sorted(set(value) - POLITENESS_KEYS)
+    if unknown:
+        problems.append(f"politeness has unknown keys: {', '.join(unknown)}")
+    if "maxConcurrentPerHost" in value:
+        limit = value["maxConcurrentPerHost"]
+        if (
+            not isinstance(limit, int)
+            or isinstance(limit, bool)
+            or not 1 <= limit <= MAX_CONCURRENT_PER_HOST_LIMIT
+        ):
+            problems.append(
+                "politeness.maxConcurrentPerHost must be an integer from 1 to "
+                f"{MAX_CONCURRENT_PER_HOST_LIMIT}"
+            )
+    if "delaySeconds" in value:
+        delay = value["delaySeconds"]
+        if not _is_number(delay) or not 0 <= float(delay) <= MAX_DELAY_SECONDS:
+            problems.append(
+                f"politeness.delaySeconds must be a number from 0 to {MAX_DELAY_SECONDS:g}"
+            )
+    if "respectRobotsTxt" in value and not isinstance(value["respectRobotsTxt"], bool):
+        problems.append("politeness.respectRobotsTxt must be true or false")
+    return problems
+
+
 def _check_headers(value: object) -> list[str]:
     if isinstance(value, Mapping) and all(
         isinstance(key, str) and isinstance(item, str) for key, item in value.items()
@@ -209,6 +243,7 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "headers": _check_headers,
     "sealed": _check_sealed,
     "blockResources": lambda value: check_resource_kinds("blockResources", value),
+    "politeness": _check_politeness,
 }
 
 

@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from scrapeq_queue import statements
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
+from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import validate_payload
 from scrapeq_queue.rows import NewJob, Owner, RowOptions
 from scrapeq_queue.urls import normalise_url
@@ -124,6 +125,7 @@ async def _insert(
     payloads: list[Jsonb] = []
     priorities: list[int] = []
     dedup_keys: list[str | None] = []
+    host_keys: list[str] = []
     seen_keys: set[str] = set()
     for row in rows:
         url = row.url.strip()
@@ -143,6 +145,7 @@ async def _insert(
         payloads.append(default_payload if row.payload is None else Jsonb(row.payload))
         priorities.append(priority if row.priority is None else row.priority)
         dedup_keys.append(key)
+        host_keys.append(host_key_of(url))
     shared = {
         "queue": options.get("queue", DEFAULT_QUEUE),
         "max_retries": options.get("max_retries", DEFAULT_MAX_RETRIES),
@@ -167,6 +170,7 @@ async def _insert(
                     "payloads": payloads[start:end],
                     "priorities": priorities[start:end],
                     "dedup_keys": dedup_keys[start:end],
+                    "host_keys": host_keys[start:end],
                 },
             )
             ids.extend(row[0] for row in await cursor.fetchall())

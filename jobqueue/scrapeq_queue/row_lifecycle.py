@@ -19,7 +19,14 @@ from psycopg.types.json import Jsonb
 
 from scrapeq_queue import statements
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
+from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
+from scrapeq_queue.politeness import (
+    DEFAULT_POLITENESS,
+    SERVER_ERROR_PAUSE_SECONDS,
+    SERVER_ERROR_THRESHOLD,
+    HostPoliteness,
+)
 from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
 from scrapeq_queue.urls import normalise_url
 
@@ -31,6 +38,10 @@ MAX_RETRY_DELAY_SECONDS: Final = 3600.0
 # Jitter multiplies the exponential delay by a factor in [0.75, 1.0] so that jobs that failed
 # together (a site went down) do not all come back in the same instant.
 JITTER_RANGE: Final = (0.75, 1.0)
+
+# A claim that met only hosts whose heads were stale (their rows were taken or cancelled) claims
+# again, at most this many times: an empty answer then means that nothing was claimable.
+MAX_STALE_CLAIM_ROUNDS: Final = 10
 
 # Reasons recorded on rows this module fails by itself.
 INVALID_PAYLOAD_REASON: Final = "invalid_payload"
@@ -56,7 +67,7 @@ def backoff_delay_seconds(
     return min(cap_seconds, backoff_seconds * 2.0**retry_count) * jitter
 
 
-def _job_from_row(row: Sequence[Any]) -> ClaimedJob:
+def job_from_row(row: Sequence[Any]) -> ClaimedJob:
     return ClaimedJob(
         id=row[0],
         attempt=row[1],
@@ -75,6 +86,7 @@ def _job_from_row(row: Sequence[Any]) -> ClaimedJob:
         run_at=row[14],
         claimed_at=row[15],
         lease_expires_at=row[16],
+        host_key=row[17],
     )
 
 
@@ -87,6 +99,7 @@ async def claim_jobs(
     limit: int,
     lease_seconds: float,
     reject_invalid_payloads: bool = True,
+    politeness: HostPoliteness = DEFAULT_POLITENESS,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs from `queues` for `worker_id`, best first.
 
@@ -98,9 +111,17 @@ async def claim_jobs(
     are failed at once with reason `invalid_payload` and an error naming the problems, and are
     not returned: no worker ever sees a job it cannot run. A claim whose rows were all invalid
     claims again, so an empty answer always means that no job was due.
+
+    Per-host politeness holds for every claimer at once: no row is handed out while its host
+    (hosts.host_key_of) has as many rows in flight as its limit allows, or before the host's
+    delay or pause is over. A host's limits are those its producers gave
+    (payload.politeness); `politeness` gives the claiming pool's defaults for hosts whose
+    producers said nothing. A host with a delay takes one request at a time. An empty answer
+    may also mean that every due row's host is busy.
     """
     if limit <= 0 or not queues:
         return []
+    stale_rounds = 0
     while True:
         cursor = await connection.execute(
             statements.JOB_CLAIM,
@@ -110,9 +131,12 @@ async def claim_jobs(
                 "limit": limit,
                 "worker_id": worker_id,
                 "lease_seconds": float(lease_seconds),
+                "max_per_host": politeness.max_concurrent_per_host,
+                "delay_seconds": float(politeness.delay_seconds),
             },
         )
-        rows = await cursor.fetchall()
+        answer = await cursor.fetchall()
+        rows = [row for row in answer if row[0] is not None]
         jobs: list[ClaimedJob] = []
         for row in rows:
             problems = validate_payload(row[4]) if reject_invalid_payloads else []
@@ -128,9 +152,15 @@ async def claim_jobs(
                     duration_seconds=0.0,
                 )
                 continue
-            jobs.append(_job_from_row(row))
-        # Every round fails at least one row for good, so this ends.
-        if jobs or not rows:
+            jobs.append(job_from_row(row))
+        if jobs:
+            return jobs
+        if rows:
+            continue  # every row was invalid and failed for good: this ends
+        # Only hosts whose heads were stale came up (the marker row); their heads are right
+        # now. Bounded: a producer that keeps moving a head could otherwise keep it stale.
+        stale_rounds += 1
+        if not answer or stale_rounds > MAX_STALE_CLAIM_ROUNDS:
             return jobs
 
 
@@ -284,6 +314,7 @@ async def _insert_children(
             "parser_types": parser_types,
             "payloads": payloads,
             "dedup_keys": dedup_keys,
+            "host_keys": [host_key_of(url) for url in urls],
             "limit": limit,
         },
     )
@@ -300,6 +331,9 @@ async def retry_job(
     duration_seconds: float,
     retry_after_seconds: float | None = None,
     jitter: float | None = None,
+    pause_host_seconds: float | None = None,
+    server_error: bool = False,
+    host_key: str | None = None,
 ) -> RetryOutcome:
     """Record a failed attempt that deserves another try.
 
@@ -308,6 +342,12 @@ async def retry_job(
     current; nothing changed). The delay is retry_backoff_seconds * 2^retry_count times a
     jitter factor in JITTER_RANGE, or `retry_after_seconds` when the site sent Retry-After,
     never more than MAX_RETRY_DELAY_SECONDS. `jitter` fixes the factor (tests).
+
+    `pause_host_seconds` (a 429 or
+    503 with Retry-After) pauses the whole host: no claimer gets a row of it for that long.
+    `server_error` counts a server error against the host: SERVER_ERROR_THRESHOLD of them less
+    than a minute apart pause it for SERVER_ERROR_PAUSE_SECONDS. Both need the job's
+    `host_key` (ClaimedJob.host_key).
     """
     factor = random.uniform(*JITTER_RANGE) if jitter is None else jitter
     cursor = await connection.execute(
@@ -321,6 +361,15 @@ async def retry_job(
             "retry_after_seconds": retry_after_seconds,
             "jitter": factor,
             "cap_seconds": MAX_RETRY_DELAY_SECONDS,
+            "host_pause_seconds": (
+                None
+                if pause_host_seconds is None
+                else min(MAX_RETRY_DELAY_SECONDS, max(0.0, float(pause_host_seconds)))
+            ),
+            "server_error": server_error and host_key is not None,
+            "host_key": host_key,
+            "server_error_threshold": SERVER_ERROR_THRESHOLD,
+            "server_error_pause_seconds": SERVER_ERROR_PAUSE_SECONDS,
         },
     )
     row = await cursor.fetchone()

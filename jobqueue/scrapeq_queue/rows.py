@@ -51,6 +51,9 @@ class ClaimedJob:
     run_at: datetime
     claimed_at: datetime
     lease_expires_at: datetime
+    # The politeness key of the row's host (hosts.host_key_of); None only for rows claimed
+    # before the host columns existed.
+    host_key: str | None = None
 
     @property
     def token(self) -> tuple[int, int]:
@@ -204,3 +207,18 @@ class ExportRow:
     status: str
     finished_at: datetime
     fields: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HostState:
+    """One host's politeness state, as the claim sees it."""
+
+    host_key: str
+    in_flight: int  # attempts handed out and still running
+    max_in_flight: int | None  # its producers' limit (None: the claiming pool's default)
+    delay_seconds: float | None  # its producers' delay (None: the claiming pool's default)
+    crawl_delay_seconds: float
+    next_allowed_at: datetime
+    paused_until: datetime | None
+    pause_reason: str | None
+    server_errors: int

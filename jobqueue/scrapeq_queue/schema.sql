@@ -32,6 +32,105 @@ CREATE TYPE public.scraping_job_status AS ENUM (
 
 
 --
+-- Name: scrapeq_fill_host_key(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_fill_host_key() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.host_key := scrapeq_url_host(NEW.url_to_scrape);
+    RETURN NEW;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_hosts_after_insert(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_hosts_after_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM scrapeq_hosts_pending(
+        array_agg(queue), array_agg(host_key), array_agg(priority), array_agg(run_at),
+        array_agg(id), array_agg(scrapeq_payload_max_per_host(payload)),
+        array_agg(scrapeq_payload_delay_seconds(payload)))
+    FROM new_rows WHERE status = 'pending';
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_hosts_after_pending(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_hosts_after_pending() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM scrapeq_hosts_pending(ARRAY[NEW.queue], ARRAY[NEW.host_key], ARRAY[NEW.priority],
+                                  ARRAY[NEW.run_at], ARRAY[NEW.id], ARRAY[NULL::integer],
+                                  ARRAY[NULL::double precision]);
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_hosts_pending(text[], text[], integer[], timestamp with time zone[], bigint[], integer[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_hosts_pending(queues text[], host_keys text[], priorities integer[], run_ats timestamp with time zone[], ids bigint[], limits integer[], delays double precision[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO scrapeq_hosts (host_key)
+    SELECT DISTINCT given.host_key FROM unnest(host_keys) AS given(host_key)
+    ORDER BY given.host_key
+    ON CONFLICT (host_key) DO NOTHING;
+    UPDATE scrapeq_hosts AS hosts
+    SET max_in_flight = coalesce(named.max_in_flight, hosts.max_in_flight),
+        delay_seconds = coalesce(named.delay_seconds, hosts.delay_seconds)
+    FROM (
+        SELECT given.host_key,
+               (array_agg(given.max_in_flight ORDER BY given.id DESC)
+                   FILTER (WHERE given.max_in_flight IS NOT NULL))[1] AS max_in_flight,
+               (array_agg(given.delay_seconds ORDER BY given.id DESC)
+                   FILTER (WHERE given.delay_seconds IS NOT NULL))[1] AS delay_seconds
+        FROM unnest(host_keys, ids, limits, delays)
+             AS given(host_key, id, max_in_flight, delay_seconds)
+        WHERE given.max_in_flight IS NOT NULL OR given.delay_seconds IS NOT NULL
+        GROUP BY given.host_key
+    ) AS named
+    WHERE hosts.host_key = named.host_key
+      AND (hosts.max_in_flight IS DISTINCT FROM coalesce(named.max_in_flight, hosts.max_in_flight)
+           OR hosts.delay_seconds IS DISTINCT FROM coalesce(named.delay_seconds,
+                                                             hosts.delay_seconds));
+    INSERT INTO scrapeq_host_queues AS known (queue, host_key, head_priority, head_run_at,
+                                              head_id)
+    SELECT DISTINCT ON (given.queue, given.host_key)
+           given.queue, given.host_key, given.priority, given.run_at, given.id
+    FROM unnest(queues, host_keys, priorities, run_ats, ids)
+         AS given(queue, host_key, priority, run_at, id)
+    ORDER BY given.queue, given.host_key, given.run_at > now(), given.priority DESC,
+             given.run_at, given.id
+    ON CONFLICT (queue, host_key) DO UPDATE
+    -- The better of the two heads: due before not due, then the claim order.
+    SET (head_priority, head_run_at, head_id) = (
+            SELECT head.priority, head.run_at, head.id
+            FROM (VALUES (known.head_priority, known.head_run_at, known.head_id),
+                         (excluded.head_priority, excluded.head_run_at, excluded.head_id))
+                 AS head(priority, run_at, id)
+            ORDER BY head.id IS NULL, head.run_at > now(), head.priority DESC, head.run_at,
+                     head.id
+            LIMIT 1),
+        generation = known.generation + 1;
+$$;
+
+
+--
 -- Name: scrapeq_notify_jobs(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -42,6 +141,44 @@ BEGIN
     PERFORM pg_notify('scrapeq_jobs', '');
     RETURN NULL;
 END;
+$$;
+
+
+--
+-- Name: scrapeq_payload_delay_seconds(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_payload_delay_seconds(payload jsonb) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN jsonb_typeof(payload->'politeness'->'delaySeconds') = 'number'
+        THEN least(greatest((payload->'politeness'->>'delaySeconds')::numeric, 0),
+                   3600)::double precision END
+$$;
+
+
+--
+-- Name: scrapeq_payload_max_per_host(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_payload_max_per_host(payload jsonb) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN jsonb_typeof(payload->'politeness'->'maxConcurrentPerHost') = 'number'
+        THEN least(greatest((payload->'politeness'->>'maxConcurrentPerHost')::numeric, 1),
+                   1000)::integer END
+$$;
+
+
+--
+-- Name: scrapeq_url_host(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_url_host(url text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT coalesce(lower(substring(btrim(url)
+        FROM '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?(\[[^]/?#]*\]|[^:/?#]*)')), '')
 $$;
 
 
@@ -75,6 +212,60 @@ WITH (autovacuum_vacuum_scale_factor='0.02');
 --
 
 COMMENT ON TABLE public.scrapeq_attempts IS 'scrapeq: one row per finished attempt at a scraping_jobs row: who, when, how long, outcome, error.';
+
+
+--
+-- Name: scrapeq_host_queues; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_host_queues (
+    queue text NOT NULL,
+    host_key text NOT NULL,
+    head_priority integer,
+    head_run_at timestamp with time zone,
+    head_id bigint,
+    generation bigint DEFAULT 0 NOT NULL
+)
+WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='70');
+
+
+--
+-- Name: TABLE scrapeq_host_queues; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: each host''s best pending row per queue, the order in which claims visit hosts.';
+
+
+--
+-- Name: scrapeq_hosts; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_hosts (
+    host_key text NOT NULL,
+    slot_ids bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    slot_attempts integer[] DEFAULT '{}'::integer[] NOT NULL,
+    last_finished_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    max_in_flight integer,
+    delay_seconds double precision,
+    crawl_delay_seconds double precision DEFAULT 0 NOT NULL,
+    next_allowed_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    paused_until timestamp with time zone,
+    pause_reason text,
+    server_errors integer DEFAULT 0 NOT NULL,
+    last_server_error_at timestamp with time zone,
+    CONSTRAINT scrapeq_hosts_delays_valid CHECK ((((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision)) AND (crawl_delay_seconds >= (0)::double precision))),
+    CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR (max_in_flight > 0))),
+    CONSTRAINT scrapeq_hosts_server_errors_valid CHECK ((server_errors >= 0)),
+    CONSTRAINT scrapeq_hosts_slots_valid CHECK ((cardinality(slot_ids) = cardinality(slot_attempts)))
+)
+WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='50');
+
+
+--
+-- Name: TABLE scrapeq_hosts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_hosts IS 'scrapeq: per-host politeness state read and written by the claim: in flight, next allowed start, pause.';
 
 
 --
@@ -140,6 +331,7 @@ CREATE TABLE public.scraping_jobs (
     parent_id bigint,
     depth integer DEFAULT 0 NOT NULL,
     finished_at timestamp with time zone,
+    host_key text,
     CONSTRAINT scrapeq_jobs_attempt_valid CHECK ((attempt >= 0)),
     CONSTRAINT scrapeq_jobs_backoff_valid CHECK ((retry_backoff_seconds >= (0)::double precision)),
     CONSTRAINT scrapeq_jobs_depth_valid CHECK ((depth >= 0)),
@@ -198,6 +390,22 @@ ALTER TABLE ONLY public.scrapeq_attempts
 
 
 --
+-- Name: scrapeq_host_queues scrapeq_host_queues_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_host_queues
+    ADD CONSTRAINT scrapeq_host_queues_pkey PRIMARY KEY (queue, host_key);
+
+
+--
+-- Name: scrapeq_hosts scrapeq_hosts_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_hosts
+    ADD CONSTRAINT scrapeq_hosts_pkey PRIMARY KEY (host_key);
+
+
+--
 -- Name: scrapeq_queue_counters scrapeq_queue_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -219,6 +427,13 @@ ALTER TABLE ONLY public.scrapeq_schema_migrations
 
 ALTER TABLE ONLY public.scraping_jobs
     ADD CONSTRAINT scraping_jobs_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: scrapeq_host_queues_head_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_host_queues_head_idx ON public.scrapeq_host_queues USING btree (queue, head_priority DESC, head_run_at, head_id) WHERE (head_id IS NOT NULL);
 
 
 --
@@ -257,6 +472,13 @@ CREATE INDEX scrapeq_jobs_followed_idx ON public.scraping_jobs USING btree (owne
 
 
 --
+-- Name: scrapeq_jobs_host_claim_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_jobs_host_claim_idx ON public.scraping_jobs USING btree (host_key, queue, priority DESC, run_at, id) WHERE (status = 'pending'::public.scraping_job_status);
+
+
+--
 -- Name: scrapeq_jobs_owner_changes_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -282,6 +504,27 @@ CREATE INDEX scrapeq_jobs_parent_idx ON public.scraping_jobs USING btree (parent
 --
 
 CREATE INDEX scrapeq_jobs_processing_idx ON public.scraping_jobs USING btree (queue, processed_by) WHERE (status = 'processing'::public.scraping_job_status);
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_fill_host_key; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_fill_host_key BEFORE INSERT OR UPDATE OF host_key ON public.scraping_jobs FOR EACH ROW WHEN ((new.host_key IS NULL)) EXECUTE FUNCTION public.scrapeq_fill_host_key();
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_hosts_on_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_hosts_on_insert AFTER INSERT ON public.scraping_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.scrapeq_hosts_after_insert();
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_hosts_on_pending; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status ON public.scraping_jobs FOR EACH ROW WHEN (((new.status = 'pending'::public.scraping_job_status) AND (old.status <> 'pending'::public.scraping_job_status))) EXECUTE FUNCTION public.scrapeq_hosts_after_pending();
 
 
 --
@@ -314,4 +557,5 @@ ALTER TABLE ONLY public.scraping_jobs
 -- Migration bookkeeping: a database loaded from this file is current.
 INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0001_initial'),
-    ('0002_followed_pages');
+    ('0002_followed_pages'),
+    ('0003_host_politeness');

@@ -34,28 +34,129 @@ MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('scrapeq_schema_migrations'
 
 # --- claims (workers) ---------------------------------------------------------------------------
 
-# Claims up to `limit` due pending rows of the given queues in one statement: each queue's rows
-# are locked in claim order with SKIP LOCKED (so concurrent claimers never wait on or share a
-# row), the best `limit` across queues become `processing` with a new attempt number and lease.
-# The caller's autocommit ends the transaction.
-# Plan stability: the limit comes from a sub-select, so the planner cannot see its value and a
-# custom plan costs what the cached generic plan costs; PostgreSQL then keeps the generic plan
-# instead of re-planning this statement (about a millisecond) on every claim. The update finds
-# its rows through `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the
-# generic plan guesses about how many candidates there are.
-JOB_CLAIM: Final = """
-WITH candidates AS (
-    SELECT locked.id
+# The delay a claim applies to a host: its producers' delaySeconds, else the claiming pool's
+# default %(delay_seconds)s, never below robots.txt's Crawl-delay. With a delay the host takes
+# one request at a time, and the next starts no sooner than the delay after the previous one
+# ended.
+_CLAIM_DELAY = (
+    "greatest(coalesce(hosts.delay_seconds, %(delay_seconds)s::double precision), "
+    "hosts.crawl_delay_seconds)"
+)
+# How many of a host's requests may be in flight at once: its producers' maxConcurrentPerHost,
+# else the claiming pool's default %(max_per_host)s; 1 while a delay applies.
+_CLAIM_HOST_LIMIT = (
+    f"CASE WHEN {_CLAIM_DELAY} > 0 THEN 1 "
+    "ELSE coalesce(hosts.max_in_flight, %(max_per_host)s::integer) END"
+)
+
+# Claims up to `limit` due pending rows of the given queues in one statement, never more per
+# host than its politeness allows, whichever worker of whichever pool asks:
+# - walked: per queue, the hosts in head order (head: the claim-order key of a host's best
+#   pending row, scrapeq_host_queues) whose head is due, whose delay or pause is over and that
+#   have a free slot, each followed by its due rows of at least its head's priority (in claim
+#   order, at most its free slots), until `limit` rows came out. A host's slots in use are its
+#   attempts still running (its slot_ids/slot_attempts whose row is `processing` at that
+#   attempt, or shows an older attempt: another claim took it after this statement's
+#   snapshot).
+#   Each host's state row is locked with SKIP LOCKED as the walk reaches it, before its slots
+#   are counted (from the locked, latest row): two claimers never count the same host's slots
+#   at once (the second walks on to the next hosts, without reading theirs), and a claim that
+#   committed a moment ago counts. A host found full stays locked, unwritten, until this
+#   statement ends. Only as many hosts are visited as the rows need; a claim passes over at
+#   most 5,000 full hosts (busy hosts of a higher priority than the free ones: claimed hosts of
+#   equal priority go to the back, see reheaded).
+#   Rows come out in priority order across hosts: hosts are visited by their head's priority
+#   and give rows of at least that priority (higher only when a delayed row of the host came
+#   due since its head was set);
+# - chosen: the best `limit` rows of all queues (priority DESC, run_at, id), each host within
+#   its free slots;
+# - claimed: those rows become `processing` with a new attempt number and lease. They need no
+#   lock of their own first: only the holder of a host's lock claims that host's rows, and a
+#   row another claim took after this statement's snapshot fails `status = 'pending'` on the
+#   update's re-check and is left out. The update may wait for a row another statement holds
+#   (a cancel); none of those waits for a host lock while it holds a row (a retry that pauses
+#   a host takes the host first), so this cannot deadlock;
+# - taken: each host that gave rows is written once: its slots become those still running
+#   plus the new ones, last_finished_at moves to the end of the attempts dropped, and with a
+#   delay next_allowed_at moves to now + delay;
+# - reheaded: each visited host's head moves, unless a producer or retry moved it meanwhile
+#   (generation): a host that gave all its free slots' worth of rows gets its last row
+#   claimed as head (so it goes behind the hosts that waited longer: round robin within a
+#   priority; its real best row is at or after that key); a host that gave fewer (its due
+#   rows of that priority ran out, or were claimed or cancelled meanwhile) gets the key of
+#   its best due pending row, else of its best pending row (NULL: none).
+# A claim that got no row but corrected stale heads answers one row of NULLs: claim again, the
+# walk now starts further on. Nothing but claims writes slots, so finishing a row (complete,
+# fail, retry, release, rescue, cancel) costs no write there: the slot is free from that moment
+# for the next claim.
+# The caller's autocommit ends the transaction. Plan stability: the limits come from
+# sub-selects (the cached generic plan costs what a custom one does), and the update finds its
+# rows through `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the plan
+# guesses.
+JOB_CLAIM: Final = f"""
+WITH walked AS (
+    SELECT visit.*
     FROM unnest(%(queues)s::text[]) AS wanted(queue)
     CROSS JOIN LATERAL (
-        SELECT jobs.id, jobs.priority, jobs.run_at
-        FROM scraping_jobs AS jobs
-        WHERE jobs.status = 'pending' AND jobs.queue = wanted.queue AND jobs.run_at <= now()
-        ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+        SELECT host.queue, host.host_key, host.generation, host.host_limit - slots.running AS free,
+               host.delay, slots.running_ids, slots.running_attempts,
+               greatest(host.last_finished_at, slots.ended_at) AS ended_at, row.id,
+               row.priority, row.run_at
+        FROM (
+            SELECT known.queue, known.host_key, known.generation, known.head_priority,
+                   hosts.slot_ids, hosts.slot_attempts, hosts.last_finished_at,
+                   {_CLAIM_HOST_LIMIT} AS host_limit, {_CLAIM_DELAY} AS delay
+            FROM scrapeq_host_queues AS known
+            JOIN scrapeq_hosts AS hosts ON hosts.host_key = known.host_key
+            WHERE known.queue = wanted.queue AND known.head_id IS NOT NULL
+              AND known.head_run_at <= now() AND hosts.next_allowed_at <= now()
+            ORDER BY known.head_priority DESC, known.head_run_at, known.head_id
+            LIMIT (SELECT %(limit)s::integer + 5000)
+            FOR UPDATE OF hosts SKIP LOCKED
+        ) AS host
+        CROSS JOIN LATERAL (
+            SELECT count(*) FILTER (WHERE slot.running) AS running,
+                   coalesce(array_agg(slot.id) FILTER (WHERE slot.running), '{{}}')
+                       AS running_ids,
+                   coalesce(array_agg(slot.attempt) FILTER (WHERE slot.running), '{{}}')
+                       AS running_attempts,
+                   max(slot.ended_at) FILTER (WHERE NOT slot.running) AS ended_at
+            FROM (
+                SELECT given.id, given.attempt, jobs.updated_at AS ended_at,
+                       coalesce(jobs.attempt < given.attempt
+                                OR (jobs.attempt = given.attempt
+                                    AND jobs.status = 'processing'), false) AS running
+                FROM unnest(host.slot_ids, host.slot_attempts) AS given(id, attempt)
+                LEFT JOIN scraping_jobs AS jobs ON jobs.id = given.id
+            ) AS slot
+        ) AS slots
+        LEFT JOIN LATERAL (
+            SELECT jobs.id, jobs.priority, jobs.run_at
+            FROM scraping_jobs AS jobs
+            WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
+              AND jobs.queue = host.queue AND jobs.priority >= host.head_priority
+              AND jobs.run_at <= now()
+            ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+            LIMIT host.host_limit - slots.running
+        ) AS row ON true
+        WHERE slots.running < host.host_limit AND (slots.running = 0 OR host.delay = 0)
+          AND greatest(host.last_finished_at, slots.ended_at)
+              + make_interval(secs => host.delay) <= now()
         LIMIT (SELECT %(limit)s::integer)
-        FOR UPDATE SKIP LOCKED
-    ) AS locked
-    ORDER BY locked.priority DESC, locked.run_at, locked.id
+    ) AS visit
+),
+chosen AS (
+    SELECT ranked.id
+    FROM (
+        SELECT walked.id, walked.priority, walked.run_at, walked.free,
+               row_number() OVER (PARTITION BY walked.host_key
+                                  ORDER BY walked.priority DESC, walked.run_at, walked.id)
+                   AS rank
+        FROM walked
+        WHERE walked.id IS NOT NULL
+    ) AS ranked
+    WHERE ranked.rank <= ranked.free
+    ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
     LIMIT (SELECT %(limit)s::integer)
 ),
 claimed AS (
@@ -66,17 +167,117 @@ claimed AS (
         processing_started_at = now(),
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
         updated_at = now()
-    WHERE jobs.id = ANY (ARRAY(SELECT id FROM candidates)) AND jobs.status = 'pending'
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM chosen)) AND jobs.status = 'pending'
     RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type, jobs.payload,
               jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries, jobs.depth,
               jobs.parent_id, jobs.owner_uid, jobs.owner_namespace, jobs.owner_name, jobs.run_at,
-              jobs.processing_started_at, jobs.lease_expires_at
+              jobs.processing_started_at, jobs.lease_expires_at, jobs.host_key
+),
+taken AS (
+    UPDATE scrapeq_hosts AS hosts
+    SET slot_ids = visited.running_ids || slots.ids,
+        slot_attempts = visited.running_attempts || slots.attempts,
+        last_finished_at = coalesce(visited.ended_at, hosts.last_finished_at),
+        next_allowed_at = CASE WHEN visited.delay > 0
+            THEN greatest(hosts.next_allowed_at, now() + make_interval(secs => visited.delay))
+            ELSE hosts.next_allowed_at END
+    FROM (
+        SELECT claimed.host_key, array_agg(claimed.id ORDER BY claimed.id) AS ids,
+               array_agg(claimed.attempt ORDER BY claimed.id) AS attempts
+        FROM claimed
+        GROUP BY claimed.host_key
+    ) AS slots
+    JOIN (
+        SELECT DISTINCT ON (walked.host_key) walked.host_key, walked.delay,
+               walked.running_ids, walked.running_attempts, walked.ended_at
+        FROM walked
+        ORDER BY walked.host_key
+    ) AS visited ON visited.host_key = slots.host_key
+    WHERE hosts.host_key = slots.host_key
+),
+reheaded AS (
+    UPDATE scrapeq_host_queues AS known
+    SET head_priority = moved.priority, head_run_at = moved.run_at, head_id = moved.id
+    FROM (
+        SELECT visits.queue, visits.host_key, visits.generation,
+               coalesce(last.priority, best.priority) AS priority,
+               coalesce(last.run_at, best.run_at) AS run_at, coalesce(last.id, best.id) AS id
+        FROM (
+            SELECT walked.queue, walked.host_key, walked.generation,
+                   count(walked.id) >= max(walked.free) AS full
+            FROM walked
+            GROUP BY walked.queue, walked.host_key, walked.generation
+        ) AS visits
+        LEFT JOIN LATERAL (
+            SELECT claimed.priority, claimed.run_at, claimed.id FROM claimed
+            WHERE visits.full AND claimed.queue = visits.queue
+              AND claimed.host_key = visits.host_key
+            ORDER BY claimed.priority, claimed.run_at DESC, claimed.id DESC
+            LIMIT 1
+        ) AS last ON true
+        LEFT JOIN LATERAL (
+            SELECT candidate.priority, candidate.run_at, candidate.id
+            FROM (
+                (SELECT jobs.priority, jobs.run_at, jobs.id, 0 AS rank
+                 FROM scraping_jobs AS jobs
+                 WHERE NOT visits.full AND jobs.status = 'pending'
+                   AND jobs.host_key = visits.host_key AND jobs.queue = visits.queue
+                   AND jobs.run_at <= now()
+                 ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+                 LIMIT 1)
+                UNION ALL
+                (SELECT jobs.priority, jobs.run_at, jobs.id, 1 AS rank
+                 FROM scraping_jobs AS jobs
+                 WHERE NOT visits.full AND jobs.status = 'pending'
+                   AND jobs.host_key = visits.host_key AND jobs.queue = visits.queue
+                 ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+                 LIMIT 1)
+            ) AS candidate
+            ORDER BY candidate.rank
+            LIMIT 1
+        ) AS best ON true
+        WHERE last.id IS NOT NULL OR NOT visits.full
+    ) AS moved
+    JOIN LATERAL (
+        -- A head a producer is moving right now is left to it (never waited for).
+        SELECT FROM scrapeq_host_queues AS free
+        WHERE free.queue = moved.queue AND free.host_key = moved.host_key
+        FOR UPDATE SKIP LOCKED
+    ) AS unlocked ON true
+    WHERE known.queue = moved.queue AND known.host_key = moved.host_key
+      AND known.generation = moved.generation
 )
 SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_count,
        max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
-       processing_started_at, lease_expires_at
+       processing_started_at, lease_expires_at, host_key
 FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL
+WHERE NOT EXISTS (SELECT FROM claimed) AND EXISTS (SELECT FROM walked WHERE walked.id IS NULL)
 ORDER BY priority DESC, run_at, id
+"""
+
+# Records robots.txt's Crawl-delay of a host (0: none), creating its state if need be.
+HOST_SET_CRAWL_DELAY: Final = """
+INSERT INTO scrapeq_hosts AS hosts (host_key, crawl_delay_seconds)
+VALUES (%(host_key)s, %(crawl_delay_seconds)s)
+ON CONFLICT (host_key) DO UPDATE SET crawl_delay_seconds = excluded.crawl_delay_seconds
+    WHERE hosts.crawl_delay_seconds IS DISTINCT FROM excluded.crawl_delay_seconds
+"""
+
+# The politeness state of the given hosts, with the attempts each has running.
+HOST_STATES: Final = """
+SELECT hosts.host_key,
+       (SELECT count(*)
+        FROM unnest(hosts.slot_ids, hosts.slot_attempts) AS given(id, attempt)
+        JOIN scraping_jobs AS jobs ON jobs.id = given.id
+        WHERE jobs.attempt < given.attempt
+           OR (jobs.attempt = given.attempt AND jobs.status = 'processing')) AS in_flight,
+       hosts.max_in_flight, hosts.delay_seconds, hosts.crawl_delay_seconds,
+       hosts.next_allowed_at, hosts.paused_until, hosts.pause_reason, hosts.server_errors
+FROM scrapeq_hosts AS hosts
+WHERE hosts.host_key = ANY(%(host_keys)s::text[])
 """
 
 # Extends the leases of the (id, attempt) pairs this worker still holds; returns their ids.
@@ -148,21 +349,21 @@ WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
 # same queue/priority/retries/owner, depth + 1, deduplicated per owner by normalised URL
 # (rows without an owner are deduplicated only within one call), at most %(limit)s new rows
 # in the order given (links already queued for the owner do not use up the limit). Returns
-# the new ids.
+# the new ids. The children's host keys come from the caller (registrable domains).
 JOB_INSERT_CHILDREN: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
-                           dedup_key, parent_id, depth)
+                           dedup_key, parent_id, depth, host_key)
 SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        coalesce(child.payload, parent.payload), parent.queue, parent.priority,
        parent.max_retries, parent.retry_backoff_seconds, parent.owner_uid,
        parent.owner_namespace, parent.owner_name,
        CASE WHEN parent.owner_uid IS NULL THEN NULL ELSE child.dedup_key END,
-       parent.id, parent.depth + 1
+       parent.id, parent.depth + 1, child.host_key
 FROM scraping_jobs AS parent,
      unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
-            %(dedup_keys)s::text[]) WITH ORDINALITY AS child(url, parser_type, payload,
-                                                            dedup_key, position)
+            %(dedup_keys)s::text[], %(host_keys)s::text[])
+         WITH ORDINALITY AS child(url, parser_type, payload, dedup_key, host_key, position)
 WHERE parent.id = %(parent_id)s
   AND NOT EXISTS (
       SELECT 1 FROM scraping_jobs AS queued
@@ -178,8 +379,27 @@ RETURNING id
 # with run_at = now + delay, where delay = Retry-After when given, else
 # retry_backoff_seconds * 2^retry_count * jitter, both capped; otherwise it fails for good.
 # Fenced by id + attempt + processing. Returns the new status (no row: fenced).
+# A server error (%(server_error)s: a 5xx or 429) speaks for the whole host: the site's
+# Retry-After (%(host_pause_seconds)s, with a 429 or 503) pauses it for every worker that
+# long, and %(server_error_threshold)s server errors less than a minute apart pause it for
+# %(server_error_pause_seconds)s.
 JOB_RETRY: Final = """
-WITH decided AS (
+WITH paused AS (
+    SELECT hosts.host_key,
+           CASE WHEN hosts.last_server_error_at > now() - interval '1 minute'
+                THEN hosts.server_errors + 1 ELSE 1 END AS server_errors,
+           CASE
+               WHEN %(host_pause_seconds)s::double precision IS NOT NULL
+                   THEN %(host_pause_seconds)s::double precision
+               WHEN hosts.last_server_error_at > now() - interval '1 minute'
+                    AND hosts.server_errors + 1 >= %(server_error_threshold)s::integer
+                   THEN %(server_error_pause_seconds)s::double precision
+           END AS pause
+    FROM scrapeq_hosts AS hosts
+    WHERE %(server_error)s AND hosts.host_key = %(host_key)s
+    FOR UPDATE OF hosts
+),
+decided AS (
     UPDATE scraping_jobs AS jobs
     SET status = CASE WHEN jobs.retry_count < jobs.max_retries
                       THEN 'pending' ELSE 'failed' END::scraping_job_status,
@@ -199,8 +419,24 @@ WITH decided AS (
         last_error_reason = %(reason)s,
         updated_at = now()
     WHERE jobs.id = %(id)s AND jobs.attempt = %(attempt)s AND jobs.status = 'processing'
+      -- The host's lock first (the InitPlan runs before the row is locked): a claim holding
+      -- the host may be waiting for this row.
+      AND (SELECT count(*) FROM paused) >= 0
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.status, jobs.processed_by,
               jobs.processing_started_at
+),
+host_paused AS (
+    UPDATE scrapeq_hosts AS hosts
+    SET server_errors = paused.server_errors,
+        last_server_error_at = now(),
+        next_allowed_at = CASE WHEN paused.pause IS NULL THEN hosts.next_allowed_at
+            ELSE greatest(hosts.next_allowed_at, now() + make_interval(secs => paused.pause)) END,
+        paused_until = CASE WHEN paused.pause IS NULL THEN hosts.paused_until
+            ELSE now() + make_interval(secs => paused.pause) END,
+        pause_reason = CASE WHEN paused.pause IS NULL THEN hosts.pause_reason
+            ELSE %(reason)s END
+    FROM paused
+    WHERE hosts.host_key = paused.host_key
 ),
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome, reason, error,
@@ -323,13 +559,13 @@ SELECT (SELECT count(*) FROM rescued) AS rescued, (SELECT count(*) FROM notified
 JOB_INSERT_MANY: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, run_at, owner_uid, owner_namespace,
-                           owner_name, dedup_key)
+                           owner_name, dedup_key, host_key)
 SELECT new.url, new.parser_type, new.payload, %(queue)s, new.priority, %(max_retries)s,
        %(backoff_seconds)s, coalesce(%(run_at)s::timestamptz, now()), %(owner_uid)s,
-       %(owner_namespace)s, %(owner_name)s, new.dedup_key
+       %(owner_namespace)s, %(owner_name)s, new.dedup_key, new.host_key
 FROM unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
-            %(priorities)s::integer[], %(dedup_keys)s::text[])
-     AS new(url, parser_type, payload, priority, dedup_key)
+            %(priorities)s::integer[], %(dedup_keys)s::text[], %(host_keys)s::text[])
+     AS new(url, parser_type, payload, priority, dedup_key, host_key)
 ON CONFLICT (owner_uid, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id
 """

@@ -26,6 +26,7 @@ PAYLOAD_FIELDS = (
     "timeoutSeconds",
     "extract",
     "follow",
+    "politeness",
 )
 # How many bad lines an error message quotes.
 QUOTED_BAD_LINES = 3

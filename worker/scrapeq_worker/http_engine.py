@@ -13,11 +13,14 @@ only, never a sub-resource, so a job's blockResources has nothing to skip here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 from urllib.parse import urljoin
 
 import aiohttp
+from scrapeq_queue.sealed_credentials import Credentials
 
 from .credential_headers import request_headers
 from .egress_proxy import REFUSAL_HEADER, EgressProxy, UpstreamProxy
@@ -104,7 +107,7 @@ class HttpEngine:
         if self._session is None:
             await self.start()
         assert self._session is not None
-        if options.credentials is None:
+        if options.credentials is None and not options.upstream_proxies:
             return await self._fetch(self._session, url, options, follow_selector, self._proxy_url)
         # A job with credentials gets a cookie jar of its own (on the shared connections): a
         # session cookie the site sets in return ends with the job, as in the browser. A job
@@ -142,6 +145,53 @@ class HttpEngine:
         deadline = started + options.timeout_seconds
         headers = {"User-Agent": self.user_agent, "Accept": "text/html,*/*;q=0.8"}
         headers.update(options.headers or {})
+        async with self._response(
+            session, url, headers, options.timeout_seconds, options.credentials, proxy_url
+        ) as (final_url, response):
+            return await self._finish(
+                url, final_url, response, options, follow_selector, started, deadline
+            )
+
+    async def fetch_text(
+        self, url: str, *, timeout_seconds: float, max_bytes: int
+    ) -> tuple[int, str]:
+        """GET `url` like `fetch` (guard, redirects) and return the final (status, body as
+        text), the body cut at `max_bytes`; no status is an error here. For small documents
+        the worker reads itself (robots.txt)."""
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        headers = {"User-Agent": self.user_agent}
+        async with self._response(
+            self._session, url, headers, timeout_seconds, None, self._proxy_url
+        ) as (_, response):
+            body = bytearray()
+            async for chunk in response.content.iter_chunked(64 * 1024):
+                body.extend(chunk)
+                if len(body) >= max_bytes:
+                    break
+            charset = charset_of(response.headers.get("Content-Type"))
+            return response.status, _decode(bytes(body[:max_bytes]), charset)
+
+    @contextlib.asynccontextmanager
+    async def _response(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        headers: Mapping[str, str],
+        timeout_seconds: float,
+        credentials: Credentials | None,
+        proxy_url: str | None,
+    ) -> AsyncIterator[tuple[str, aiohttp.ClientResponse]]:
+        """GET `url` within `timeout_seconds`, following redirects hop by hop, each hop's URL
+        checked by the guard; yield (final URL, its response).
+
+        Raises the guard's BlockedRequest, PermanentFailure (too_many_redirects) and
+        RetryLater (timeout, network_error), also for errors while the caller reads the body.
+        `credentials` go only to the hops they were sealed for (request_headers); every hop
+        goes through `proxy_url` (the worker's egress proxy route), when given.
+        """
+        deadline = time.monotonic() + timeout_seconds
         current = url
         try:
             for _ in range(MAX_REDIRECTS + 1):
@@ -151,7 +201,7 @@ class HttpEngine:
                     raise TimeoutError
                 async with session.get(
                     current,
-                    headers=request_headers(headers, current, options.credentials) or headers,
+                    headers=request_headers(headers, current, credentials) or dict(headers),
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=remaining),
                     proxy=proxy_url,
@@ -161,16 +211,14 @@ class HttpEngine:
                     if 300 <= response.status < 400 and location:
                         current = urljoin(current, location)
                         continue
-                    return await self._finish(
-                        url, current, response, options, follow_selector, started, deadline
-                    )
+                    yield current, response
+                    return
             raise PermanentFailure(
                 f"more than {MAX_REDIRECTS} redirects from {url}", reason="too_many_redirects"
             )
         except TimeoutError as error:
             raise RetryLater(
-                f"timed out after {options.timeout_seconds:g}s fetching {current}",
-                reason="timeout",
+                f"timed out after {timeout_seconds:g}s fetching {current}", reason="timeout"
             ) from error
         except aiohttp.ClientHttpProxyError as error:
             # A tunnel (https) the egress proxy refused; its reason is in the status.

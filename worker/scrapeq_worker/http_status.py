@@ -19,6 +19,9 @@ from .errors import PermanentFailure, RetryLater
 # retrying instead of disappearing for days.
 MAX_RETRY_AFTER_SECONDS: Final = 3600.0
 HTML_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
+# Retry reasons that speak for the whole site, not one URL: its Retry-After pauses the host for
+# every worker, and a run of them pauses the host even without one (docs/worker.md).
+SERVER_ERROR_REASONS: Final = frozenset({"http_429", "http_5xx"})
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:

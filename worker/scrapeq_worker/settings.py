@@ -28,6 +28,14 @@ from scrapeq_queue.options import (
     parse_positive_int,
 )
 from scrapeq_queue.payload import RESOURCE_KINDS, check_resource_kinds
+from scrapeq_queue.politeness import (
+    DEFAULT_DELAY_SECONDS,
+    DEFAULT_MAX_CONCURRENT_PER_HOST,
+    DEFAULT_RESPECT_ROBOTS_TXT,
+    MAX_CONCURRENT_PER_HOST_LIMIT,
+    MAX_DELAY_SECONDS,
+    HostPoliteness,
+)
 
 from .egress_proxy import UpstreamProxy
 from .network_guard import IPNetwork, parse_networks
@@ -61,6 +69,20 @@ def _contact_url(text: str) -> str:
     ):
         raise ValueError(f"must not contain spaces, control characters, '(', ')' or ';': {text!r}")
     return url
+
+
+def _host_limit(text: str) -> int:
+    value = parse_positive_int(text)
+    if value > MAX_CONCURRENT_PER_HOST_LIMIT:
+        raise ValueError(f"must be at most {MAX_CONCURRENT_PER_HOST_LIMIT}, got {value}")
+    return value
+
+
+def _host_delay(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= MAX_DELAY_SECONDS:
+        raise ValueError(f"must be between 0 and {MAX_DELAY_SECONDS:g}, got {value:g}")
+    return value
 
 
 def _version() -> str:
@@ -132,6 +154,36 @@ class WorkerSettings:
         env="SCRAPEQ_PER_DOMAIN_CONCURRENCY",
         parse=parse_positive_int,
         help="Most pages of one host name fetched at once by this process.",
+    )
+    # Per-host politeness, enforced by the claim for the whole cluster; a site's producers
+    # (payload.politeness, ScrapeJob spec.politeness) override them. Why these values:
+    # docs/worker.md#per-host-politeness.
+    max_concurrent_per_host: int = option(
+        DEFAULT_MAX_CONCURRENT_PER_HOST,
+        flag="--max-concurrent-per-host",
+        env="SCRAPEQ_MAX_CONCURRENT_PER_HOST",
+        parse=_host_limit,
+        help="Most rows of one site (registrable domain) in flight across every worker of "
+        "every pool, for sites whose rows set no politeness.maxConcurrentPerHost.",
+    )
+    host_delay_seconds: float = option(
+        DEFAULT_DELAY_SECONDS,
+        flag="--host-delay-seconds",
+        env="SCRAPEQ_HOST_DELAY_SECONDS",
+        parse=_host_delay,
+        help="Seconds between the end of one request to a site and the start of the next (a "
+        "delay makes the site one request at a time), for sites whose rows set no "
+        "politeness.delaySeconds.",
+    )
+    respect_robots_txt: bool = option(
+        DEFAULT_RESPECT_ROBOTS_TXT,
+        flag="--respect-robots-txt",
+        negative_flag="--ignore-robots-txt",
+        env="SCRAPEQ_RESPECT_ROBOTS_TXT",
+        parse=parse_bool,
+        help="Read each site's robots.txt and fail the URLs it disallows (robots_disallowed), "
+        "for rows that set no politeness.respectRobotsTxt; false turns it off for the pool.",
+        switch=True,
     )
     # Long enough that a slow page (30 s default timeout) is renewed twice before it could lapse.
     lease_seconds: float = option(
@@ -322,6 +374,15 @@ class WorkerSettings:
     @property
     def user_agent(self) -> str:
         return user_agent(self.user_agent_contact)
+
+    @property
+    def politeness(self) -> HostPoliteness:
+        """The pool's politeness defaults, as the claim binds them."""
+        return HostPoliteness(
+            max_concurrent_per_host=self.max_concurrent_per_host,
+            delay_seconds=self.host_delay_seconds,
+            respect_robots_txt=self.respect_robots_txt,
+        )
 
 
 OPTIONS: Final = options_of(WorkerSettings)

@@ -59,10 +59,12 @@ from .browser import BrowserPool, BrowserSettings
 from .errors import BrowserUnavailable, PermanentFailure, RetryLater, WorkerError
 from .following import followed_payload
 from .http_engine import HttpEngine
+from .http_status import SERVER_ERROR_REASONS
 from .job_options import options_from_payload
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
 from .readiness import RECHECK_SECONDS, Problem, Readiness, browser_problem, temp_dir_problem
+from .robots import MAX_ROBOTS_BYTES, ROBOTS_TIMEOUT_SECONDS, RobotsRules, respects_robots
 from .scraper import Scraper, ScrapeResult
 from .settings import WorkerSettings
 
@@ -196,6 +198,12 @@ class Worker:
             max_response_bytes=settings.max_response_bytes,
             user_agent=settings.user_agent,
             upstream_proxy=settings.upstream_proxy,
+        )
+        # robots.txt goes through the plain-HTTP engine: the same guard, proxy and user agent.
+        self.robots = RobotsRules(
+            lambda url: self.http.fetch_text(
+                url, timeout_seconds=ROBOTS_TIMEOUT_SECONDS, max_bytes=MAX_ROBOTS_BYTES
+            )
         )
         self.scraper = Scraper(
             self.browser,
@@ -387,6 +395,7 @@ class Worker:
                         queues=self.settings.queues,
                         limit=limit,  # noqa: B023 - called before the loop moves on
                         lease_seconds=self.settings.lease_seconds,
+                        politeness=self.settings.politeness,
                     ),
                     what="claim jobs",
                     claims=True,
@@ -395,12 +404,42 @@ class Worker:
                     self._start(job)
             if claimed is None:
                 continue  # a database error; _database already waited out the backoff
-            if self.settings.burst and not claimed and not self._running:
+            # An empty claim can also mean that every due row's site is at its politeness
+            # limit, delayed or paused: a burst run ends only when nothing is due at all.
+            if (
+                self.settings.burst
+                and not claimed
+                and not self._running
+                and await self._nothing_due()
+            ):
                 logger.info("burst mode: no job is due; exiting")
                 return
             if claimed and self._free_slots() > 0:
                 continue  # there may be more due work for the free slots
             await wait_for_event(self._wake, self.settings.poll_seconds)
+
+    async def _obey_robots_txt(self, job: ClaimedJob) -> None:
+        """Raise when the site's robots.txt forbids the job's URL (or cannot be read); the job
+        that fetched the file records its Crawl-delay for every claimer (scrapeq_hosts)."""
+        if not respects_robots(job.payload, self.settings.respect_robots_txt):
+            return
+        verdict = await self.robots.check(job.url)
+        if verdict.fresh and job.host_key is not None:
+            host_key = job.host_key
+            await self._database(
+                lambda connection: scrapeq_queue.set_crawl_delay(
+                    connection, host_key, verdict.crawl_delay_seconds or 0.0
+                ),
+                what=f"record the Crawl-delay of {host_key}",
+            )
+
+    async def _nothing_due(self) -> bool:
+        backlog = await self._database(
+            lambda connection: scrapeq_queue.queue_backlog(connection, self.settings.queues),
+            what="read the backlog",
+            claims=True,
+        )
+        return backlog is not None and all(queue.due_pending == 0 for queue in backlog.values())
 
     async def _check_readiness(self) -> None:
         """Run every readiness check and schedule the next round while one fails."""
@@ -473,6 +512,7 @@ class Worker:
                         sealing_keys=self.sealing_keys,
                         default_block_resources=self.settings.block_resources,
                     )
+                    await self._obey_robots_txt(job)
                     scraped = await self.scraper.scrape(
                         job.url, options, depth=job.depth, owner=job.owner_uid
                     )
@@ -672,6 +712,13 @@ class Worker:
                 reason=error.reason,
                 duration_seconds=duration,
                 retry_after_seconds=error.delay_seconds,
+                # A site that says "come back later" (429/503 with Retry-After) or keeps
+                # failing means every worker should leave it alone, not only this row.
+                pause_host_seconds=(
+                    error.delay_seconds if error.reason in SERVER_ERROR_REASONS else None
+                ),
+                server_error=error.reason in SERVER_ERROR_REASONS,
+                host_key=job.host_key,
             ),
             what=f"retry job {job.id}",
             persistent=True,

@@ -286,7 +286,12 @@ def work_rows(
 
     async def work(conn: Any) -> list[scrapeq_queue.ClaimedJob]:
         jobs = await scrapeq_queue.claim_jobs(
-            conn, worker_id=worker_id, queues=[queue], limit=limit, lease_seconds=300
+            conn,
+            worker_id=worker_id,
+            queues=[queue],
+            limit=limit,
+            lease_seconds=300,
+            politeness=scrapeq_queue.NO_HOST_LIMIT,
         )
         for job in jobs:
             if hold:

@@ -25,10 +25,20 @@ async def drain(dsn: str, worker_id: str) -> None:
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
         while True:
             jobs = await queue.claim_jobs(
-                connection, worker_id=worker_id, queues=["default"], limit=25, lease_seconds=60
+                connection,
+                worker_id=worker_id,
+                queues=["default"],
+                limit=25,
+                lease_seconds=60,
+                politeness=queue.NO_HOST_LIMIT,
             )
             if not jobs:
-                break
+                # Empty can also mean "the host is being claimed by another claimer right
+                # now" (claims skip a locked host): stop only when nothing is due any more.
+                backlog = await queue.queue_backlog(connection, ["default"])
+                if backlog["default"].due_pending == 0:
+                    break
+                continue
             claimed.extend(job.token for job in jobs)
             await queue.complete_many(
                 connection,
@@ -40,7 +50,12 @@ async def drain(dsn: str, worker_id: str) -> None:
 async def hold(dsn: str, worker_id: str) -> None:
     connection = await queue.connect(dsn)
     jobs = await queue.claim_jobs(
-        connection, worker_id=worker_id, queues=["default"], limit=5, lease_seconds=1
+        connection,
+        worker_id=worker_id,
+        queues=["default"],
+        limit=5,
+        lease_seconds=1,
+        politeness=queue.NO_HOST_LIMIT,
     )
     print(json.dumps([job.token for job in jobs]), flush=True)
     await asyncio.Event().wait()  # "mid-job": hold the jobs until killed

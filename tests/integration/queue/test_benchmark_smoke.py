@@ -56,3 +56,24 @@ def test_the_benchmark_prints_one_json_line_per_measure_then_a_table() -> None:
     assert records[1]["p50_ms"] > 0
     assert records[2]["ratio_p50"] > 0
     assert any(line.startswith("scrapeq ") for line in lines[3:]), "the table is missing"
+
+
+def test_the_politeness_modes_measure_throughput_against_the_claim_before_politeness() -> None:
+    completed = subprocess.run(
+        [
+            sys.executable, "-m", "benchmarks.queue_throughput",
+            "--systems", "scrapeq-before,scrapeq,scrapeq-hot-host", "--measures", "throughput",
+            "--jobs", "1000", "--workers", "2", "--rounds", "1",
+        ],
+        cwd=REPOSITORY_ROOT, capture_output=True, text=True, timeout=100, check=False,
+    )  # fmt: skip
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    records = [json.loads(line) for line in completed.stdout.splitlines()[:3]]
+    assert [record["system"] for record in records] == [
+        "scrapeq-before",
+        "scrapeq",
+        "scrapeq-hot-host",
+    ]
+    assert all(record["jobs_per_s"] > 0 for record in records), records
+    assert records[2]["jobs"] == 100  # the other hosts' rows: a tenth of them

@@ -15,6 +15,11 @@ pytestmark = pytest.mark.postgres
 Connection = psycopg.AsyncConnection[Any]
 
 
+async def claim_jobs(connection: Connection, **arguments: Any) -> list[queue.ClaimedJob]:
+    """queue.claim_jobs without a per-host limit: these tests' rows share one made-up host."""
+    return await queue.claim_jobs(connection, politeness=queue.NO_HOST_LIMIT, **arguments)
+
+
 async def fetch_row(connection: Connection, job_id: int | None) -> dict[str, Any]:
     assert job_id is not None
     cursor = connection.cursor(row_factory=psycopg.rows.dict_row)
@@ -34,7 +39,7 @@ async def make_due(connection: Connection, job_id: int) -> None:
 
 
 async def claim_one(connection: Connection, worker: str = "worker-a") -> queue.ClaimedJob:
-    (job,) = await queue.claim_jobs(
+    (job,) = await claim_jobs(
         connection, worker_id=worker, queues=["default"], limit=1, lease_seconds=30
     )
     return job
@@ -52,9 +57,13 @@ async def test_claims_take_due_rows_by_priority_then_age(async_connection: Conne
     )
     elsewhere = await queue.enqueue(async_connection, "https://e.test/other", queue="other")
 
-    jobs = await queue.claim_jobs(
+    # One claim gives a host's rows of one priority at a time (docs/queue.md, per-host
+    # politeness): claims in a row hand them out in claim order.
+    jobs: list[queue.ClaimedJob] = []
+    while batch := await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
-    )
+    ):
+        jobs.extend(batch)
 
     assert [job.id for job in jobs] == [urgent, old, new]
     assert later not in {job.id for job in jobs}
@@ -68,7 +77,7 @@ async def test_a_claim_from_several_queues_still_orders_by_priority(
     low = await queue.enqueue(async_connection, "https://e.test/low", queue="a")
     high = await queue.enqueue(async_connection, "https://e.test/high", queue="b", priority=3)
 
-    jobs = await queue.claim_jobs(
+    jobs = await claim_jobs(
         async_connection, worker_id="w", queues=["a", "b"], limit=1, lease_seconds=30
     )
 
@@ -163,7 +172,7 @@ async def test_a_malformed_payload_fails_the_row_permanently_with_a_clear_error(
     (job_id,) = await cursor.fetchone()  # type: ignore[misc]
     good = await queue.enqueue(async_connection, "https://e.test/good")
 
-    jobs = await queue.claim_jobs(
+    jobs = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
     )
 
@@ -186,10 +195,10 @@ async def test_a_claim_whose_rows_are_all_invalid_claims_again_so_empty_means_no
     )
     good = await queue.enqueue(async_connection, "https://e.test/after-the-bad-ones")
 
-    first = await queue.claim_jobs(
+    first = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
     )
-    second = await queue.claim_jobs(
+    second = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
     )
 
@@ -206,7 +215,7 @@ async def test_a_stale_worker_cannot_complete_retry_or_fail_a_rescued_job(
     async_connection: Connection,
 ) -> None:
     await queue.enqueue(async_connection, "https://e.test/")
-    (stale,) = await queue.claim_jobs(
+    (stale,) = await claim_jobs(
         async_connection, worker_id="stale", queues=["default"], limit=1, lease_seconds=0.05
     )
     await pytest_eventually_rescued(async_connection)
@@ -258,7 +267,7 @@ async def test_renewing_keeps_a_lease_alive_and_reports_only_jobs_still_held(
 ) -> None:
     first = await queue.enqueue(async_connection, "https://e.test/1")
     second = await queue.enqueue(async_connection, "https://e.test/2")
-    jobs = await queue.claim_jobs(
+    jobs = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=5
     )
     await queue.cancel_jobs(async_connection, [second])  # type: ignore[list-item]
@@ -325,7 +334,7 @@ async def test_a_retry_after_hint_wins_over_the_schedule_and_is_capped(
     huge = await queue.enqueue(async_connection, "https://e.test/b", backoff_seconds=100)
     jobs = {
         job.id: job
-        for job in await queue.claim_jobs(
+        for job in await claim_jobs(
             async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
         )
     }
@@ -370,14 +379,14 @@ async def test_released_jobs_are_due_again_at_once_without_counting_a_retry(
     async_connection: Connection,
 ) -> None:
     await queue.enqueue_many(async_connection, ["https://e.test/1", "https://e.test/2"])
-    jobs = await queue.claim_jobs(
+    jobs = await claim_jobs(
         async_connection, worker_id="draining", queues=["default"], limit=2, lease_seconds=30
     )
 
     released = await queue.release_jobs(
         async_connection, worker_id="draining", jobs=[job.token for job in jobs]
     )
-    again = await queue.claim_jobs(
+    again = await claim_jobs(
         async_connection, worker_id="other", queues=["default"], limit=2, lease_seconds=30
     )
 
@@ -391,7 +400,7 @@ async def test_an_expired_lease_out_of_retries_fails_with_the_reason(
     async_connection: Connection,
 ) -> None:
     await queue.enqueue(async_connection, "https://e.test/", max_retries=0)
-    await queue.claim_jobs(
+    await claim_jobs(
         async_connection, worker_id="dead", queues=["default"], limit=1, lease_seconds=0.01
     )
 
@@ -409,7 +418,7 @@ async def test_cancel_stops_pending_and_in_flight_rows_of_an_owner(
     other = queue.Owner(uid="uid-2", namespace="shop", name="phones")
     await queue.enqueue_for_owner(async_connection, owner, ["https://e.test/1", "https://e.test/2"])
     await queue.enqueue_for_owner(async_connection, other, ["https://e.test/1"])
-    (in_flight,) = await queue.claim_jobs(
+    (in_flight,) = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=1, lease_seconds=30
     )
     assert in_flight.owner_uid == "uid-1"
@@ -430,7 +439,7 @@ async def test_cancel_stops_pending_and_in_flight_rows_of_an_owner(
     assert progress["uid-1"].finished
     assert progress["uid-2"].pending == 1
     assert await attempt_outcomes(async_connection, in_flight.id) == ["cancelled"]
-    remaining = await queue.claim_jobs(
+    remaining = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
     )
     assert [job.owner_uid for job in remaining] == ["uid-2"]
@@ -472,7 +481,7 @@ async def test_followed_links_become_children_once_per_owner(async_connection: C
         follow_urls=links,
     )
 
-    children = await queue.claim_jobs(
+    children = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
     )
     assert sorted(child.url for child in children) == [
@@ -525,7 +534,7 @@ async def test_completions_in_a_batch_skip_only_the_fenced_ones(
     async_connection: Connection,
 ) -> None:
     await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(3)])
-    jobs = await queue.claim_jobs(
+    jobs = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
     )
     await queue.cancel_jobs(async_connection, [jobs[1].id])
@@ -543,7 +552,7 @@ async def test_statistics_report_backlog_in_flight_and_finished_totals(
     now = await queue.database_now(async_connection)
     await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(5)])
     await queue.enqueue(async_connection, "https://e.test/later", run_at=now + timedelta(hours=1))
-    jobs = await queue.claim_jobs(
+    jobs = await claim_jobs(
         async_connection, worker_id="pod-a", queues=["default"], limit=3, lease_seconds=30
     )
     await queue.complete_job(
@@ -581,7 +590,7 @@ async def test_owner_progress_and_changes_follow_the_rows(async_connection: Conn
     await queue.enqueue_for_owner(
         async_connection, owner, [f"https://e.test/{n}" for n in range(4)]
     )
-    jobs = await queue.claim_jobs(
+    jobs = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
     )
     await queue.complete_job(
@@ -619,7 +628,7 @@ async def test_pruning_removes_old_finished_rows_and_keeps_failures(
     async_connection: Connection,
 ) -> None:
     await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(3)])
-    jobs = await queue.claim_jobs(
+    jobs = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
     )
     await queue.complete_job(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -9,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 import scrapeq_queue as queue
+from scrapeq_queue import statements
 from scrapeq_queue.migrations import available_migrations
 
 from scrapeq.local.schema_snapshot import SNAPSHOT_PATH, dump_schema, render_snapshot
@@ -93,3 +95,26 @@ async def test_a_broken_connection_raises_database_unavailable(database_url: str
     await connection.close()
     with pytest.raises(queue.DatabaseUnavailable):
         await queue.enqueue(connection, "https://e.test/")
+
+
+async def test_rows_queued_before_host_politeness_are_claimable_after_the_upgrade(
+    empty_database_url: str,
+) -> None:
+    """Migration 0003 on a database with pending rows: they get their host and are claimed."""
+    earlier = [m for m in available_migrations() if m.version < "0003"]
+    async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
+        await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
+        for migration in earlier:
+            await conn.execute(migration.sql.encode("utf-8"))
+            await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
+        await conn.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type)"
+            " VALUES ('https://www.old.test/1', 'classic'), ('https://www.old.test/2', 'classic')"
+        )
+        assert await asyncio.to_thread(queue.migrate, empty_database_url) == [
+            m.version for m in available_migrations() if m.version >= "0003"
+        ]
+        jobs = await queue.claim_jobs(
+            conn, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+        )
+    assert [job.host_key for job in jobs] == ["www.old.test", "www.old.test"]

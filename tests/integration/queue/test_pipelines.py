@@ -11,6 +11,8 @@ import pytest
 import scrapeq_queue as queue
 from scrapeq_queue.result_urls import urls_from_results
 
+from tests.integration.queue.test_job_lifecycle import claim_jobs
+
 pytestmark = pytest.mark.postgres
 
 Connection = psycopg.AsyncConnection[Any]
@@ -26,7 +28,7 @@ async def followed_urls(connection: Connection, owner_uid: str) -> list[str]:
 
 
 async def claim(connection: Connection, limit: int) -> list[queue.ClaimedJob]:
-    return await queue.claim_jobs(
+    return await claim_jobs(
         connection, worker_id="w", queues=["default"], limit=limit, lease_seconds=30
     )
 

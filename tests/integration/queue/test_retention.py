@@ -12,6 +12,7 @@ import pytest
 import scrapeq_queue as queue
 
 from tests.integration.queue.test_commands import run
+from tests.integration.queue.test_job_lifecycle import claim_jobs
 
 pytestmark = pytest.mark.postgres
 
@@ -33,7 +34,7 @@ async def failed_rows(
         [f"https://e.test/{queue_name}/{hours}" for hours in hours_ago],
         queue=queue_name,
     )
-    jobs = await queue.claim_jobs(
+    jobs = await claim_jobs(
         connection, worker_id="w", queues=[queue_name], limit=len(ids), lease_seconds=30
     )
     for job in jobs:
@@ -105,7 +106,7 @@ async def test_keeping_zero_failed_rows_deletes_every_failure_in_small_batches(
 ) -> None:
     await failed_rows(async_connection, "shop", [float(hours) for hours in range(1, 8)])
     (completed,) = await queue.enqueue_many(async_connection, ["https://e.test/fine"])
-    (job,) = await queue.claim_jobs(
+    (job,) = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=1, lease_seconds=30
     )
     assert await queue.complete_job(

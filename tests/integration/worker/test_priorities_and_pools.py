@@ -56,18 +56,27 @@ URGENT_DEADLINE_SECONDS: Final = 5.0
 
 @contextlib.asynccontextmanager
 async def scrapeq_worker(
-    database_url: str, log_path: Path, *arguments: str
+    database_url: str,
+    log_path: Path,
+    *arguments: str,
+    allow_networks: str = ALLOW_SITE,
+    max_concurrent_per_host: int | None = 1000,
 ) -> AsyncIterator[asyncio.subprocess.Process]:
-    """Run `scrapeq worker <arguments>` (allowed to reach only the test site) until the block
-    ends, then SIGTERM it (it drains and releases what it holds) and wait for it to exit.
+    """Run `scrapeq worker <arguments>` (allowed to reach only `allow_networks`) until the
+    block ends, then SIGTERM it (it drains and releases what it holds) and wait for it to exit.
 
-    Its log goes to `log_path`: a pipe nobody reads would fill up and stall the worker.
+    Every row of these priority tests lives on the one test site, and they test claim order,
+    not politeness: the pool's per-host limit is lifted unless `max_concurrent_per_host` says
+    otherwise (None: the worker's default). Its log goes to `log_path`: a pipe nobody reads
+    would fill up and stall the worker.
     """
     environment = {
         **os.environ,
         "DATABASE_URL": database_url,
-        "SCRAPEQ_ALLOW_NETWORKS": ALLOW_SITE,
+        "SCRAPEQ_ALLOW_NETWORKS": allow_networks,
     }
+    if max_concurrent_per_host is not None:
+        environment["SCRAPEQ_MAX_CONCURRENT_PER_HOST"] = str(max_concurrent_per_host)
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "scrapeq", "worker",

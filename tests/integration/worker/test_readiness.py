@@ -244,7 +244,10 @@ async def test_a_browser_that_fails_to_launch_at_work_hands_its_jobs_back_unspen
     ids = await enqueue_pages(connection, site, 3)
     chromium = tmp_path / "chromium"
     settings = dataclasses.replace(
-        worker_settings, chromium=fake_chromium(chromium, version_works=True)
+        worker_settings,
+        chromium=fake_chromium(chromium, version_works=True),
+        # The three pages are on the one test site: all of them must be claimed at once.
+        max_concurrent_per_host=3,
     )
     async with running_worker(settings) as running:
         status, text = await wait_for_readyz(

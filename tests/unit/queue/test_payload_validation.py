@@ -33,6 +33,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
         "sealed": SealingKeys.from_text(SealingKeys.generate()).seal(
             Credentials(origins=("https://shop.example:443",), headers={"X-Token": "t"})
         ),
+        "politeness": {"maxConcurrentPerHost": 4, "delaySeconds": 1.5, "respectRobotsTxt": True},
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []

@@ -1,0 +1,252 @@
+"""Per-host politeness enforced by the claim: limits hold for every claimer at once, every
+way a row stops being in flight frees its slot, delays and pauses hold a whole host, and a
+host holding most of the backlog does not hold up the others."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+import scrapeq_queue as queue
+
+Connection = psycopg.AsyncConnection[Any]
+
+pytestmark = pytest.mark.timeout(60)
+
+TWO_PER_HOST = queue.HostPoliteness(max_concurrent_per_host=2)
+
+
+async def claim(
+    connection: Connection, worker: str = "w", limit: int = 50, **more: Any
+) -> list[queue.ClaimedJob]:
+    more.setdefault("politeness", TWO_PER_HOST)
+    return await queue.claim_jobs(
+        connection, worker_id=worker, queues=["default"], limit=limit, lease_seconds=30, **more
+    )
+
+
+async def in_flight(connection: Connection, host_key: str) -> int:
+    return (await queue.host_states(connection, [host_key]))[host_key].in_flight
+
+
+async def test_rows_are_keyed_by_registrable_domain_and_plain_inserts_by_host_name(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue_many(
+        async_connection,
+        ["https://shop.example.co.uk/a", "https://www.example.co.uk/b", "http://127.0.0.3:81/c"],
+    )
+    await async_connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type) VALUES (%s, 'classic')",
+        ("https://News.Example.org:8443/x",),
+    )
+    cursor = await async_connection.execute("SELECT host_key FROM scraping_jobs ORDER BY id")
+    assert [row[0] for row in await cursor.fetchall()] == [
+        "example.co.uk",
+        "example.co.uk",
+        "127.0.0.3",
+        "news.example.org",
+    ]
+
+
+async def test_no_claimer_gets_more_rows_of_a_host_than_its_limit(
+    async_connection: Connection, database_url: str
+) -> None:
+    await queue.enqueue_many(async_connection, [f"https://busy.test/{n}" for n in range(20)])
+    await queue.enqueue_many(async_connection, [f"https://other.test/{n}" for n in range(20)])
+
+    async def one_claimer(name: str) -> list[queue.ClaimedJob]:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            return await claim(conn, name, limit=8)
+
+    claimed = [job for jobs in await asyncio.gather(*map(one_claimer, "abcdef")) for job in jobs]
+
+    per_host = {
+        key: sum(job.host_key == key for job in claimed) for key in ("busy.test", "other.test")
+    }
+    assert per_host == {"busy.test": 2, "other.test": 2}
+    assert await in_flight(async_connection, "busy.test") == 2
+    assert await claim(async_connection) == []
+
+
+async def test_a_row_can_ask_for_its_own_limit(async_connection: Connection) -> None:
+    await queue.enqueue_many(
+        async_connection,
+        [f"https://own.test/{n}" for n in range(10)],
+        payload={"politeness": {"maxConcurrentPerHost": 5}},
+    )
+    assert len(await claim(async_connection)) == 5
+
+
+async def test_every_way_out_of_flight_gives_the_slot_back(async_connection: Connection) -> None:
+    await queue.enqueue_many(async_connection, [f"https://slots.test/{n}" for n in range(12)])
+
+    async def two() -> list[queue.ClaimedJob]:
+        jobs = await claim(async_connection)
+        assert len(jobs) == 2
+        assert await in_flight(async_connection, "slots.test") == 2
+        return jobs
+
+    first, second = await two()
+    await queue.complete_job(
+        async_connection, first.id, first.attempt, result={}, duration_seconds=0
+    )
+    assert await queue.fail_job(
+        async_connection, second.id, second.attempt, error="x", reason="x", duration_seconds=0
+    )
+    assert await in_flight(async_connection, "slots.test") == 0
+
+    first, second = await two()
+    await queue.retry_job(
+        async_connection, first.id, first.attempt, error="x", reason="x", duration_seconds=0
+    )
+    assert await queue.release_jobs(async_connection, worker_id="w", jobs=[second.token]) == 1
+    assert await in_flight(async_connection, "slots.test") == 0
+
+    first, second = await two()
+    assert await queue.complete_many(
+        async_connection, [queue.Completion(first.id, first.attempt, {}, 0.0)]
+    ) == {first.id}
+    assert await queue.cancel_jobs(async_connection, [second.id]) == 1
+    assert await in_flight(async_connection, "slots.test") == 0
+
+    await two()
+    await async_connection.execute(
+        "UPDATE scraping_jobs SET lease_expires_at = now() - interval '1 second'"
+        " WHERE status = 'processing'"
+    )
+    assert await queue.rescue_expired_leases(async_connection) == 2
+    assert await in_flight(async_connection, "slots.test") == 0
+    assert len(await claim(async_connection)) == 2
+
+
+async def test_a_delay_makes_a_host_take_one_request_at_a_time_spaced_by_the_delay(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue_many(
+        async_connection,
+        [f"https://slow.test/{n}" for n in range(3)],
+        payload={"politeness": {"delaySeconds": 0.5}},
+    )
+    [job] = await claim(async_connection)
+    assert await claim(async_connection) == []
+    await queue.complete_job(async_connection, job.id, job.attempt, result={}, duration_seconds=0)
+    finished = asyncio.get_running_loop().time()
+    assert await claim(async_connection) == []  # the delay runs from the end of the request
+
+    jobs: list[queue.ClaimedJob] = []
+    for _ in range(250):  # polls for at most about 5 s
+        if jobs := await claim(async_connection):
+            break
+        await asyncio.sleep(0.02)
+    assert len(jobs) == 1
+    assert asyncio.get_running_loop().time() - finished >= 0.5 - 0.05
+
+
+async def test_retry_after_pauses_the_whole_host_and_not_the_others(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue_many(async_connection, [f"https://limited.test/{n}" for n in range(4)])
+    await queue.enqueue_many(async_connection, [f"https://free.test/{n}" for n in range(4)])
+    jobs = await claim(async_connection)
+    limited = next(job for job in jobs if job.host_key == "limited.test")
+    await queue.retry_job(
+        async_connection,
+        limited.id,
+        limited.attempt,
+        error="HTTP 429",
+        reason="http_429",
+        duration_seconds=0,
+        retry_after_seconds=3,
+        pause_host_seconds=3,
+        server_error=True,
+        host_key=limited.host_key,
+    )
+    for job in jobs:
+        if job.host_key == "free.test":
+            await queue.complete_job(
+                async_connection, job.id, job.attempt, result={}, duration_seconds=0
+            )
+    state = (await queue.host_states(async_connection, ["limited.test"]))["limited.test"]
+    assert state.pause_reason == "http_429"
+    assert state.paused_until is not None
+    assert (state.paused_until - await queue.database_now(async_connection)).total_seconds() > 2.5
+
+    again = await claim(async_connection, "another-worker")
+    assert {job.host_key for job in again} == {"free.test"}
+
+
+async def test_repeated_server_errors_pause_a_host(async_connection: Connection) -> None:
+    await queue.enqueue_many(async_connection, [f"https://down.test/{n}" for n in range(6)])
+    for _ in range(3):
+        [job, *_] = await claim(async_connection, politeness=queue.HostPoliteness(1))
+        await queue.retry_job(
+            async_connection,
+            job.id,
+            job.attempt,
+            error="HTTP 502",
+            reason="http_5xx",
+            duration_seconds=0,
+            retry_after_seconds=0,
+            server_error=True,
+            host_key=job.host_key,
+        )
+    state = (await queue.host_states(async_connection, ["down.test"]))["down.test"]
+    assert state.server_errors == 3
+    assert state.pause_reason == "http_5xx"
+    assert await claim(async_connection) == []
+
+
+async def test_a_host_holding_most_rows_does_not_hold_up_the_others(
+    async_connection: Connection,
+) -> None:
+    # The hot host's rows come first in every order the old claim used (older, higher priority).
+    await queue.enqueue_many(
+        async_connection, [f"https://hot.test/{n}" for n in range(5000)], priority=9
+    )
+    await queue.enqueue_many(async_connection, [f"https://cold{n}.test/" for n in range(50)])
+    claimed: list[queue.ClaimedJob] = []
+    while batch := await claim(async_connection, limit=10):
+        claimed.extend(batch)
+    hosts = [job.host_key for job in claimed]
+    assert hosts.count("hot.test") == 2
+    assert len(set(hosts) - {"hot.test"}) == 50
+
+
+async def test_rows_back_to_pending_by_plain_sql_become_claimable_again(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue(async_connection, "https://classic.test/a")
+    [job] = await claim(async_connection)
+    assert await queue.fail_job(
+        async_connection, job.id, job.attempt, error="x", reason="x", duration_seconds=0
+    )
+    assert await claim(async_connection) == []
+    await async_connection.execute(
+        "UPDATE scraping_jobs SET status = 'pending', finished_at = NULL WHERE id = %s", (job.id,)
+    )
+    assert [again.id for again in await claim(async_connection)] == [job.id]
+
+
+async def test_priority_orders_rows_across_hosts_whatever_host_holds_them(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue_many(async_connection, [f"https://a.test/{n}" for n in range(10)])
+    await queue.enqueue_many(async_connection, [f"https://b.test/{n}" for n in range(10)])
+    urgent = await queue.enqueue(async_connection, "https://c.test/urgent", priority=5)
+    await async_connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, priority)"
+        " VALUES ('https://d.test/classic', 'classic', 7)"
+    )
+
+    first = await claim(async_connection, limit=3)
+
+    assert [job.priority for job in first] == [7, 5, 0]
+    assert first[0].host_key == "d.test"
+    assert first[1].id == urgent
+    # The rest go in priority order too, each host within its two slots at a time.
+    rest = await claim(async_connection, limit=50)
+    assert {job.host_key for job in rest} == {"a.test", "b.test"}
+    assert all(job.priority == 0 for job in rest)

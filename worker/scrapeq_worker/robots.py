@@ -1,0 +1,171 @@
+"""robots.txt: read once per site and time-to-live, obeyed before any page of the site is fetched.
+
+The file is fetched through the plain-HTTP engine (HttpEngine.fetch_text), so it passes the same
+network guard as every page, and parsed with protego, Scrapy's parser (Google's rules: longest
+match wins, `*` and `$` wildcards, `Crawl-delay`). What an answer means follows Google's
+documented handling of robots.txt (docs/worker.md#robotstxt):
+
+- 2xx: the rules apply (a file larger than MAX_ROBOTS_BYTES is read up to that size);
+- 4xx (404, 403, ...): there are no rules, everything is allowed;
+- 5xx, a timeout or a network error: the site is treated as disallowing everything for
+  UNAVAILABLE_TTL_SECONDS; its rows retry later (reason `robots_unavailable`) instead of failing.
+  An error of the worker's own (its upstream proxy refused it) is the job's error, as it would
+  be for the page.
+
+A URL the rules disallow fails for good with reason `robots_disallowed`. The cache is per worker
+process and per origin (scheme, host, port: robots.txt belongs to an origin); concurrent jobs of
+one origin wait for a single fetch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+from protego import Protego
+
+from .errors import PermanentFailure, RetryLater
+
+logger = logging.getLogger(__name__)
+
+# A day, as Google caches robots.txt (up to 24 hours): a site's new rules apply within a day.
+ROBOTS_TTL_SECONDS: Final = 24 * 3600.0
+# How long a robots.txt that could not be read (5xx, timeout) counts as "disallow everything"
+# before it is fetched again: short, so a site that was briefly down is crawled again soon.
+UNAVAILABLE_TTL_SECONDS: Final = 60.0
+# Google reads the first 500 KiB of a robots.txt and ignores the rest.
+MAX_ROBOTS_BYTES: Final = 500 * 1024
+# A robots.txt slower than this is as good as unavailable.
+ROBOTS_TIMEOUT_SECONDS: Final = 10.0
+# The product token robots.txt groups are matched against (User-agent: scrapeq).
+ROBOTS_USER_AGENT: Final = "scrapeq"
+DISALLOWED_REASON: Final = "robots_disallowed"
+UNAVAILABLE_REASON: Final = "robots_unavailable"
+
+# Errors reading robots.txt that say nothing about the site (the pool's upstream proxy refused
+# the worker): the job fails with them as its page would, not as robots_unavailable.
+OWN_PROBLEMS: Final = frozenset({"upstream_proxy_error"})
+
+Fetch = Callable[[str], Any]  # url -> awaitable (status, text)
+
+
+def respects_robots(payload: Mapping[str, Any], pool_default: bool) -> bool:
+    """Whether a row obeys robots.txt: its payload's politeness.respectRobotsTxt, else the
+    pool's setting."""
+    politeness = payload.get("politeness")
+    if isinstance(politeness, Mapping) and isinstance(politeness.get("respectRobotsTxt"), bool):
+        return bool(politeness["respectRobotsTxt"])
+    return pool_default
+
+
+@dataclass(frozen=True)
+class RobotsVerdict:
+    """What robots.txt says about one URL; `crawl_delay_seconds` is None when it sets none.
+    `fresh` is True for the job whose check fetched the file (it records the Crawl-delay)."""
+
+    crawl_delay_seconds: float | None
+    fresh: bool
+
+
+@dataclass
+class _Entry:
+    rules: Protego | None  # None: the file could not be read, everything is disallowed
+    expires_at: float
+    problem: str = ""
+
+
+class RobotsRules:
+    """The per-process robots.txt cache. `fetch(url)` returns (status, text) and raises the
+    worker's errors (HttpEngine.fetch_text with a timeout and size bound)."""
+
+    def __init__(
+        self,
+        fetch: Fetch,
+        *,
+        ttl_seconds: float = ROBOTS_TTL_SECONDS,
+        unavailable_ttl_seconds: float = UNAVAILABLE_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch = fetch
+        self._ttl = ttl_seconds
+        self._unavailable_ttl = unavailable_ttl_seconds
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._fetching: dict[str, asyncio.Future[_Entry]] = {}
+        self.fetches = 0
+
+    async def check(self, url: str) -> RobotsVerdict:
+        """Raise PermanentFailure(robots_disallowed) when `url` may not be fetched, or
+        RetryLater(robots_unavailable) while the site's robots.txt cannot be read; otherwise
+        return the verdict. URLs that are not http(s) are not checked (the guard refuses them)."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return RobotsVerdict(None, fresh=False)
+        origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2].lower()}"
+        entry, fresh = await self._entry(origin)
+        if entry.rules is None:
+            raise RetryLater(
+                f"robots.txt of {origin} could not be read ({entry.problem}); the site counts "
+                f"as disallowing everything for {self._unavailable_ttl:g}s",
+                reason=UNAVAILABLE_REASON,
+            )
+        if not entry.rules.can_fetch(url, ROBOTS_USER_AGENT):
+            raise PermanentFailure(
+                f"{url} is disallowed by {origin}/robots.txt", reason=DISALLOWED_REASON
+            )
+        delay = entry.rules.crawl_delay(ROBOTS_USER_AGENT)
+        return RobotsVerdict(None if delay is None else float(delay), fresh=fresh)
+
+    async def _entry(self, origin: str) -> tuple[_Entry, bool]:
+        entry = self._entries.get(origin)
+        if entry is not None and entry.expires_at > self._clock():
+            return entry, False
+        pending = self._fetching.get(origin)
+        if pending is not None:
+            return await asyncio.shield(pending), False
+        future: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
+        self._fetching[origin] = future
+        try:
+            entry = await self._read(origin)
+            self._entries[origin] = entry
+            future.set_result(entry)
+            return entry, True
+        except BaseException as error:
+            future.set_exception(error)
+            future.exception()  # retrieved: waiters re-raise it, nobody else must
+            raise
+        finally:
+            del self._fetching[origin]
+
+    async def _read(self, origin: str) -> _Entry:
+        self.fetches += 1
+        try:
+            status, text = await self._fetch(f"{origin}/robots.txt")
+        except RetryLater as error:
+            if error.reason in OWN_PROBLEMS:
+                raise  # the worker's problem, not the site's: the page would hit it too
+            logger.warning("robots.txt of %s unavailable: %s", origin, error)
+            return _Entry(None, self._clock() + self._unavailable_ttl, error.message)
+        if status >= 500:
+            return _Entry(None, self._clock() + self._unavailable_ttl, f"HTTP {status}")
+        if status >= 400 or status < 200:
+            return _Entry(Protego.parse(""), self._clock() + self._ttl)
+        return _Entry(Protego.parse(text), self._clock() + self._ttl)
+
+
+__all__ = [
+    "DISALLOWED_REASON",
+    "MAX_ROBOTS_BYTES",
+    "ROBOTS_TIMEOUT_SECONDS",
+    "ROBOTS_TTL_SECONDS",
+    "UNAVAILABLE_REASON",
+    "UNAVAILABLE_TTL_SECONDS",
+    "RobotsRules",
+    "RobotsVerdict",
+    "respects_robots",
+]
