@@ -45,7 +45,7 @@ import psycopg
 import scrapeq_queue as queue
 from psycopg import sql
 from psycopg.types.json import Jsonb
-from scrapeq_queue import claims as queue_claims
+from scrapeq_queue import row_lifecycle
 
 from scrapeq.local.postgres import LocalPostgres
 
@@ -322,7 +322,7 @@ class ScrapeqBeforePoliteness(Scrapeq):
         )
         # What claim_jobs does with each row, so that both modes pay the same Python.
         jobs = [
-            queue_claims.job_from_row((*row, None))
+            row_lifecycle.job_from_row((*row, None))
             for row in await cursor.fetchall()
             if not queue.validate_payload(row[4])
         ]
