@@ -15,6 +15,7 @@ import psycopg
 
 from scrapeq_queue import statements
 from scrapeq_queue.errors import translate_database_errors
+from scrapeq_queue.politeness import DEFAULT_MAX_CONCURRENT_PER_HOST
 from scrapeq_queue.rows import (
     AttemptRecord,
     FailedJob,
@@ -123,12 +124,24 @@ async def queue_backlog(
 
 
 @translate_database_errors
-async def live_queue_backlog(connection: psycopg.AsyncConnection[Any]) -> dict[str, QueueBacklog]:
+async def live_queue_backlog(
+    connection: psycopg.AsyncConnection[Any],
+    *,
+    default_max_per_host: int = DEFAULT_MAX_CONCURRENT_PER_HOST,
+) -> dict[str, QueueBacklog]:
     """The backlog of every queue that has pending or in-flight rows, whoever serves it (the
-    operator reports queues that no worker pool serves). Counted through the partial indexes on
-    pending and processing rows, so bounded by the live backlog, not the history."""
+    operator reports queues that no worker pool serves), with the due rows per-host politeness
+    lets start now (`default_max_per_host`: the limit of hosts whose rows set none, as the
+    worker pools' default). Counted through the partial indexes on pending and processing rows,
+    so bounded by the live backlog, not the history."""
     pending = await (await connection.execute(statements.QUEUE_PENDING_STATS)).fetchall()
     processing = await (await connection.execute(statements.QUEUE_PROCESSING_STATS)).fetchall()
+    startable_rows = await (
+        await connection.execute(
+            statements.QUEUE_STARTABLE_DUE, {"default_limit": default_max_per_host}
+        )
+    ).fetchall()
+    startable = {queue: count for queue, count in startable_rows}
     in_flight = {queue: count for queue, count in processing}
     backlog = {
         queue: QueueBacklog(
@@ -136,11 +149,12 @@ async def live_queue_backlog(connection: psycopg.AsyncConnection[Any]) -> dict[s
             delayed_pending=delayed,
             processing=in_flight.pop(queue, 0),
             oldest_due_age_seconds=None if oldest is None else float(oldest),
+            startable_due=startable.get(queue, 0),
         )
         for queue, due, delayed, oldest in pending
     }
     for queue, count in in_flight.items():
-        backlog[queue] = QueueBacklog(0, 0, count, None)
+        backlog[queue] = QueueBacklog(0, 0, count, None, startable_due=0)
     return backlog
 
 

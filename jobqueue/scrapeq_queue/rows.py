@@ -139,6 +139,14 @@ class QueueBacklog:
     delayed_pending: int
     processing: int
     oldest_due_age_seconds: float | None
+    # The due rows per-host politeness lets start now: per host at most its limit less its
+    # attempts in flight, none while it is paused (None: not counted).
+    startable_due: int | None = None
+
+    @property
+    def startable(self) -> int:
+        """The due rows that may start now (all of them when not counted per host)."""
+        return self.due_pending if self.startable_due is None else self.startable_due
 
 
 @dataclass(frozen=True)

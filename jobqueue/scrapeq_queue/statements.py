@@ -720,6 +720,25 @@ WHERE status = 'pending'
 GROUP BY queue
 """
 
+# Due rows per queue that per-host politeness lets start now: per (queue, host) at most the
+# host's limit (its own, else the pool default given) less the host's attempts in flight, and
+# none of a paused host. Both counts go through the partial indexes on pending and processing
+# rows. A host inside its delay counts as startable: it is, within that delay.
+QUEUE_STARTABLE_DUE: Final = """
+SELECT due.queue,
+       sum(greatest(0, least(due.rows,
+           coalesce(hosts.max_in_flight, %(default_limit)s) - coalesce(busy.rows, 0))))::bigint
+FROM (SELECT queue, host_key, count(*) AS rows FROM scraping_jobs
+      WHERE status = 'pending' AND run_at <= now()
+      GROUP BY queue, host_key) AS due
+LEFT JOIN scrapeq_hosts AS hosts ON hosts.host_key = due.host_key
+LEFT JOIN (SELECT host_key, count(*) AS rows FROM scraping_jobs
+           WHERE status = 'processing'
+           GROUP BY host_key) AS busy ON busy.host_key = due.host_key
+WHERE hosts.paused_until IS NULL OR hosts.paused_until <= now()
+GROUP BY due.queue
+"""
+
 # In-flight rows per queue (partial index).
 QUEUE_PROCESSING_STATS: Final = """
 SELECT queue, count(*) FROM scraping_jobs WHERE status = 'processing' GROUP BY queue

@@ -105,7 +105,12 @@ class Autoscaler:
         or None when the database cannot say. Sets the backlog gauges of all of them."""
         try:
             async with self.runtime.connection() as connection:
-                backlog = dict(await inspection.live_queue_backlog(connection))
+                backlog = dict(
+                    await inspection.live_queue_backlog(
+                        connection,
+                        default_max_per_host=self.settings.autoscaler.max_concurrent_per_host,
+                    )
+                )
         except DatabaseUnavailable as error:
             metrics.RECONCILE_ERRORS_TOTAL.labels("autoscaler").inc()
             logger.warning("autoscaler: backlog unavailable, holding every pool: %s", error)
@@ -114,6 +119,7 @@ class Autoscaler:
             backlog.setdefault(queue, QueueBacklog(0, 0, 0, None))
         for queue, numbers in backlog.items():
             metrics.QUEUE_BACKLOG_JOBS.labels(queue, "due").set(numbers.due_pending)
+            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "startable").set(numbers.startable)
             metrics.QUEUE_BACKLOG_JOBS.labels(queue, "delayed").set(numbers.delayed_pending)
             metrics.QUEUE_BACKLOG_JOBS.labels(queue, "processing").set(numbers.processing)
             metrics.QUEUE_OLDEST_DUE_AGE_SECONDS.labels(queue).set(
@@ -193,8 +199,9 @@ class Autoscaler:
         queue = ",".join(queues)
         work: int | None = None
         if backlog is not None:
+            # Due rows a host's limit holds back would only give new replicas nothing to do.
             work = sum(
-                numbers.due_pending + numbers.processing
+                numbers.startable + numbers.processing
                 for numbers in (backlog.get(name) for name in queues)
                 if numbers is not None
             )

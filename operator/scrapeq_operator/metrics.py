@@ -12,8 +12,8 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 QUEUE_BACKLOG_JOBS = Gauge(
     "scrapeq_operator_queue_backlog_jobs",
-    "Rows in a queue by state: due (pending and runnable now), delayed (pending, waiting for "
-    "run_at) and processing.",
+    "Rows in a queue by state: due (pending and runnable now), startable (the due rows the "
+    "per-host limits let start now), delayed (pending, waiting for run_at) and processing.",
     ["queue", "state"],
     registry=REGISTRY,
 )

@@ -2,7 +2,8 @@
 
 The rules (documented in docs/operator.md):
 
-* recommended = clamp(ceil((due pending + processing) / jobs per replica), min, max);
+* recommended = clamp(ceil((startable due + processing) / jobs per replica), min, max), where
+  startable due counts a host's due rows only up to its per-host limit less its rows in flight;
 * scale up at once to the recommendation;
 * scale down only to the highest recommendation seen during the stabilisation window, so a
   short lull does not kill workers that the next burst needs (the HPA's rule);
@@ -98,7 +99,8 @@ class PoolPolicy:
 
 
 def recommended_replicas(work: int, policy: PoolPolicy) -> int:
-    """clamp(ceil(work / jobs per replica), min, max), where work = due pending + processing."""
+    """clamp(ceil(work / jobs per replica), min, max), where work = the due pending rows the
+    per-host limits let start + processing."""
     wanted = math.ceil(max(work, 0) / policy.jobs_per_replica)
     return max(policy.min_replicas, min(policy.max_replicas, wanted))
 

@@ -22,7 +22,9 @@ from scrapeq_queue.options import (
     parse_int,
     parse_names,
     parse_non_negative_int,
+    parse_positive_int,
 )
+from scrapeq_queue.politeness import DEFAULT_MAX_CONCURRENT_PER_HOST
 from scrapeq_queue.sealed_credentials import SealingKeys
 
 from scrapeq_operator.errors import ConfigurationError
@@ -77,6 +79,15 @@ class AutoscalerDefaults:
         env=_env("scale_to_zero_cooldown_seconds"),
         parse=parse_float,
         help="Idle time before a pool goes to 0 replicas.",
+    )
+    # The workers' own default (--max-concurrent-per-host): a backlog on one site can keep only
+    # that many pages busy, whatever the number of replicas.
+    max_concurrent_per_host: int = option(
+        DEFAULT_MAX_CONCURRENT_PER_HOST,
+        env=_env("max_concurrent_per_host"),
+        parse=parse_positive_int,
+        help="The worker pools' per-host limit for rows that set none: the autoscaler counts "
+        "only the due rows the per-host limits let start.",
     )
 
 

@@ -190,12 +190,16 @@ def pod_network_site(
     answer: Callable[[str], SitePage], *, port: int = 0
 ) -> Iterator[tuple[str, list[str]]]:
     """An HTTP server on the node's pod-network address (POD_GATEWAY), which pods reach; yields
-    its base URL and the paths requested so far, in order."""
+    its base URL and the paths requested so far, in order. It has no robots.txt (404: every
+    path allowed), and the workers' requests for it are not listed."""
     requested: list[str] = []
     lock = threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path == "/robots.txt":
+                self.send_error(404)
+                return
             with lock:
                 requested.append(self.path)
             page = answer(self.path)

@@ -112,21 +112,26 @@ class HttpEngine:
         # A job with credentials gets a cookie jar of its own (on the shared connections): a
         # session cookie the site sets in return ends with the job, as in the browser. A job
         # with its own upstream proxies gets a route through one of them for this page.
-        route = (
-            await self._egress.open_route(upstreams=options.upstream_proxies)
-            if options.upstream_proxies
-            else None
-        )
-        try:
-            async with aiohttp.ClientSession(
+        async with (
+            self._proxy_for(options.upstream_proxies) as proxy_url,
+            aiohttp.ClientSession(
                 connector=self._session.connector, connector_owner=False, trust_env=False
-            ) as session:
-                return await self._fetch(
-                    session, url, options, follow_selector, route.url if route else self._proxy_url
-                )
+            ) as session,
+        ):
+            return await self._fetch(session, url, options, follow_selector, proxy_url)
+
+    @contextlib.asynccontextmanager
+    async def _proxy_for(self, upstreams: tuple[UpstreamProxy, ...]) -> AsyncIterator[str | None]:
+        """The proxy URL requests go through: a route of their own through the next of
+        `upstreams` (a job's own proxies), else the engine's."""
+        if not upstreams:
+            yield self._proxy_url
+            return
+        route = await self._egress.open_route(upstreams=upstreams)
+        try:
+            yield route.url
         finally:
-            if route is not None:
-                await route.close()
+            await route.close()
 
     async def _fetch(
         self,
@@ -153,18 +158,27 @@ class HttpEngine:
             )
 
     async def fetch_text(
-        self, url: str, *, timeout_seconds: float, max_bytes: int
+        self,
+        url: str,
+        *,
+        timeout_seconds: float,
+        max_bytes: int,
+        upstream_proxies: tuple[UpstreamProxy, ...] = (),
     ) -> tuple[int, str]:
-        """GET `url` like `fetch` (guard, redirects) and return the final (status, body as
-        text), the body cut at `max_bytes`; no status is an error here. For small documents
-        the worker reads itself (robots.txt)."""
+        """GET `url` like `fetch` (guard, redirects, a job's own `upstream_proxies`) and return
+        the final (status, body as text), the body cut at `max_bytes`; no status is an error
+        here. For small documents the worker reads itself (robots.txt)."""
         if self._session is None:
             await self.start()
         assert self._session is not None
         headers = {"User-Agent": self.user_agent}
-        async with self._response(
-            self._session, url, headers, timeout_seconds, None, self._proxy_url
-        ) as (_, response):
+        async with (
+            self._proxy_for(upstream_proxies) as proxy_url,
+            self._response(self._session, url, headers, timeout_seconds, None, proxy_url) as (
+                _,
+                response,
+            ),
+        ):
             body = bytearray()
             async for chunk in response.content.iter_chunked(64 * 1024):
                 body.extend(chunk)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -51,7 +51,7 @@ UNAVAILABLE_REASON: Final = "robots_unavailable"
 # the worker): the job fails with them as its page would, not as robots_unavailable.
 OWN_PROBLEMS: Final = frozenset({"upstream_proxy_error"})
 
-Fetch = Callable[[str], Any]  # url -> awaitable (status, text)
+Fetch = Callable[[str], Awaitable[tuple[int, str]]]  # url -> (status, text)
 
 
 def respects_robots(payload: Mapping[str, Any], pool_default: bool) -> bool:
@@ -99,15 +99,17 @@ class RobotsRules:
         self._fetching: dict[str, asyncio.Future[_Entry]] = {}
         self.fetches = 0
 
-    async def check(self, url: str) -> RobotsVerdict:
+    async def check(self, url: str, fetch: Fetch | None = None) -> RobotsVerdict:
         """Raise PermanentFailure(robots_disallowed) when `url` may not be fetched, or
         RetryLater(robots_unavailable) while the site's robots.txt cannot be read; otherwise
-        return the verdict. URLs that are not http(s) are not checked (the guard refuses them)."""
+        return the verdict. URLs that are not http(s) are not checked (the guard refuses them).
+        `fetch`, when given, reads the file if it is not cached (the way the job's page would
+        be fetched: its own upstream proxies)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return RobotsVerdict(None, fresh=False)
         origin = f"{parts.scheme}://{parts.netloc.rpartition('@')[2].lower()}"
-        entry, fresh = await self._entry(origin)
+        entry, fresh = await self._entry(origin, fetch or self._fetch)
         if entry.rules is None:
             raise RetryLater(
                 f"robots.txt of {origin} could not be read ({entry.problem}); the site counts "
@@ -121,7 +123,7 @@ class RobotsRules:
         delay = entry.rules.crawl_delay(ROBOTS_USER_AGENT)
         return RobotsVerdict(None if delay is None else float(delay), fresh=fresh)
 
-    async def _entry(self, origin: str) -> tuple[_Entry, bool]:
+    async def _entry(self, origin: str, fetch: Fetch) -> tuple[_Entry, bool]:
         entry = self._entries.get(origin)
         if entry is not None and entry.expires_at > self._clock():
             return entry, False
@@ -131,7 +133,7 @@ class RobotsRules:
         future: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
         self._fetching[origin] = future
         try:
-            entry = await self._read(origin)
+            entry = await self._read(origin, fetch)
             self._entries[origin] = entry
             future.set_result(entry)
             return entry, True
@@ -142,10 +144,10 @@ class RobotsRules:
         finally:
             del self._fetching[origin]
 
-    async def _read(self, origin: str) -> _Entry:
+    async def _read(self, origin: str, fetch: Fetch) -> _Entry:
         self.fetches += 1
         try:
-            status, text = await self._fetch(f"{origin}/robots.txt")
+            status, text = await fetch(f"{origin}/robots.txt")
         except RetryLater as error:
             if error.reason in OWN_PROBLEMS:
                 raise  # the worker's problem, not the site's: the page would hit it too

@@ -60,7 +60,7 @@ from .errors import BrowserUnavailable, PermanentFailure, RetryLater, WorkerErro
 from .following import followed_payload
 from .http_engine import HttpEngine
 from .http_status import SERVER_ERROR_REASONS
-from .job_options import options_from_payload
+from .job_options import JobOptions, options_from_payload
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
 from .readiness import RECHECK_SECONDS, Problem, Readiness, browser_problem, temp_dir_problem
@@ -418,12 +418,25 @@ class Worker:
                 continue  # there may be more due work for the free slots
             await wait_for_event(self._wake, self.settings.poll_seconds)
 
-    async def _obey_robots_txt(self, job: ClaimedJob) -> None:
+    async def _obey_robots_txt(self, job: ClaimedJob, options: JobOptions) -> None:
         """Raise when the site's robots.txt forbids the job's URL (or cannot be read); the job
-        that fetched the file records its Crawl-delay for every claimer (scrapeq_hosts)."""
+        that fetched the file records its Crawl-delay for every claimer (scrapeq_hosts). The
+        file is fetched the way the job's page is: through the job's own upstream proxies."""
         if not respects_robots(job.payload, self.settings.respect_robots_txt):
             return
-        verdict = await self.robots.check(job.url)
+        fetch = None
+        if options.upstream_proxies:
+            proxies = options.upstream_proxies
+
+            async def fetch(url: str) -> tuple[int, str]:
+                return await self.http.fetch_text(
+                    url,
+                    timeout_seconds=ROBOTS_TIMEOUT_SECONDS,
+                    max_bytes=MAX_ROBOTS_BYTES,
+                    upstream_proxies=proxies,
+                )
+
+        verdict = await self.robots.check(job.url, fetch)
         if verdict.fresh and job.host_key is not None:
             host_key = job.host_key
             await self._database(
@@ -512,7 +525,7 @@ class Worker:
                         sealing_keys=self.sealing_keys,
                         default_block_resources=self.settings.block_resources,
                     )
-                    await self._obey_robots_txt(job)
+                    await self._obey_robots_txt(job, options)
                     scraped = await self.scraper.scrape(
                         job.url, options, depth=job.depth, owner=job.owner_uid
                     )

@@ -82,7 +82,8 @@ def _wait_for_replicas(kubectl: Kubectl, namespace: str, count: int) -> None:
 
 
 def _enqueue(database_url: str, count: int, tag: str) -> None:
-    urls = [f"https://backlog.example.com/{tag}/{number}" for number in range(count)]
+    """`count` rows, each of a site of its own (per-host limits hold none of them back)."""
+    urls = [f"https://site{number}.test/{tag}" for number in range(count)]
     run_queue_call(database_url, lambda conn: scrapeq_queue.enqueue_many(conn, urls, queue=QUEUE))
 
 
@@ -194,3 +195,30 @@ def test_before_scaling_down_idle_pods_are_marked_cheaper_to_delete_than_busy_on
 
     assert cost("scrapers-idle") == "-1"
     assert cost("scrapers-busy") == "1"
+
+
+def test_a_backlog_on_one_site_asks_only_for_the_replicas_its_per_host_limit_keeps_busy(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    deployment = _worker_deployment(namespace)
+    deployment["metadata"]["annotations"] = {
+        **POLICY_ANNOTATIONS,
+        "scrapeq.io/jobs-per-replica": "1",
+        "scrapeq.io/max-replicas": "10",
+    }
+    kubectl.create(deployment)
+    operator_factory(empty_database_url)
+
+    # 20 due pages of one site, 2 at a time per site (the default limit), and one page of
+    # another site: 3 can start, so 3 replicas at one row each, not the pool's maximum.
+    urls = [f"https://one-site.test/page/{number}" for number in range(20)]
+    urls.append("https://other-site.test/")
+    run_queue_call(
+        empty_database_url, lambda conn: scrapeq_queue.enqueue_many(conn, urls, queue=QUEUE)
+    )
+    _wait_for_replicas(kubectl, namespace, 3)
+    decision = _decision(kubectl, namespace)
+    assert decision["work"] == 3, decision

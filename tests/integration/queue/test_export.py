@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 from datetime import datetime
@@ -198,10 +197,24 @@ def test_export_rejects_an_owner_that_is_not_namespace_slash_name(
     assert "expected NAMESPACE/NAME" in capsys.readouterr().err
 
 
+# Runs a command and prints the peak RSS (KiB) of it. A process started straight from this test
+# process would report this process's size: Linux carries a process's peak RSS over its exec,
+# and at fork (or vfork) the child's peak is the parent's. The command is started by this small
+# interpreter instead, so its peak is its own.
+PEAK_RSS_OF = (
+    "import resource, subprocess, sys; "
+    "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, code)"
+)
+
+
 def export_peak_rss_mb(database_url: str, owner: str, output: Path) -> tuple[float, int]:
     """Run `python -m scrapeq export` as a child process; return its peak RSS (MB), exit code."""
-    child = subprocess.Popen(
+    measured = subprocess.run(
         [
+            sys.executable,
+            "-c",
+            PEAK_RSS_OF,
             sys.executable,
             "-m",
             "scrapeq",
@@ -215,15 +228,13 @@ def export_peak_rss_mb(database_url: str, owner: str, output: Path) -> tuple[flo
             "--output",
             str(output),
         ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=True,
     )
-    assert child.stderr is not None
-    child.stderr.read()  # the child ends by closing it; bounded by the pytest timeout
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    child.stderr.close()
-    return usage.ru_maxrss / 1024, child.returncode  # ru_maxrss is in KiB on Linux
+    peak_kib, code = measured.stdout.split()
+    return int(peak_kib) / 1024, int(code)  # ru_maxrss is in KiB on Linux
 
 
 def test_exporting_ten_thousand_large_results_stays_in_bounded_memory(

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 import scrapeq_queue as queue
+from scrapeq_queue import inspection
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -250,3 +251,43 @@ async def test_priority_orders_rows_across_hosts_whatever_host_holds_them(
     rest = await claim(async_connection, limit=50)
     assert {job.host_key for job in rest} == {"a.test", "b.test"}
     assert all(job.priority == 0 for job in rest)
+
+
+async def test_the_backlog_counts_only_the_due_rows_the_per_host_limits_let_start(
+    async_connection: Connection,
+) -> None:
+    """What the autoscaler scales on: per host, due rows up to its limit less its rows in
+    flight, and none of a paused host."""
+
+    async def startable() -> int | None:
+        backlog = await inspection.live_queue_backlog(async_connection, default_max_per_host=2)
+        return backlog["default"].startable_due
+
+    await queue.enqueue_many(async_connection, [f"https://busy.test/{n}" for n in range(10)])
+    await queue.enqueue_many(async_connection, [f"https://quiet.test/{n}" for n in range(3)])
+    assert await startable() == 2 + 2
+
+    jobs = await claim(async_connection)
+    assert len(jobs) == 4
+    assert await startable() == 0  # both hosts at their limit
+
+    busy = next(job for job in jobs if job.host_key == "busy.test")
+    await queue.retry_job(
+        async_connection,
+        busy.id,
+        busy.attempt,
+        error="HTTP 429",
+        reason="http_429",
+        duration_seconds=0,
+        retry_after_seconds=30,
+        pause_host_seconds=30,
+        server_error=True,
+        host_key=busy.host_key,
+    )
+    for job in jobs:
+        if job.host_key == "quiet.test":
+            await queue.complete_job(
+                async_connection, job.id, job.attempt, result={}, duration_seconds=0
+            )
+    # busy.test is paused (a slot free, 8 rows due): nothing; quiet.test has one row left.
+    assert await startable() == 1
