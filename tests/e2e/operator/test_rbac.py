@@ -85,7 +85,7 @@ def _service_account_kubeconfig(kubectl: Kubectl, namespace: str, directory: Pat
 
 
 async def _finish(job: scrapeq_queue.ClaimedJob, connection: Any) -> bool:
-    """Play the worker: the b.example.com page fails for good, the others succeed."""
+    """Play the worker: the b.example.net page fails for good, the others succeed."""
     if job.url.startswith("https://b."):
         return await scrapeq_queue.fail_job(
             connection,
@@ -170,7 +170,8 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
     )
     listed["metadata"]["namespace"] = namespace
     kubectl.create(listed)
-    failing = scrapejob("failing", url="https://b.example.com/", retries={"limit": 0}, queue=QUEUE)
+    # Another site than a.example.com's (example.com): its row can start beside their two.
+    failing = scrapejob("failing", url="https://b.example.net/", retries={"limit": 0}, queue=QUEUE)
     failing["metadata"]["namespace"] = namespace
     kubectl.create(failing)
     uid = kubectl.get("scrapejob", "listed", namespace)["metadata"]["uid"]
