@@ -19,8 +19,12 @@ CHECKED_PANELS = ("Backlog by queue and state", "Throughput")
 def test_prometheus_scrapes_the_pods_and_the_backlog_and_throughput_panels_have_data(
     release: Release, prometheus: LocalPrometheus
 ) -> None:
-    with pod_network_site(slow_pages("/slow", 2)) as (site, _requested):
-        apply_job(release, "metrics", [f"{site}/slow-{number}" for number in range(16)])
+    # Quick pages fill the counters; slow ones keep both pods busy (16 pages at 8 at a time, 20 s
+    # each) while Prometheus scrapes them, so that no pod leaves before its series have samples.
+    with pod_network_site(slow_pages("/slow", 20)) as (site, _requested):
+        urls = [f"{site}/quick-{number}" for number in range(8)]
+        urls += [f"{site}/slow-{number}" for number in range(16)]
+        apply_job(release, "metrics", urls, timeoutSeconds=60)
         workers = wait_for(
             lambda: release.ready_pods("worker"),
             timeout=180,
