@@ -159,6 +159,15 @@ chosen AS (
     ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
     LIMIT (SELECT %(limit)s::integer)
 ),
+locked AS (
+    -- Never wait for a row. The rows were read in this statement's snapshot, which can be
+    -- older than the host lock: another claimer may have claimed them meanwhile and be
+    -- completing them now. Waiting for that completion while it waits for a row this claim
+    -- locked on the way was a deadlock; such a row is left to the next claim instead.
+    SELECT jobs.id FROM scraping_jobs AS jobs
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM chosen)) AND jobs.status = 'pending'
+    FOR UPDATE SKIP LOCKED
+),
 claimed AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'processing',
@@ -167,7 +176,7 @@ claimed AS (
         processing_started_at = now(),
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
         updated_at = now()
-    WHERE jobs.id = ANY (ARRAY(SELECT id FROM chosen)) AND jobs.status = 'pending'
+    WHERE jobs.id = ANY (ARRAY(SELECT id FROM locked)) AND jobs.status = 'pending'
     RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type, jobs.payload,
               jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries, jobs.depth,
               jobs.parent_id, jobs.owner_uid, jobs.owner_namespace, jobs.owner_name, jobs.run_at,
