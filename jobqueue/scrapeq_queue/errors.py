@@ -34,8 +34,14 @@ class InvalidJob(QueueError):
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-# Errors that mean "the tables or types this code expects are not there": an unmigrated database.
-_SCHEMA_ERRORS = (pg_errors.UndefinedTable, pg_errors.UndefinedColumn, pg_errors.UndefinedObject)
+# Errors that mean "the tables, types or functions this code expects are not there": a database
+# that is not migrated, or migrated by an older release.
+_SCHEMA_ERRORS = (
+    pg_errors.UndefinedTable,
+    pg_errors.UndefinedColumn,
+    pg_errors.UndefinedObject,
+    pg_errors.UndefinedFunction,
+)
 
 
 def translate_database_errors(

@@ -32,6 +32,17 @@ CREATE TYPE public.scraping_job_status AS ENUM (
 
 
 --
+-- Name: scrapeq_claim_queues(text[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_claim_queues(queues text[]) RETURNS SETOF text
+    LANGUAGE sql IMMUTABLE STRICT ROWS 1 PARALLEL SAFE
+    AS $$
+    SELECT DISTINCT queue FROM unnest(queues) AS given(queue) WHERE queue IS NOT NULL
+$$;
+
+
+--
 -- Name: scrapeq_fill_host_key(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -558,4 +569,5 @@ ALTER TABLE ONLY public.scraping_jobs
 INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0001_initial'),
     ('0002_followed_pages'),
-    ('0003_host_politeness');
+    ('0003_host_politeness'),
+    ('0004_claim_plan');

@@ -89,14 +89,16 @@ _CLAIM_HOST_LIMIT = (
 # walk now starts further on. Nothing but claims writes slots, so finishing a row (complete,
 # fail, retry, release, rescue, cancel) costs no write there: the slot is free from that moment
 # for the next claim.
-# The caller's autocommit ends the transaction. Plan stability: the limits come from
-# sub-selects (the cached generic plan costs what a custom one does), and the update finds its
-# rows through `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the plan
-# guesses.
+# The caller's autocommit ends the transaction. Plan stability: PostgreSQL reuses the prepared
+# claim's generic plan only while its estimate is no dearer than a plan made for the call's
+# values, and planning this statement costs about as much as running it. So the queues come
+# from scrapeq_claim_queues (estimated at one queue; unnest of a parameter is estimated at
+# 100), the limits from sub-selects, and the update finds its rows through
+# `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the plan guesses.
 JOB_CLAIM: Final = f"""
 WITH walked AS (
     SELECT visit.*
-    FROM unnest(%(queues)s::text[]) AS wanted(queue)
+    FROM scrapeq_claim_queues(%(queues)s::text[]) AS wanted(queue)
     CROSS JOIN LATERAL (
         SELECT host.queue, host.host_key, host.generation, host.host_limit - slots.running AS free,
                host.delay, slots.running_ids, slots.running_attempts,
@@ -217,13 +219,14 @@ reheaded AS (
             FROM walked
             GROUP BY walked.queue, walked.host_key, walked.generation
         ) AS visits
-        LEFT JOIN LATERAL (
-            SELECT claimed.priority, claimed.run_at, claimed.id FROM claimed
-            WHERE visits.full AND claimed.queue = visits.queue
-              AND claimed.host_key = visits.host_key
-            ORDER BY claimed.priority, claimed.run_at DESC, claimed.id DESC
-            LIMIT 1
-        ) AS last ON true
+        LEFT JOIN (
+            SELECT DISTINCT ON (claimed.queue, claimed.host_key) claimed.queue,
+                   claimed.host_key, claimed.priority, claimed.run_at, claimed.id
+            FROM claimed
+            ORDER BY claimed.queue, claimed.host_key, claimed.priority, claimed.run_at DESC,
+                     claimed.id DESC
+        ) AS last ON visits.full AND last.queue = visits.queue
+                     AND last.host_key = visits.host_key
         LEFT JOIN LATERAL (
             SELECT candidate.priority, candidate.run_at, candidate.id
             FROM (

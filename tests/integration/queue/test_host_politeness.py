@@ -291,3 +291,27 @@ async def test_the_backlog_counts_only_the_due_rows_the_per_host_limits_let_star
             )
     # busy.test is paused (a slot free, 8 rows due): nothing; quiet.test has one row left.
     assert await startable() == 1
+
+
+async def test_a_connection_plans_the_claim_once_and_reuses_the_plan(
+    async_connection: Connection,
+) -> None:
+    """Planning the claim costs about as much as running it: PostgreSQL must pick the cached
+    generic plan for the prepared claim, which it does only while that plan's estimate is no
+    dearer than a plan made for each call's values."""
+    await queue.enqueue_many(async_connection, [f"https://site{n}.test/" for n in range(40)])
+    for _ in range(12):
+        jobs = await claim(async_connection, limit=3)
+        assert jobs
+        await queue.complete_many(
+            async_connection, [queue.Completion(job.id, job.attempt, {}, 0.0) for job in jobs]
+        )
+    cursor = await async_connection.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
+        ("%scrapeq_claim_queues%",),
+    )
+    [(generic, custom)] = await cursor.fetchall()
+    # psycopg prepares a statement on its 5th run; PostgreSQL then makes 5 custom plans and
+    # compares: every run after that must use the generic plan.
+    assert custom <= 5
+    assert generic >= 12 - 5 - custom
