@@ -21,9 +21,6 @@ from scrapeq_operator.settings import OperatorSettings
 
 logger = logging.getLogger(__name__)
 
-# Handlers fail fast when PostgreSQL is down (kopf retries them later), instead of holding a
-# handler slot for the pool's default 30 s.
-POOL_TIMEOUT_SECONDS = 5.0
 # Handlers and the two loops share these (the LISTEN connection is separate); each call is one
 # short statement, so a few connections carry thousands of ScrapeJobs.
 POOL_MAX_SIZE = 6
@@ -58,7 +55,7 @@ class OperatorRuntime:
         self.pool = ConnectionPool(
             settings.database_url,
             max_size=POOL_MAX_SIZE,
-            timeout=POOL_TIMEOUT_SECONDS,
+            timeout=settings.database_timeout_seconds,
             name="scrapeq-operator",
         )
         # Queues with due rows that no worker pool serves, as the autoscaler last saw them

@@ -22,6 +22,7 @@ from scrapeq_queue.options import (
     parse_int,
     parse_names,
     parse_non_negative_int,
+    parse_positive_float,
     parse_positive_int,
 )
 from scrapeq_queue.politeness import DEFAULT_MAX_CONCURRENT_PER_HOST
@@ -252,6 +253,18 @@ class OperatorSettings:
         env=_env("database_retry_seconds"),
         parse=parse_float,
         help="Retry delay of a handler that hit a database error.",
+    )
+    # How long a handler or loop waits for a pooled connection before it treats PostgreSQL as
+    # unavailable (Events, the autoscaler's hold, kopf's retry). A refused connection is only
+    # reported after this wait, so it is also how long an outage takes to be noticed; the
+    # pool's default of 30 s would hold a handler slot that long. Raise it for a database
+    # whose connections are slow to set up (far away, TLS through a proxy).
+    database_timeout_seconds: float = option(
+        5.0,
+        env=_env("database_timeout_seconds"),
+        parse=parse_positive_float,
+        help="How long a handler waits for a database connection before treating PostgreSQL "
+        "as unavailable.",
     )
     # Delay before re-checking a ScrapeJob that cannot run yet (missing ConfigMap).
     not_ready_retry_seconds: float = option(

@@ -183,6 +183,9 @@ class SitePage:
     body: str = ""
     content_type: str = "text/html; charset=utf-8"
     delay_seconds: float = 0.0
+    # With an event, the answer waits until it is set, `delay_seconds` at most: a page that
+    # stays in flight exactly as long as a test needs it to, then ends at once.
+    until: threading.Event | None = None
 
 
 @contextlib.contextmanager
@@ -203,7 +206,9 @@ def pod_network_site(
             with lock:
                 requested.append(self.path)
             page = answer(self.path)
-            if page.delay_seconds:
+            if page.until is not None:
+                page.until.wait(page.delay_seconds)
+            elif page.delay_seconds:
                 time.sleep(page.delay_seconds)
             body = page.body.encode()
             self.send_response(page.status)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -23,13 +24,17 @@ def wait_for(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
     return poll(condition, timeout=timeout, what=what, interval=0.5)
 
 
-def slow_pages(slow_prefix: str, seconds: float) -> Callable[[str], SitePage]:
-    """Product pages; those under `slow_prefix` take `seconds` to answer."""
+def slow_pages(
+    slow_prefix: str, seconds: float, until: threading.Event | None = None
+) -> Callable[[str], SitePage]:
+    """Product pages; those under `slow_prefix` take `seconds` to answer (with `until`: until
+    that event is set, `seconds` at most)."""
 
     def answer(path: str) -> SitePage:
         page = product_page(path)
         if path.startswith(slow_prefix):
             page.delay_seconds = seconds
+            page.until = until
         return page
 
     return answer

@@ -5,6 +5,7 @@ cool-down."""
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
@@ -61,7 +62,9 @@ def test_a_scrapejob_scales_worker_pods_up_from_zero_and_back_to_zero(release: R
 def test_helm_upgrade_leaves_the_replicas_of_a_pool_the_operator_scaled_up(
     release: Release,
 ) -> None:
-    with pod_network_site(slow_pages("/slow", 15)) as (site, _requested):
+    # The slow pages last until the upgrade is checked (110 s at most), keeping the pool busy.
+    upgraded = threading.Event()
+    with pod_network_site(slow_pages("/slow", 110, until=upgraded)) as (site, _requested):
         apply_job(
             release, "busy-during-upgrade", [f"{site}/slow-{n}" for n in range(8)],
             timeoutSeconds=120,
@@ -77,6 +80,7 @@ def test_helm_upgrade_leaves_the_replicas_of_a_pool_the_operator_scaled_up(
         )  # fmt: skip
         # The chart renders no replicas for an autoscaled pool: the upgrade keeps the 2.
         assert deployment_replicas(release) == 2
+        upgraded.set()
         succeeded(release, "busy-during-upgrade")
         assert all(
             count == 1 for count in completed_attempts(release, "busy-during-upgrade").values()

@@ -6,6 +6,7 @@ replaced mid-run, and a pod that rendered hundreds of pages leaves no zombie beh
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -32,11 +33,15 @@ def get(release: Release, kind: str, name: str) -> dict[str, object]:
 
 
 def test_scale_in_deletes_the_idle_pod_and_spares_the_busy_one(release: Release) -> None:
+    both_ready, scaled_in = threading.Event(), threading.Event()
+
     def answer(path: str) -> SitePage:
         page = product_page(path)
-        # One long page keeps its pod busy; the others keep both pods busy until the second
-        # pod is Ready, then end, so the backlog drops to that one row and the pool scales in.
-        page.delay_seconds = 60 if path.startswith("/slow") else 10
+        # One long page keeps its pod busy until the pool has scaled in; the others keep the
+        # backlog at two pods' worth until both pods are Ready and one holds the long page,
+        # then end, so the backlog drops to that one row and the pool scales in.
+        page.delay_seconds = 110
+        page.until = scaled_in if path.startswith("/slow") else both_ready
         return page
 
     with pod_network_site(answer) as (site, _requested):
@@ -56,6 +61,7 @@ def test_scale_in_deletes_the_idle_pod_and_spares_the_busy_one(release: Release)
             timeout=120,
             what="a pod to hold the slow page",
         )  # fmt: skip
+        both_ready.set()
         # The quick pages finish; the backlog is the one slow row, so the pool scales to 1.
         remaining = wait_for(
             lambda: (pods := release.pods("worker")) and len(pods) == 1 and pods,
@@ -65,6 +71,7 @@ def test_scale_in_deletes_the_idle_pod_and_spares_the_busy_one(release: Release)
         assert remaining[0]["metadata"]["name"] == busy, (
             "the busy pod was deleted, not the idle one"
         )
+        scaled_in.set()
         succeeded(release, "scale-in")
         assert all(count == 1 for count in completed_attempts(release, "scale-in").values())
         delete_job(release, "scale-in")
@@ -73,7 +80,9 @@ def test_scale_in_deletes_the_idle_pod_and_spares_the_busy_one(release: Release)
 def test_a_pod_deleted_mid_page_drains_within_its_grace_period_and_loses_nothing(
     release: Release,
 ) -> None:
-    with pod_network_site(slow_pages("/slow", 40)) as (site, _requested):
+    # The slow pages last until the pod is gone (110 s at most, under the rows' timeout).
+    pod_gone = threading.Event()
+    with pod_network_site(slow_pages("/slow", 110, until=pod_gone)) as (site, _requested):
         urls = [f"{site}/slow-{number}" for number in range(2)]
         apply_job(release, "drain", urls, timeoutSeconds=120)
         holder = wait_for(
@@ -88,6 +97,7 @@ def test_a_pod_deleted_mid_page_drains_within_its_grace_period_and_loses_nothing
             "delete", "pod", holder, "-n", release.namespace, "--wait=true", "--timeout=120s"
         )
         drained_in = time.monotonic() - started
+        pod_gone.set()
         pod = get(release, "deployment", release.worker_deployment)
         grace = pod["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         assert drained_in < grace, f"the pod took {drained_in:.0f}s to exit (grace {grace}s)"
@@ -100,9 +110,11 @@ def test_a_pod_deleted_mid_page_drains_within_its_grace_period_and_loses_nothing
 def test_a_killed_worker_container_restarts_and_its_rows_come_back_through_lease_rescue(
     release: Release,
 ) -> None:
-    with pod_network_site(slow_pages("/slow", 10)) as (site, _requested):
+    # The slow pages last until the killed container is back (110 s at most).
+    restarted = threading.Event()
+    with pod_network_site(slow_pages("/slow", 110, until=restarted)) as (site, _requested):
         urls = [f"{site}/slow-{number}" for number in range(4)]
-        apply_job(release, "killed", urls)
+        apply_job(release, "killed", urls, timeoutSeconds=120)
         holder = wait_for(
             lambda: next(
                 (row[2] for row in rows_of(release, "killed") if row[1] == "processing"), None
@@ -131,6 +143,7 @@ def test_a_killed_worker_container_restarts_and_its_rows_come_back_through_lease
             timeout=120,
             what="the kubelet to restart the killed worker container",
         )
+        restarted.set()
         succeeded(release, "killed", timeout=400)
         assert completed_attempts(release, "killed") == {url: 1 for url in urls}
         delete_job(release, "killed")

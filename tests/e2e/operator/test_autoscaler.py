@@ -37,7 +37,7 @@ POLICY_ANNOTATIONS = {
     "scrapeq.io/jobs-per-replica": str(JOBS_PER_REPLICA),
     "scrapeq.io/max-replicas": "4",
     "scrapeq.io/scale-down-stabilization-seconds": "1",
-    "scrapeq.io/scale-to-zero-cooldown-seconds": "6",
+    "scrapeq.io/scale-to-zero-cooldown-seconds": "4",
 }
 
 

@@ -144,8 +144,11 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
     )
 
     async def host_full() -> bool:
+        # Both pages must have reached the site, not only been claimed: a request the worker had
+        # not sent yet when it died would be the path's first on its retry and hang there too.
         state = (await queue.host_states(connection, [D])).get(D)
-        return state is not None and state.in_flight == 2
+        claimed = state is not None and state.in_flight == 2
+        return claimed and len(polite_site.arrivals(D, "/once-slow/")) == 2
 
     async with scrapeq_worker(
         database_url,
@@ -154,7 +157,7 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
         allow_networks=ALLOW_HOSTS,
         max_concurrent_per_host=None,
     ) as doomed:  # fmt: skip
-        await poll(host_full, within=30, what="the doomed worker holding both slots")
+        await poll(host_full, within=30, what="the doomed worker holding both slots mid-page")
         os.killpg(doomed.pid, signal.SIGKILL)
         await doomed.wait()
 
