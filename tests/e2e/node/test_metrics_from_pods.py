@@ -3,10 +3,12 @@ backlog and throughput panels return data from them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from scrapeq.local.prometheus import LocalPrometheus
-from scrapeq.local.release import Release, pod_network_site
+from scrapeq.local.release import Release, pod_network_site, pod_ready
 from scripts.dashboard import PANEL_VARIABLES, PANELS
 from tests.e2e.node.node_parts import apply_job, delete_job, slow_pages, wait_for
 from tests.e2e.operator.operator_parts import poll
@@ -25,11 +27,14 @@ def test_prometheus_scrapes_the_pods_and_the_backlog_and_throughput_panels_have_
         urls = [f"{site}/quick-{number}" for number in range(8)]
         urls += [f"{site}/slow-{number}" for number in range(16)]
         apply_job(release, "metrics", urls, timeoutSeconds=60)
-        workers = wait_for(
-            lambda: release.ready_pods("worker"),
-            timeout=180,
-            what="Ready worker pods",
-        )
+
+        def every_worker_ready() -> list[dict[str, Any]]:
+            # Every worker pod, not the first Ready one: the pods share the site's 8 slots, and
+            # a pod that became Ready first may have claimed nothing (no claimed series at all).
+            pods = release.pods("worker")
+            return pods if pods and all(pod_ready(pod) for pod in pods) else []
+
+        workers = wait_for(every_worker_ready, timeout=180, what="every worker pod Ready")
         operator = release.pods("operator")[0]
         targets = [f"{operator['status']['podIP']}:9102"] + [
             f"{pod['status']['podIP']}:9100" for pod in workers
