@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +22,7 @@ from scrapeq.local.processes import LocalPartError
 from scrapeq.local.release import Release, install_release, uninstall_release
 from tests.conftest import missing_part
 from tests.e2e.node.host import ROOT, NodeStart, host_state, scrapeq_dev
+from tests.e2e.node.node_parts import release_diagnostics
 
 CLUSTER_UP_TEST = "test_cluster_up_starts_one_node_per_machine"
 CLUSTER_DOWN_TEST = "test_cluster_down_leaves_the_host_as_it_found_it"
@@ -79,6 +81,17 @@ def kube_node(node_start: NodeStart) -> LocalNode:
     if node is None:
         pytest.fail("the session's node was stopped (the cluster-down test runs last)")
     return node
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test that used the release gets the release's objects, events and logs in its
+    report (the node, and with it every log, is gone when the run ends)."""
+    report = yield
+    release = getattr(item, "funcargs", {}).get("release")
+    if report.when == "call" and report.failed and isinstance(release, Release):
+        report.sections.append(("scrapeq release at the failure", release_diagnostics(release)))
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -80,3 +81,27 @@ def succeeded(release: Release, name: str, timeout: float = 300) -> None:
         timeout=timeout,
         what=f"ScrapeJob {name} to succeed",
     )
+
+
+def release_diagnostics(release: Release) -> str:
+    """What the release's objects and pods were doing: added to the report of a failed node
+    test, since the node and its logs are gone by the time anyone reads it."""
+    commands = [
+        ("get", "deployments,pods,scrapejobs", "-n", release.namespace, "-o", "wide"),
+        ("get", "events", "-n", release.namespace, "--sort-by=.lastTimestamp"),
+        ("logs", "-n", release.namespace, f"deployment/{release.component('operator')}",
+         "--tail=80", "--timestamps"),
+    ]  # fmt: skip
+    for pod in release.all_pods("worker"):
+        commands.append(
+            ("logs", "-n", release.namespace, pod["metadata"]["name"], "--tail=30", "--timestamps")
+        )
+    parts = []
+    for command in commands:
+        try:
+            result = release.kubectl(*command, check=False)
+            output = (result.stdout + result.stderr).strip()
+        except subprocess.TimeoutExpired:
+            output = "(kubectl timed out)"
+        parts.append(f"$ kubectl {' '.join(command)}\n{output}")
+    return "\n\n".join(parts)
