@@ -192,18 +192,25 @@ def test_operator_and_workers_recover_by_themselves_when_the_postgresql_pod_rest
 
 
 def test_tini_leaves_no_zombie_in_a_worker_pod_after_200_pages(release: Release) -> None:
-    with pod_network_site(product_page) as (site, _requested):
-        urls = [f"{site}/page-{number}" for number in range(200)]
-        apply_job(release, "two-hundred", urls)
-        pod = wait_for(
-            lambda: next(
-                (row[2] for row in rows_of(release, "two-hundred") if row[1] == "completed"),
-                None,
-            ),
-            timeout=180,
-            what="a pod to complete pages",
+    # One slow page keeps a pod (and so the pool) alive until its processes are listed: the
+    # autoscaler may delete any idle pod, and takes the pool to zero 10 s after the last page.
+    listed = threading.Event()
+    with pod_network_site(slow_pages("/slow", 150, until=listed)) as (site, _requested):
+        urls = [f"{site}/page-{number}" for number in range(200)] + [f"{site}/slow-hold"]
+        apply_job(release, "two-hundred", urls, timeoutSeconds=180)
+
+        def pages_done_and_holder() -> str | None:
+            rows = rows_of(release, "two-hundred")
+            pages = [row for row in rows if "/page-" in row[0]]
+            holder = [row[2] for row in rows if row[0].endswith("/slow-hold")]
+            if len(pages) == 200 and all(row[1] == "completed" for row in pages) and holder:
+                return holder[0]
+            return None
+
+        pod = wait_for(pages_done_and_holder, timeout=600, what="the 200 pages to be completed")
+        completed_by_pod = sum(
+            1 for row in rows_of(release, "two-hundred") if row[2] == pod and row[1] == "completed"
         )
-        succeeded(release, "two-hundred", timeout=600)
         listing = release.kubectl(
             "exec", pod, "-n", release.namespace, "--", "python3", "-c",
             "import json, os\n"
@@ -214,7 +221,10 @@ def test_tini_leaves_no_zombie_in_a_worker_pod_after_200_pages(release: Release)
             "        states[pid] = stat.rsplit(')', 1)[1].split()[0]\n"
             "print(json.dumps(states))\n",
         ).stdout  # fmt: skip
+        listed.set()
         states = json.loads(listing)
+        assert completed_by_pod > 0, f"{pod} holds the slow page but completed no other page"
         assert len(states) > 2, "the worker pod should run tini, the worker and Chromium"
         assert "Z" not in states.values(), f"defunct processes in {pod}: {states}"
+        succeeded(release, "two-hundred", timeout=300)
         delete_job(release, "two-hundred")
