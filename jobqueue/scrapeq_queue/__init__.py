@@ -41,7 +41,7 @@ from scrapeq_queue.inspection import (
     queue_backlog,
     queue_stats,
 )
-from scrapeq_queue.maintenance import prune_finished
+from scrapeq_queue.maintenance import prune_finished, prune_idle_hosts
 from scrapeq_queue.migrations import (
     SCHEMA_VERSION,
     applied_versions,
@@ -170,6 +170,7 @@ __all__ = [
     "owners_changed_since",
     "owners_named",
     "prune_finished",
+    "prune_idle_hosts",
     "queue_backlog",
     "queue_stats",
     "reconnect_delay",

@@ -25,7 +25,7 @@ from scrapeq_queue.exports import (
     write_jsonl,
 )
 from scrapeq_queue.inspection import database_now, latest_failures, queue_stats
-from scrapeq_queue.maintenance import prune_finished
+from scrapeq_queue.maintenance import prune_finished, prune_idle_hosts
 from scrapeq_queue.migrations import SCHEMA_VERSION, migrate
 from scrapeq_queue.output_files import AtomicFile
 from scrapeq_queue.payload import validate_payload
@@ -173,6 +173,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="keep only the newest N failed jobs per queue, like a dead-letter queue "
         "(default: no limit; combines with --failed-older-than-days)",
     )
+    prune_parser.add_argument(
+        "--idle-hosts-older-than-days",
+        type=_positive_days,
+        default=None,
+        metavar="DAYS",
+        help="also delete the politeness state of hosts with nothing pending or in flight and "
+        "no claim for longer (more than 1: robots.txt is kept a day; default: keep every host)",
+    )
     prune_parser.set_defaults(handler=_run_prune)
 
 
@@ -202,6 +210,16 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def _positive_days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of days, got {text!r}")
     return value
 
 
@@ -505,6 +523,11 @@ def _run_prune(args: argparse.Namespace) -> int:
             keep_failed_last=args.keep_failed_last,
         )
         print(f"deleted {deleted} finished job(s)")
+        if args.idle_hosts_older_than_days is not None:
+            hosts = await prune_idle_hosts(
+                connection, idle_longer_than=timedelta(days=args.idle_hosts_older_than_days)
+            )
+            print(f"deleted the state of {hosts} idle host(s)")
         return 0
 
     return _with_database(args, "scrapeq-prune", action)

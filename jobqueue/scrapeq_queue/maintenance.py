@@ -1,4 +1,5 @@
-"""Retention: deleting finished rows so the hot table stays small."""
+"""Retention: deleting finished rows so the hot table stays small, and the state of hosts idle
+for long."""
 
 from __future__ import annotations
 
@@ -69,6 +70,60 @@ async def prune_finished(
         },
         batch_rows,
     )
+
+
+@translate_database_errors
+async def prune_idle_hosts(
+    connection: psycopg.AsyncConnection[Any],
+    *,
+    idle_longer_than: timedelta,
+    batch_rows: int = PRUNE_BATCH_ROWS,
+) -> int:
+    """Delete the politeness state of hosts idle for longer than `idle_longer_than`; return how
+    many hosts went.
+
+    A host is idle when no claim took its rows for that long, it has no pending row and no
+    attempt in flight, and no delay or pause of it is still running. What goes is its
+    scrapeq_hosts row (limits producers gave, robots.txt's Crawl-delay, server-error count) and
+    its scrapeq_host_queues rows; the next rows of the host bring its limits back, and the next
+    robots.txt fetch its Crawl-delay (a worker keeps robots.txt ROBOTS_TTL_SECONDS, one day, so
+    keep `idle_longer_than` above that). Each batch is one short transaction that locks the
+    hosts it deletes with SKIP LOCKED: claims, retries and producers of other hosts go on, and a
+    producer making rows of a host pending meanwhile keeps that host.
+    """
+    if idle_longer_than <= timedelta(0):
+        raise InvalidJob(f"idle_longer_than must be positive, not {idle_longer_than}")
+    if batch_rows < 1:
+        raise InvalidJob(f"batch_rows must be at least 1, not {batch_rows}")
+    now_row = await (await connection.execute(statements.DATABASE_NOW)).fetchone()
+    assert now_row is not None
+    idle_before = now_row[0] - idle_longer_than
+    deleted = 0
+    from_host = ""  # the smallest text: every host, the empty host key of URLs without one too
+    first = True
+    while True:
+        async with connection.transaction():
+            cursor = await connection.execute(
+                statements.HOSTS_IDLE_LOCK,
+                {
+                    "from_host": from_host,
+                    "first": first,
+                    "idle_before": idle_before,
+                    "batch": batch_rows,
+                },
+            )
+            host_keys = [row[0] for row in await cursor.fetchall()]
+            if not host_keys:
+                return deleted
+            cursor = await connection.execute(
+                statements.HOSTS_IDLE_DELETE,
+                {"host_keys": host_keys, "idle_before": idle_before},
+            )
+            row = await cursor.fetchone()
+            deleted += int(row[0]) if row else 0
+        if len(host_keys) < batch_rows:
+            return deleted
+        from_host, first = host_keys[-1], False
 
 
 async def _delete_in_batches(

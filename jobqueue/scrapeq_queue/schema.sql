@@ -97,6 +97,10 @@ $$;
 CREATE FUNCTION public.scrapeq_hosts_pending(queues text[], host_keys text[], priorities integer[], run_ats timestamp with time zone[], ids bigint[], limits integer[], delays double precision[]) RETURNS void
     LANGUAGE sql
     AS $$
+    SELECT FROM scrapeq_hosts AS hosts
+    WHERE hosts.host_key = ANY(host_keys)
+    ORDER BY hosts.host_key
+    FOR KEY SHARE;
     INSERT INTO scrapeq_hosts (host_key)
     SELECT DISTINCT given.host_key FROM unnest(host_keys) AS given(host_key)
     ORDER BY given.host_key
@@ -264,6 +268,7 @@ CREATE TABLE public.scrapeq_hosts (
     pause_reason text,
     server_errors integer DEFAULT 0 NOT NULL,
     last_server_error_at timestamp with time zone,
+    touched_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT scrapeq_hosts_delays_valid CHECK ((((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision)) AND (crawl_delay_seconds >= (0)::double precision))),
     CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR (max_in_flight > 0))),
     CONSTRAINT scrapeq_hosts_server_errors_valid CHECK ((server_errors >= 0)),
@@ -405,7 +410,7 @@ ALTER TABLE ONLY public.scrapeq_attempts
 --
 
 ALTER TABLE ONLY public.scrapeq_host_queues
-    ADD CONSTRAINT scrapeq_host_queues_pkey PRIMARY KEY (queue, host_key);
+    ADD CONSTRAINT scrapeq_host_queues_pkey PRIMARY KEY (host_key, queue);
 
 
 --
@@ -570,4 +575,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0001_initial'),
     ('0002_followed_pages'),
     ('0003_host_politeness'),
-    ('0004_claim_plan');
+    ('0004_claim_plan'),
+    ('0005_idle_hosts');

@@ -58,13 +58,14 @@ _CLAIM_HOST_LIMIT = (
 #   attempts still running (its slot_ids/slot_attempts whose row is `processing` at that
 #   attempt, or shows an older attempt: another claim took it after this statement's
 #   snapshot).
-#   Each host's state row is locked with SKIP LOCKED as the walk reaches it, before its slots
-#   are counted (from the locked, latest row): two claimers never count the same host's slots
-#   at once (the second walks on to the next hosts, without reading theirs), and a claim that
-#   committed a moment ago counts. A host found full stays locked, unwritten, until this
-#   statement ends. Only as many hosts are visited as the rows need; a claim passes over at
-#   most 5,000 full hosts (busy hosts of a higher priority than the free ones: claimed hosts of
-#   equal priority go to the back, see reheaded).
+#   Each host's state row is locked (FOR NO KEY UPDATE, which a producer's KEY SHARE lock does
+#   not block, SKIP LOCKED) as the walk reaches it, before its slots are counted (from the
+#   locked, latest row): two claimers never count the same host's slots at once (the second
+#   walks on to the next hosts, without reading theirs), and a claim that committed a moment
+#   ago counts. A host found full stays locked, unwritten, until this statement ends. Only as
+#   many hosts are visited as the rows need; a claim passes over at most 5,000 full hosts (busy
+#   hosts of a higher priority than the free ones: claimed hosts of equal priority go to the
+#   back, see reheaded).
 #   Rows come out in priority order across hosts: hosts are visited by their head's priority
 #   and give rows of at least that priority (higher only when a delayed row of the host came
 #   due since its head was set);
@@ -77,8 +78,8 @@ _CLAIM_HOST_LIMIT = (
 #   (a cancel); none of those waits for a host lock while it holds a row (a retry that pauses
 #   a host takes the host first), so this cannot deadlock;
 # - taken: each host that gave rows is written once: its slots become those still running
-#   plus the new ones, last_finished_at moves to the end of the attempts dropped, and with a
-#   delay next_allowed_at moves to now + delay;
+#   plus the new ones, last_finished_at moves to the end of the attempts dropped, with a
+#   delay next_allowed_at moves to now + delay, and touched_at to now (prune_idle_hosts);
 # - reheaded: each visited host's head moves, unless a producer or retry moved it meanwhile
 #   (generation): a host that gave all its free slots' worth of rows gets its last row
 #   claimed as head (so it goes behind the hosts that waited longer: round robin within a
@@ -114,7 +115,7 @@ WITH walked AS (
               AND known.head_run_at <= now() AND hosts.next_allowed_at <= now()
             ORDER BY known.head_priority DESC, known.head_run_at, known.head_id
             LIMIT (SELECT %(limit)s::integer + 5000)
-            FOR UPDATE OF hosts SKIP LOCKED
+            FOR NO KEY UPDATE OF hosts SKIP LOCKED
         ) AS host
         CROSS JOIN LATERAL (
             SELECT count(*) FILTER (WHERE slot.running) AS running,
@@ -191,7 +192,8 @@ taken AS (
         last_finished_at = coalesce(visited.ended_at, hosts.last_finished_at),
         next_allowed_at = CASE WHEN visited.delay > 0
             THEN greatest(hosts.next_allowed_at, now() + make_interval(secs => visited.delay))
-            ELSE hosts.next_allowed_at END
+            ELSE hosts.next_allowed_at END,
+        touched_at = now()
     FROM (
         SELECT claimed.host_key, array_agg(claimed.id ORDER BY claimed.id) AS ids,
                array_agg(claimed.attempt ORDER BY claimed.id) AS attempts
@@ -409,7 +411,7 @@ WITH paused AS (
            END AS pause
     FROM scrapeq_hosts AS hosts
     WHERE %(server_error)s AND hosts.host_key = %(host_key)s
-    FOR UPDATE OF hosts
+    FOR NO KEY UPDATE OF hosts
 ),
 decided AS (
     UPDATE scraping_jobs AS jobs
@@ -831,6 +833,51 @@ WITH doomed AS (
 ),
 deleted AS (
     DELETE FROM scraping_jobs AS jobs USING doomed WHERE jobs.id = doomed.id RETURNING jobs.id
+)
+SELECT count(*) FROM deleted
+"""
+
+# Idle hosts, step 1 (in a transaction with step 2): locks up to `batch` host rows from
+# `from_host` on (host-key order, so a prune walks the table once; `from_host` itself only when
+# `first`: the previous batch ended there) that look idle: no claim
+# since `idle_before`, no delay or pause still running. SKIP LOCKED passes over hosts a claim,
+# a retry or a producer holds (a producer holds KEY SHARE until it commits, and waits for these
+# locks): while locked here, no statement can make rows of these hosts pending.
+HOSTS_IDLE_LOCK: Final = """
+SELECT hosts.host_key FROM scrapeq_hosts AS hosts
+WHERE hosts.host_key >= %(from_host)s AND (hosts.host_key > %(from_host)s OR %(first)s)
+  AND hosts.touched_at < %(idle_before)s
+  AND hosts.next_allowed_at <= now()
+  AND (hosts.paused_until IS NULL OR hosts.paused_until <= now())
+ORDER BY hosts.host_key
+LIMIT %(batch)s
+FOR UPDATE OF hosts SKIP LOCKED
+"""
+
+# Idle hosts, step 2: of the hosts step 1 locked, deletes those still idle, with their heads.
+# Its snapshot is newer than step 1's locks, so it sees every producer that committed before
+# them: a host with a pending row (due or not; the rows, not the heads, which may be stale), or
+# an attempt in flight (its slots), stays.
+HOSTS_IDLE_DELETE: Final = """
+WITH idle AS (
+    SELECT hosts.host_key FROM scrapeq_hosts AS hosts
+    WHERE hosts.host_key = ANY(%(host_keys)s::text[])
+      AND hosts.touched_at < %(idle_before)s AND hosts.next_allowed_at <= now()
+      AND (hosts.paused_until IS NULL OR hosts.paused_until <= now())
+      AND NOT EXISTS (SELECT FROM scraping_jobs AS jobs
+                      WHERE jobs.host_key = hosts.host_key AND jobs.status = 'pending')
+      AND NOT EXISTS (
+          SELECT FROM unnest(hosts.slot_ids, hosts.slot_attempts) AS given(id, attempt)
+          JOIN scraping_jobs AS jobs ON jobs.id = given.id
+          WHERE jobs.attempt < given.attempt
+             OR (jobs.attempt = given.attempt AND jobs.status = 'processing'))
+),
+heads AS (
+    DELETE FROM scrapeq_host_queues AS known USING idle WHERE known.host_key = idle.host_key
+),
+deleted AS (
+    DELETE FROM scrapeq_hosts AS hosts USING idle WHERE hosts.host_key = idle.host_key
+    RETURNING hosts.host_key
 )
 SELECT count(*) FROM deleted
 """

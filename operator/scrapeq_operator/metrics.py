@@ -77,6 +77,11 @@ RETENTION_PRUNED_ROWS_TOTAL = Counter(
     "Finished rows (with their attempts) the periodic retention deleted from the queue table.",
     registry=REGISTRY,
 )
+RETENTION_PRUNED_HOSTS_TOTAL = Counter(
+    "scrapeq_operator_retention_pruned_hosts_total",
+    "Hosts whose politeness state the periodic retention deleted after they were idle for long.",
+    registry=REGISTRY,
+)
 
 
 def serve_metrics(host: str, port: int) -> None:

@@ -6,7 +6,8 @@ indexes and vacuum do not. So the operator runs `scrapeq_queue.prune_finished` e
 `prune_interval_seconds`: completed and cancelled rows go `retain_completed_days` after they
 finished; failed rows are a dead-letter queue keeping the newest `retain_failed_last` per queue
 (0: every failed row is kept). Deleting rows of finished ScrapeJobs does not change their status:
-the status sync never looks at a finished job again.
+the status sync never looks at a finished job again. The same pass deletes the politeness state
+of hosts idle for `retain_idle_hosts_days` (`scrapeq_queue.prune_idle_hosts`; 0 keeps them).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ logger = logging.getLogger(__name__)
 
 
 class Retention:
-    """Prune finished rows periodically; `run` is the loop, `prune_once` one pass."""
+    """Prune finished rows and idle hosts periodically; `run` is the loop, `prune_once` one
+    pass."""
 
     def __init__(self, settings: OperatorSettings, runtime: OperatorRuntime) -> None:
         self.settings = settings
@@ -60,12 +62,14 @@ class Retention:
             await asyncio.sleep(interval)
 
     async def prune_once(self) -> int:
-        """Delete the finished rows past retention; return how many went.
+        """Delete the finished rows past retention, then the state of idle hosts; return how
+        many rows went.
 
         Holds one pooled connection for the whole pass; each delete batch is its own short
         transaction, so claims and completions are never blocked for long.
         """
         keep_last = self.settings.retain_failed_last
+        idle_days = self.settings.retain_idle_hosts_days
         started = time.monotonic()
         async with self.runtime.connection() as connection:
             deleted = await scrapeq_queue.prune_finished(
@@ -73,9 +77,18 @@ class Retention:
                 completed_older_than=timedelta(days=self.settings.retain_completed_days),
                 keep_failed_last=keep_last if keep_last > 0 else None,
             )
-        metrics.RETENTION_PRUNED_ROWS_TOTAL.inc(deleted)
-        if deleted:
+            metrics.RETENTION_PRUNED_ROWS_TOTAL.inc(deleted)
+            hosts = 0
+            if idle_days > 0:
+                hosts = await scrapeq_queue.prune_idle_hosts(
+                    connection, idle_longer_than=timedelta(days=idle_days)
+                )
+                metrics.RETENTION_PRUNED_HOSTS_TOTAL.inc(hosts)
+        if deleted or hosts:
             logger.info(
-                "retention: deleted %d finished rows in %.2f s", deleted, time.monotonic() - started
+                "retention: deleted %d finished rows and the state of %d idle hosts in %.2f s",
+                deleted,
+                hosts,
+                time.monotonic() - started,
             )
         return deleted

@@ -321,6 +321,16 @@ class OperatorSettings:
         parse=parse_int,
         help="Failed rows kept per queue, newest first (0 = keep every failed row).",
     )
+    # The politeness state of a host (its limits, pause, robots.txt's Crawl-delay) is deleted
+    # once it has had nothing pending or in flight and no claim for this many days; 0 keeps
+    # every host. Above a day, the time workers keep a robots.txt, so a pruned Crawl-delay is
+    # always read again before the host's next request.
+    retain_idle_hosts_days: float = option(
+        7.0,
+        env=_env("retain_idle_hosts_days"),
+        parse=parse_float,
+        help="Host state is deleted after this many days idle (0 = keep every host).",
+    )
     # The key ring that seals spec.credentials into rows, shared with the workers; without it
     # ScrapeJobs with credentials wait with Ready=False NoSealingKey.
     sealing_keys: SealingKeys | None = option(  # noqa: RUF009 - a field declaration, not a shared default
@@ -398,6 +408,9 @@ class OperatorSettings:
                 self.retain_completed_days
             ),
             "failed-row retention (SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST)": self.retain_failed_last,
+            "idle-host retention (SCRAPEQ_OPERATOR_RETAIN_IDLE_HOSTS_DAYS)": (
+                self.retain_idle_hosts_days
+            ),
             "unserved-queue grace (SCRAPEQ_OPERATOR_UNSERVED_QUEUE_GRACE_SECONDS)": (
                 self.unserved_queue_grace_seconds
             ),

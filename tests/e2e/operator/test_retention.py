@@ -1,5 +1,6 @@
 """The operator prunes finished rows periodically: completed rows past their retention go,
-failed rows are kept like a dead-letter queue (the newest N per queue), recent rows stay.
+failed rows are kept like a dead-letter queue (the newest N per queue), recent rows stay; the
+politeness state of hosts idle for long goes too.
 
 Real operator process (its retention loop every half second), real PostgreSQL, real
 kube-apiserver (the operator needs one to start; retention itself never calls it).
@@ -21,7 +22,11 @@ RETENTION_ENVIRONMENT = {
     "SCRAPEQ_OPERATOR_PRUNE_INTERVAL_SECONDS": "0.5",
     "SCRAPEQ_OPERATOR_RETAIN_COMPLETED_DAYS": "1",
     "SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST": "2",
+    "SCRAPEQ_OPERATOR_RETAIN_IDLE_HOSTS_DAYS": "1",
 }
+
+# host -> days since a claim last took its rows (e.test also has the pending row above)
+HOSTS = {"idle.test": 2.0, "recent.test": 0.5}
 
 # url -> (status, hours since it finished; None while pending), queue
 ROWS = {
@@ -51,9 +56,15 @@ def remaining_urls(database_url: str) -> set[str]:
     return {row[0] for row in rows}
 
 
-def pruned_rows_metric(operator: OperatorProcess) -> float:
+def known_hosts(database_url: str) -> set[str]:
+    with psycopg.connect(database_url) as connection:
+        rows = connection.execute("SELECT host_key FROM scrapeq_hosts").fetchall()
+    return {row[0] for row in rows}
+
+
+def pruned_metric(operator: OperatorProcess, what: str) -> float:
     match = re.search(
-        r"^scrapeq_operator_retention_pruned_rows_total ([0-9.e+]+)$",
+        rf"^scrapeq_operator_retention_pruned_{what}_total ([0-9.e+]+)$",
         operator.metrics(),
         re.MULTILINE,
     )
@@ -79,6 +90,12 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
                     "seconds": None if hours is None else hours * 3600,
                 },
             )
+        for host, days in HOSTS.items():
+            connection.execute(
+                "INSERT INTO scrapeq_hosts (host_key, touched_at)"
+                " VALUES (%s, now() - make_interval(secs => %s))",
+                (host, days * 86400),
+            )
 
     poll(
         lambda: remaining_urls(empty_database_url) == KEPT,
@@ -87,8 +104,18 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
     )
     expected_pruned = len(ROWS) - len(KEPT)
     poll(
-        lambda: pruned_rows_metric(operator) == expected_pruned,
+        lambda: pruned_metric(operator, "rows") == expected_pruned,
         timeout=10,
         what=f"scrapeq_operator_retention_pruned_rows_total to reach {expected_pruned}",
+    )
+    poll(
+        lambda: known_hosts(empty_database_url) == {"e.test", "recent.test"},
+        timeout=10,
+        what="the retention loop to delete the idle host's state",
+    )
+    poll(
+        lambda: pruned_metric(operator, "hosts") == 1,
+        timeout=10,
+        what="scrapeq_operator_retention_pruned_hosts_total to reach 1",
     )
     assert "retention: deleted" in operator.log_tail(200_000)
