@@ -89,7 +89,9 @@ async def prune_idle_hosts(
     robots.txt fetch its Crawl-delay (a worker keeps robots.txt ROBOTS_TTL_SECONDS, one day, so
     keep `idle_longer_than` above that). Each batch is one short transaction that locks the
     hosts it deletes with SKIP LOCKED: claims, retries and producers of other hosts go on, and a
-    producer making rows of a host pending meanwhile keeps that host.
+    producer making rows of a host pending meanwhile keeps that host. The cluster's copies of
+    robots.txt (scrapeq_robots) that expired longer than `idle_longer_than` ago go too (they
+    are not counted).
     """
     if idle_longer_than <= timedelta(0):
         raise InvalidJob(f"idle_longer_than must be positive, not {idle_longer_than}")
@@ -98,6 +100,9 @@ async def prune_idle_hosts(
     now_row = await (await connection.execute(statements.DATABASE_NOW)).fetchone()
     assert now_row is not None
     idle_before = now_row[0] - idle_longer_than
+    await _delete_in_batches(
+        connection, statements.ROBOTS_PRUNE_BATCH, {"expired_before": idle_before}, batch_rows
+    )
     deleted = 0
     from_host = ""  # the smallest text: every host, the empty host key of URLs without one too
     first = True

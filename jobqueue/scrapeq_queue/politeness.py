@@ -71,3 +71,61 @@ async def set_crawl_delay(
             "crawl_delay_seconds": min(MAX_DELAY_SECONDS, max(0.0, float(crawl_delay_seconds))),
         },
     )
+
+
+@dataclass(frozen=True)
+class RobotsCopy:
+    """The cluster's copy of an origin's robots.txt (robots_copy).
+
+    With `held`, the copy holds for `seconds_left` more: `status` is the HTTP status of the
+    fetch (None when none came: `problem` says why) and `body` the file. Without, `leased` says
+    whether the caller now fetches the file and stores it (store_robots_copy); when not, another
+    worker is fetching it: ask again in a moment.
+    """
+
+    held: bool
+    leased: bool
+    status: int | None = None
+    body: str | None = None
+    problem: str | None = None
+    seconds_left: float = 0.0
+
+
+@translate_database_errors
+async def robots_copy(
+    connection: psycopg.AsyncConnection[Any], origin: str, *, lease_seconds: float
+) -> RobotsCopy:
+    """The cluster's copy of `origin`'s robots.txt, or the lease to fetch it for
+    `lease_seconds` when no copy holds and nobody else is fetching it."""
+    cursor = await connection.execute(
+        statements.ROBOTS_COPY, {"origin": origin, "lease_seconds": float(lease_seconds)}
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    status, body, problem, seconds_left, leased = row
+    if seconds_left is None:
+        return RobotsCopy(held=False, leased=bool(leased))
+    return RobotsCopy(True, False, status, body, problem, float(seconds_left))
+
+
+@translate_database_errors
+async def store_robots_copy(
+    connection: psycopg.AsyncConnection[Any],
+    origin: str,
+    *,
+    status: int | None,
+    body: str | None,
+    problem: str | None,
+    ttl_seconds: float,
+) -> None:
+    """Store what fetching `origin`'s robots.txt gave, for `ttl_seconds`, ending the lease."""
+    await connection.execute(
+        statements.ROBOTS_STORE,
+        {
+            "origin": origin,
+            "status": status,
+            "body": body,
+            "problem": problem,
+            "ttl_seconds": float(ttl_seconds),
+        },
+    )

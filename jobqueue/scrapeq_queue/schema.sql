@@ -306,6 +306,27 @@ COMMENT ON TABLE public.scrapeq_queue_counters IS 'scrapeq: how many jobs each q
 
 
 --
+-- Name: scrapeq_robots; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_robots (
+    origin text NOT NULL,
+    status integer,
+    body text,
+    problem text,
+    expires_at timestamp with time zone NOT NULL,
+    fetching_until timestamp with time zone
+);
+
+
+--
+-- Name: TABLE scrapeq_robots; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_robots IS 'scrapeq: the cluster''s copy of each origin''s robots.txt, read by every worker.';
+
+
+--
 -- Name: scrapeq_schema_migrations; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -427,6 +448,14 @@ ALTER TABLE ONLY public.scrapeq_hosts
 
 ALTER TABLE ONLY public.scrapeq_queue_counters
     ADD CONSTRAINT scrapeq_queue_counters_pkey PRIMARY KEY (queue, outcome, shard);
+
+
+--
+-- Name: scrapeq_robots scrapeq_robots_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_robots
+    ADD CONSTRAINT scrapeq_robots_pkey PRIMARY KEY (origin);
 
 
 --
@@ -576,4 +605,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0002_followed_pages'),
     ('0003_host_politeness'),
     ('0004_claim_plan'),
-    ('0005_idle_hosts');
+    ('0005_idle_hosts'),
+    ('0006_shared_robots');

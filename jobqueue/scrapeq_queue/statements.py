@@ -280,6 +280,40 @@ ON CONFLICT (host_key) DO UPDATE SET crawl_delay_seconds = excluded.crawl_delay_
     WHERE hosts.crawl_delay_seconds IS DISTINCT FROM excluded.crawl_delay_seconds
 """
 
+# The cluster's copy of an origin's robots.txt while it holds (NULLs when there is none), and
+# whether this call took the lease to fetch it: it does when no copy holds and no other worker
+# holds a lease (`leased` false with no copy: another worker is fetching; ask again soon).
+ROBOTS_COPY: Final = """
+WITH held AS (
+    SELECT robots.status, robots.body, robots.problem,
+           extract(epoch FROM robots.expires_at - now())::double precision AS seconds_left
+    FROM scrapeq_robots AS robots
+    WHERE robots.origin = %(origin)s AND robots.expires_at > now()
+),
+leased AS (
+    INSERT INTO scrapeq_robots AS robots (origin, expires_at, fetching_until)
+    SELECT %(origin)s, '-infinity', now() + make_interval(secs => %(lease_seconds)s)
+    WHERE NOT EXISTS (SELECT FROM held)
+    ON CONFLICT (origin) DO UPDATE SET fetching_until = excluded.fetching_until
+    WHERE robots.expires_at <= now()
+      AND (robots.fetching_until IS NULL OR robots.fetching_until <= now())
+    RETURNING robots.origin
+)
+SELECT held.status, held.body, held.problem, held.seconds_left,
+       EXISTS (SELECT FROM leased) AS leased
+FROM (SELECT) AS one LEFT JOIN held ON true
+"""
+
+# Stores what a fetch of an origin's robots.txt gave, for `ttl_seconds`, and ends the lease.
+ROBOTS_STORE: Final = """
+INSERT INTO scrapeq_robots AS robots (origin, status, body, problem, expires_at)
+VALUES (%(origin)s, %(status)s, %(body)s, %(problem)s,
+        now() + make_interval(secs => %(ttl_seconds)s))
+ON CONFLICT (origin) DO UPDATE
+SET status = excluded.status, body = excluded.body, problem = excluded.problem,
+    expires_at = excluded.expires_at, fetching_until = NULL
+"""
+
 # The politeness state of the given hosts, with the attempts each has running.
 HOST_STATES: Final = """
 SELECT hosts.host_key,
@@ -878,6 +912,23 @@ heads AS (
 deleted AS (
     DELETE FROM scrapeq_hosts AS hosts USING idle WHERE hosts.host_key = idle.host_key
     RETURNING hosts.host_key
+)
+SELECT count(*) FROM deleted
+"""
+
+# Deletes up to `batch` copies of robots.txt expired before `expired_before` whose origin no
+# worker is fetching.
+ROBOTS_PRUNE_BATCH: Final = """
+WITH doomed AS (
+    SELECT robots.origin FROM scrapeq_robots AS robots
+    WHERE robots.expires_at < %(expired_before)s
+      AND (robots.fetching_until IS NULL OR robots.fetching_until <= now())
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM scrapeq_robots AS robots USING doomed WHERE robots.origin = doomed.origin
+    RETURNING robots.origin
 )
 SELECT count(*) FROM deleted
 """

@@ -12,9 +12,13 @@ documented handling of robots.txt (docs/worker.md#robotstxt):
   An error of the worker's own (its upstream proxy refused it) is the job's error, as it would
   be for the page.
 
-A URL the rules disallow fails for good with reason `robots_disallowed`. The cache is per worker
-process and per origin (scheme, host, port: robots.txt belongs to an origin); concurrent jobs of
-one origin wait for a single fetch.
+A URL the rules disallow fails for good with reason `robots_disallowed`. Each worker process keeps
+the rules per origin (scheme, host, port: robots.txt belongs to an origin), and the cluster keeps
+one copy of each file in the queue database (scrapeq_robots): a process that does not hold an
+origin's rules reads that copy, and only when none holds does it take a short lease, fetch the
+file and store it, while other workers wait for that copy. So a site's robots.txt is fetched
+once per day for the whole cluster, and concurrent jobs of one origin in a process wait for a
+single read. Without the database (it is down) a process fetches the file itself.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import urlsplit
 
 from protego import Protego
+from scrapeq_queue import RobotsCopy
 
 from .errors import PermanentFailure, RetryLater
 
@@ -42,6 +47,13 @@ UNAVAILABLE_TTL_SECONDS: Final = 60.0
 MAX_ROBOTS_BYTES: Final = 500 * 1024
 # A robots.txt slower than this is as good as unavailable.
 ROBOTS_TIMEOUT_SECONDS: Final = 10.0
+# How long a worker may hold the cluster's lease on fetching an origin's robots.txt: the fetch's
+# timeout and some margin. A worker that died holding it delays the others no longer than this.
+SHARED_LEASE_SECONDS: Final = ROBOTS_TIMEOUT_SECONDS + 5.0
+# How often a worker asks again for the copy another worker is fetching, and for how long at
+# most (past the lease) before it fetches the file itself.
+SHARED_POLL_SECONDS: Final = 0.1
+SHARED_WAIT_SECONDS: Final = SHARED_LEASE_SECONDS + 5.0
 # The product token robots.txt groups are matched against (User-agent: scrapeq).
 ROBOTS_USER_AGENT: Final = "scrapeq"
 DISALLOWED_REASON: Final = "robots_disallowed"
@@ -63,6 +75,30 @@ def respects_robots(payload: Mapping[str, Any], pool_default: bool) -> bool:
     return pool_default
 
 
+class SharedRobots(Protocol):
+    """The cluster's copies of robots.txt (the worker, through the queue database)."""
+
+    async def robots_copy(self, origin: str, lease_seconds: float) -> RobotsCopy | None:
+        """The copy of `origin`'s file, or the lease to fetch it; None: no database."""
+
+    async def store_robots_copy(self, origin: str, read: RobotsRead, ttl_seconds: float) -> None:
+        """Store what fetching `origin`'s file gave, for `ttl_seconds` (ends the lease)."""
+
+
+@dataclass(frozen=True)
+class RobotsRead:
+    """What one fetch of a robots.txt gave: the HTTP status (None when none came) and body,
+    or the problem that kept it from being read."""
+
+    status: int | None
+    body: str | None = None
+    problem: str | None = None
+
+    @property
+    def readable(self) -> bool:
+        return self.status is not None and self.status < 500
+
+
 @dataclass(frozen=True)
 class RobotsVerdict:
     """What robots.txt says about one URL; `crawl_delay_seconds` is None when it sets none.
@@ -80,18 +116,21 @@ class _Entry:
 
 
 class RobotsRules:
-    """The per-process robots.txt cache. `fetch(url)` returns (status, text) and raises the
-    worker's errors (HttpEngine.fetch_text with a timeout and size bound)."""
+    """The per-process robots.txt cache, in front of the cluster's copies (`shared`, when
+    given). `fetch(url)` returns (status, text) and raises the worker's errors
+    (HttpEngine.fetch_text with a timeout and size bound)."""
 
     def __init__(
         self,
         fetch: Fetch,
         *,
+        shared: SharedRobots | None = None,
         ttl_seconds: float = ROBOTS_TTL_SECONDS,
         unavailable_ttl_seconds: float = UNAVAILABLE_TTL_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fetch = fetch
+        self._shared = shared
         self._ttl = ttl_seconds
         self._unavailable_ttl = unavailable_ttl_seconds
         self._clock = clock
@@ -133,10 +172,10 @@ class RobotsRules:
         future: asyncio.Future[_Entry] = asyncio.get_running_loop().create_future()
         self._fetching[origin] = future
         try:
-            entry = await self._read(origin, fetch)
+            entry, fetched = await self._read(origin, fetch)
             self._entries[origin] = entry
             future.set_result(entry)
-            return entry, True
+            return entry, fetched
         except BaseException as error:
             future.set_exception(error)
             future.exception()  # retrieved: waiters re-raise it, nobody else must
@@ -144,7 +183,30 @@ class RobotsRules:
         finally:
             del self._fetching[origin]
 
-    async def _read(self, origin: str, fetch: Fetch) -> _Entry:
+    async def _read(self, origin: str, fetch: Fetch) -> tuple[_Entry, bool]:
+        """The origin's rules, from the cluster's copy when one holds; True when this call
+        fetched the file."""
+        if self._shared is not None:
+            deadline = self._clock() + SHARED_WAIT_SECONDS
+            while True:
+                copy = await self._shared.robots_copy(origin, SHARED_LEASE_SECONDS)
+                if copy is None:
+                    break  # no database: read the file for this process alone
+                if copy.held:
+                    read = RobotsRead(copy.status, copy.body, copy.problem)
+                    return self._from_read(read, copy.seconds_left), False
+                if copy.leased:
+                    read = await self._fetch_once(origin, fetch)
+                    ttl = self._ttl if read.readable else self._unavailable_ttl
+                    await self._shared.store_robots_copy(origin, read, ttl)
+                    return self._from_read(read, ttl), True
+                if self._clock() >= deadline:
+                    break  # the worker holding the lease never stored a copy
+                await asyncio.sleep(SHARED_POLL_SECONDS)
+        read = await self._fetch_once(origin, fetch)
+        return self._from_read(read, self._ttl if read.readable else self._unavailable_ttl), True
+
+    async def _fetch_once(self, origin: str, fetch: Fetch) -> RobotsRead:
         self.fetches += 1
         try:
             status, text = await fetch(f"{origin}/robots.txt")
@@ -152,12 +214,20 @@ class RobotsRules:
             if error.reason in OWN_PROBLEMS:
                 raise  # the worker's problem, not the site's: the page would hit it too
             logger.warning("robots.txt of %s unavailable: %s", origin, error)
-            return _Entry(None, self._clock() + self._unavailable_ttl, error.message)
+            return RobotsRead(None, problem=error.message)
         if status >= 500:
-            return _Entry(None, self._clock() + self._unavailable_ttl, f"HTTP {status}")
-        if status >= 400 or status < 200:
-            return _Entry(Protego.parse(""), self._clock() + self._ttl)
-        return _Entry(Protego.parse(text), self._clock() + self._ttl)
+            return RobotsRead(status, problem=f"HTTP {status}")
+        # A NUL byte cannot be stored in the cluster's copy; it means nothing to the rules.
+        return RobotsRead(status, text.replace("\x00", "") if 200 <= status < 400 else None)
+
+    def _from_read(self, read: RobotsRead, ttl_seconds: float) -> _Entry:
+        expires_at = self._clock() + max(0.0, ttl_seconds)
+        if not read.readable:
+            return _Entry(None, expires_at, read.problem or f"HTTP {read.status}")
+        assert read.status is not None
+        if 200 <= read.status < 400:
+            return _Entry(Protego.parse(read.body or ""), expires_at)
+        return _Entry(Protego.parse(""), expires_at)  # 4xx (or 1xx): no rules
 
 
 __all__ = [
@@ -165,9 +235,12 @@ __all__ = [
     "MAX_ROBOTS_BYTES",
     "ROBOTS_TIMEOUT_SECONDS",
     "ROBOTS_TTL_SECONDS",
+    "SHARED_LEASE_SECONDS",
     "UNAVAILABLE_REASON",
     "UNAVAILABLE_TTL_SECONDS",
+    "RobotsRead",
     "RobotsRules",
     "RobotsVerdict",
+    "SharedRobots",
     "respects_robots",
 ]

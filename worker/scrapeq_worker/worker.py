@@ -51,6 +51,7 @@ from scrapeq_queue import (
     DatabaseUnavailable,
     FollowUrl,
     QueueError,
+    RobotsCopy,
     SchemaOutOfDate,
 )
 from scrapeq_queue.sealed_credentials import SealingKeys
@@ -64,7 +65,13 @@ from .job_options import JobOptions, options_from_payload
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
 from .readiness import RECHECK_SECONDS, Problem, Readiness, browser_problem, temp_dir_problem
-from .robots import MAX_ROBOTS_BYTES, ROBOTS_TIMEOUT_SECONDS, RobotsRules, respects_robots
+from .robots import (
+    MAX_ROBOTS_BYTES,
+    ROBOTS_TIMEOUT_SECONDS,
+    RobotsRead,
+    RobotsRules,
+    respects_robots,
+)
 from .scraper import Scraper, ScrapeResult
 from .settings import WorkerSettings
 
@@ -199,11 +206,13 @@ class Worker:
             user_agent=settings.user_agent,
             upstream_proxy=settings.upstream_proxy,
         )
-        # robots.txt goes through the plain-HTTP engine: the same guard, proxy and user agent.
+        # robots.txt goes through the plain-HTTP engine: the same guard, proxy and user agent;
+        # the cluster's copy of each file is in the queue database.
         self.robots = RobotsRules(
             lambda url: self.http.fetch_text(
                 url, timeout_seconds=ROBOTS_TIMEOUT_SECONDS, max_bytes=MAX_ROBOTS_BYTES
-            )
+            ),
+            shared=self,
         )
         self.scraper = Scraper(
             self.browser,
@@ -445,6 +454,30 @@ class Worker:
                 ),
                 what=f"record the Crawl-delay of {host_key}",
             )
+
+    async def robots_copy(self, origin: str, lease_seconds: float) -> RobotsCopy | None:
+        """The cluster's copy of `origin`'s robots.txt, or the lease to fetch it (RobotsRules'
+        shared store); None when the database failed."""
+        return await self._database(
+            lambda connection: scrapeq_queue.robots_copy(
+                connection, origin, lease_seconds=lease_seconds
+            ),
+            what=f"read the cluster's robots.txt of {origin}",
+        )
+
+    async def store_robots_copy(self, origin: str, read: RobotsRead, ttl_seconds: float) -> None:
+        """Store this worker's read of `origin`'s robots.txt for the cluster."""
+        await self._database(
+            lambda connection: scrapeq_queue.store_robots_copy(
+                connection,
+                origin,
+                status=read.status,
+                body=read.body,
+                problem=read.problem,
+                ttl_seconds=ttl_seconds,
+            ),
+            what=f"store the robots.txt of {origin}",
+        )
 
     async def _nothing_due(self) -> bool:
         backlog = await self._database(

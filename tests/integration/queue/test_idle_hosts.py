@@ -198,3 +198,26 @@ async def test_the_prune_command_deletes_idle_hosts_when_asked(
         with pytest.raises(SystemExit):
             await cli("prune", *url, "--idle-hosts-older-than-days", refused)
         assert "expected a" in capsys.readouterr().err
+
+
+async def test_expired_robots_txt_copies_go_with_idle_hosts(async_connection: Connection) -> None:
+    for origin in ("https://old.test", "https://fresh.test", "https://fetching.test"):
+        copy = await queue.robots_copy(async_connection, origin, lease_seconds=60)
+        assert copy.leased
+    for origin in ("https://old.test", "https://fresh.test"):
+        await queue.store_robots_copy(
+            async_connection, origin, status=200, body="", problem=None, ttl_seconds=86400
+        )
+    await async_connection.execute(
+        "UPDATE scrapeq_robots SET expires_at = now() - interval '8 days'"
+        " WHERE origin IN ('https://old.test', 'https://fetching.test')"
+    )
+
+    await queue.prune_idle_hosts(async_connection, idle_longer_than=WEEK)
+
+    cursor = await async_connection.execute("SELECT origin FROM scrapeq_robots ORDER BY origin")
+    # A copy still being fetched stays whatever its age (its lease runs).
+    assert [row[0] for row in await cursor.fetchall()] == [
+        "https://fetching.test",
+        "https://fresh.test",
+    ]

@@ -171,7 +171,34 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
     assert any(attempt.reason == "lease_expired" for attempt in attempts)
 
 
-# --- robots.txt (one in-process worker: the cache is per process) ------------------------------
+# --- robots.txt ----------------------------------------------------------------------------------
+
+
+async def test_three_worker_processes_read_a_sites_robots_txt_once(
+    polite_site: PoliteSite, connection: Connection, database_url: str, tmp_path: Path
+) -> None:
+    polite_site.robots[D] = Robots(200, "User-agent: *\nDisallow: /page/private\n")
+    # Two slots per worker and slow pages: no one worker takes all the site's rows.
+    allowed = await enqueue(
+        connection,
+        [polite_site.url(D, f"/page/{n}?ms=400") for n in range(24)],
+        maxConcurrentPerHost=8,
+    )
+    [forbidden] = await enqueue(connection, [polite_site.url(D, "/page/private/1")])
+    async with three_workers(database_url, tmp_path, "--concurrency", "2"):
+        await all_completed(connection, allowed, 60, "the allowed rows")
+        row = await job_row(connection, forbidden)
+        assert (row.status, row.last_reason) == ("failed", "robots_disallowed")
+    cursor = await connection.execute(
+        "SELECT count(DISTINCT processed_by) FROM scraping_jobs WHERE id = ANY(%s)", (allowed,)
+    )
+    workers = await cursor.fetchone()
+    assert workers is not None
+    assert workers[0] >= 2
+    assert polite_site.records[D].robots_fetches == 1
+
+
+# The tests below run one in-process worker.
 
 
 @pytest.fixture
