@@ -136,12 +136,7 @@ async def live_queue_backlog(
     so bounded by the live backlog, not the history."""
     pending = await (await connection.execute(statements.QUEUE_PENDING_STATS)).fetchall()
     processing = await (await connection.execute(statements.QUEUE_PROCESSING_STATS)).fetchall()
-    startable_rows = await (
-        await connection.execute(
-            statements.QUEUE_STARTABLE_DUE, {"default_limit": default_max_per_host}
-        )
-    ).fetchall()
-    startable = {queue: count for queue, count in startable_rows}
+    startable = await startable_due(connection, default_max_per_host=default_max_per_host)
     in_flight = {queue: count for queue, count in processing}
     backlog = {
         queue: QueueBacklog(
@@ -156,6 +151,20 @@ async def live_queue_backlog(
     for queue, count in in_flight.items():
         backlog[queue] = QueueBacklog(0, 0, count, None, startable_due=0)
     return backlog
+
+
+@translate_database_errors
+async def startable_due(
+    connection: psycopg.AsyncConnection[Any], *, default_max_per_host: int
+) -> dict[str, int]:
+    """Per queue with due rows, how many of them per-host politeness lets start now, for a
+    worker pool whose per-host limit (for rows that set none) is `default_max_per_host`: each
+    host's due rows up to its limit (1 while it has a delay) less its rows in flight, none of
+    a paused host."""
+    cursor = await connection.execute(
+        statements.QUEUE_STARTABLE_DUE, {"default_limit": default_max_per_host}
+    )
+    return {queue: int(count) for queue, count in await cursor.fetchall()}
 
 
 @translate_database_errors

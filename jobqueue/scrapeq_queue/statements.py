@@ -769,13 +769,16 @@ GROUP BY queue
 """
 
 # Due rows per queue that per-host politeness lets start now: per (queue, host) at most the
-# host's limit (its own, else the pool default given) less the host's attempts in flight, and
-# none of a paused host. Both counts go through the partial indexes on pending and processing
-# rows. A host inside its delay counts as startable: it is, within that delay.
+# host's limit (its own, else the pool default given; 1 while its producers' delay or
+# robots.txt's Crawl-delay applies) less the host's attempts in flight, and none of a paused
+# host. Both counts go through the partial indexes on pending and processing rows. A host
+# inside its delay counts as startable: it is, within that delay.
 QUEUE_STARTABLE_DUE: Final = """
 SELECT due.queue,
        sum(greatest(0, least(due.rows,
-           coalesce(hosts.max_in_flight, %(default_limit)s) - coalesce(busy.rows, 0))))::bigint
+           CASE WHEN greatest(hosts.delay_seconds, hosts.crawl_delay_seconds) > 0 THEN 1
+                ELSE coalesce(hosts.max_in_flight, %(default_limit)s) END
+           - coalesce(busy.rows, 0))))::bigint
 FROM (SELECT queue, host_key, count(*) AS rows FROM scraping_jobs
       WHERE status = 'pending' AND run_at <= now()
       GROUP BY queue, host_key) AS due

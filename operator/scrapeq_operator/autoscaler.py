@@ -19,7 +19,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -87,6 +87,9 @@ class Autoscaler:
         self.coverage = QueueCoverage(settings.unserved_queue_grace_seconds)
         # Queues whose backlog gauges were set, so that a queue that emptied reads 0.
         self._reported_queues: set[str] = set()
+        # This round's startable due rows per queue for pools whose per-host limit is not the
+        # operator's default (annotation scrapeq.io/max-concurrent-per-host), by that limit.
+        self._startable_by_limit: dict[int, dict[str, int]] = {}
 
     async def run(self) -> None:
         """Run until cancelled; a failing round is logged and counted, never fatal."""
@@ -100,17 +103,26 @@ class Autoscaler:
                 logger.exception("autoscaler round failed")
             await asyncio.sleep(self.settings.autoscaler_interval_seconds)
 
-    async def read_backlog(self, served: list[str]) -> Mapping[str, QueueBacklog] | None:
+    async def read_backlog(
+        self, served: list[str], host_limits: Collection[int] = ()
+    ) -> Mapping[str, QueueBacklog] | None:
         """The backlog of every queue with live rows plus the served ones (zero when empty),
-        or None when the database cannot say. Sets the backlog gauges of all of them."""
+        or None when the database cannot say. Sets the backlog gauges of all of them (their
+        startable rows with the operator's per-host limit), and reads the startable rows again
+        for each other per-host limit of `host_limits` that pools use."""
+        default_limit = self.settings.autoscaler.max_concurrent_per_host
+        self._startable_by_limit = {}
         try:
             async with self.runtime.connection() as connection:
                 backlog = dict(
                     await inspection.live_queue_backlog(
-                        connection,
-                        default_max_per_host=self.settings.autoscaler.max_concurrent_per_host,
+                        connection, default_max_per_host=default_limit
                     )
                 )
+                for limit in sorted(set(host_limits) - {default_limit}):
+                    self._startable_by_limit[limit] = await inspection.startable_due(
+                        connection, default_max_per_host=limit
+                    )
         except DatabaseUnavailable as error:
             metrics.RECONCILE_ERRORS_TOTAL.labels("autoscaler").inc()
             logger.warning("autoscaler: backlog unavailable, holding every pool: %s", error)
@@ -160,7 +172,8 @@ class Autoscaler:
             WORKER_POOL_LABEL, self.settings.worker_pool_namespaces
         )
         backlog = await self.read_backlog(
-            sorted({queue for item in deployments for queue in queues_of(item)})
+            sorted({queue for item in deployments for queue in queues_of(item)}),
+            {self._host_limit(item) for item in deployments},
         )
         if backlog is not None:
             self._watch_coverage(deployments, backlog)
@@ -174,6 +187,15 @@ class Autoscaler:
         for gone in set(self._pools) - seen:
             del self._pools[gone]
         return decisions
+
+    def _host_limit(self, deployment: WorkerDeployment) -> int:
+        """The pool's per-host limit (its annotation, else the operator's default; a bad policy
+        is reported when the pool is reconciled)."""
+        try:
+            policy = PoolPolicy.from_annotations(deployment.annotations, self.settings.autoscaler)
+        except ConfigurationError:
+            return self.settings.autoscaler.max_concurrent_per_host
+        return policy.max_concurrent_per_host
 
     async def _reconcile(
         self, deployment: WorkerDeployment, backlog: Mapping[str, QueueBacklog] | None
@@ -199,10 +221,13 @@ class Autoscaler:
         queue = ",".join(queues)
         work: int | None = None
         if backlog is not None:
-            # Due rows a host's limit holds back would only give new replicas nothing to do.
+            # Due rows a host's limit holds back would only give new replicas nothing to do;
+            # the limit is the pool's own when it differs from the operator's default.
+            startable = self._startable_by_limit.get(policy.max_concurrent_per_host)
             work = sum(
-                numbers.startable + numbers.processing
-                for numbers in (backlog.get(name) for name in queues)
+                (numbers.startable if startable is None else startable.get(name, 0))
+                + numbers.processing
+                for name, numbers in ((name, backlog.get(name)) for name in queues)
                 if numbers is not None
             )
         decision = decide_replicas(

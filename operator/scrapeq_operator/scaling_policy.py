@@ -20,10 +20,16 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from scrapeq_queue.politeness import (
+    DEFAULT_MAX_CONCURRENT_PER_HOST,
+    MAX_CONCURRENT_PER_HOST_LIMIT,
+)
+
 from scrapeq_operator.errors import ConfigurationError
 from scrapeq_operator.settings import AutoscalerDefaults
 from scrapeq_operator.vocabulary import (
     JOBS_PER_REPLICA_ANNOTATION,
+    MAX_CONCURRENT_PER_HOST_ANNOTATION,
     MAX_REPLICAS_ANNOTATION,
     MIN_REPLICAS_ANNOTATION,
     SCALE_DOWN_WINDOW_ANNOTATION,
@@ -52,6 +58,9 @@ class PoolPolicy:
     jobs_per_replica: int
     scale_down_window_seconds: float
     scale_to_zero_cooldown_seconds: float
+    # The per-host limit of the pool's workers for rows that set none: how many of one site's
+    # due rows the pool can start at once.
+    max_concurrent_per_host: int = DEFAULT_MAX_CONCURRENT_PER_HOST
 
     @classmethod
     def from_annotations(
@@ -88,7 +97,19 @@ class PoolPolicy:
                 defaults.scale_to_zero_cooldown_seconds,
                 integer=False,
             ),
+            max_concurrent_per_host=int(
+                number(
+                    MAX_CONCURRENT_PER_HOST_ANNOTATION,
+                    defaults.max_concurrent_per_host,
+                    integer=True,
+                )
+            ),
         )
+        if not 1 <= policy.max_concurrent_per_host <= MAX_CONCURRENT_PER_HOST_LIMIT:
+            raise ConfigurationError(
+                f"annotation {MAX_CONCURRENT_PER_HOST_ANNOTATION} must be between 1 and "
+                f"{MAX_CONCURRENT_PER_HOST_LIMIT}"
+            )
         if policy.jobs_per_replica < 1:
             raise ConfigurationError(f"annotation {JOBS_PER_REPLICA_ANNOTATION} must be >= 1")
         if policy.min_replicas > policy.max_replicas:

@@ -87,8 +87,9 @@ class AutoscalerDefaults:
         DEFAULT_MAX_CONCURRENT_PER_HOST,
         env=_env("max_concurrent_per_host"),
         parse=parse_positive_int,
-        help="The worker pools' per-host limit for rows that set none: the autoscaler counts "
-        "only the due rows the per-host limits let start.",
+        help="The worker pools' per-host limit for rows that set none (per pool: annotation "
+        "scrapeq.io/max-concurrent-per-host): the autoscaler counts only the due rows the "
+        "per-host limits let start.",
     )
 
 

@@ -41,42 +41,44 @@ POLICY_ANNOTATIONS = {
 }
 
 
-def _worker_deployment(namespace: str) -> dict[str, Any]:
+def _worker_deployment(namespace: str, name: str = "scrapers") -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": "scrapers",
+            "name": name,
             "namespace": namespace,
-            "labels": {"scrapeq.io/worker-pool": "scrapers"},
+            "labels": {"scrapeq.io/worker-pool": name},
             "annotations": POLICY_ANNOTATIONS,
         },
         "spec": {
             "replicas": 0,
-            "selector": {"matchLabels": {"app": "scrapers"}},
+            "selector": {"matchLabels": {"app": name}},
             "template": {
-                "metadata": {"labels": {"app": "scrapers"}},
+                "metadata": {"labels": {"app": name}},
                 "spec": {"containers": [{"name": "worker", "image": "scrapeq-worker:test"}]},
             },
         },
     }
 
 
-def _replicas(kubectl: Kubectl, namespace: str) -> int:
-    return int(kubectl.get("deployment", "scrapers", namespace)["spec"]["replicas"])
+def _replicas(kubectl: Kubectl, namespace: str, name: str = "scrapers") -> int:
+    return int(kubectl.get("deployment", name, namespace)["spec"]["replicas"])
 
 
-def _decision(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
-    annotations = kubectl.get("deployment", "scrapers", namespace)["metadata"]["annotations"]
+def _decision(kubectl: Kubectl, namespace: str, name: str = "scrapers") -> dict[str, Any]:
+    annotations = kubectl.get("deployment", name, namespace)["metadata"]["annotations"]
     raw = annotations.get("scrapeq.io/autoscaler-decision")
     return json.loads(raw) if raw else {}
 
 
-def _wait_for_replicas(kubectl: Kubectl, namespace: str, count: int) -> None:
+def _wait_for_replicas(
+    kubectl: Kubectl, namespace: str, count: int, name: str = "scrapers"
+) -> None:
     poll(
-        lambda: _replicas(kubectl, namespace) == count,
+        lambda: _replicas(kubectl, namespace, name) == count,
         timeout=30,
-        what=f"{count} replicas",
+        what=f"{count} replicas of {name}",
         interval=0.1,
     )
 
@@ -222,3 +224,14 @@ def test_a_backlog_on_one_site_asks_only_for_the_replicas_its_per_host_limit_kee
     _wait_for_replicas(kubectl, namespace, 3)
     decision = _decision(kubectl, namespace)
     assert decision["work"] == 3, decision
+
+    # A pool whose workers allow 5 pages per site counts 5 of the site's rows.
+    wider = _worker_deployment(namespace, "wide-scrapers")
+    wider["metadata"]["annotations"] = {
+        **deployment["metadata"]["annotations"],
+        "scrapeq.io/max-concurrent-per-host": "5",
+    }
+    kubectl.create(wider)
+    _wait_for_replicas(kubectl, namespace, 6, "wide-scrapers")
+    assert _decision(kubectl, namespace, "wide-scrapers")["work"] == 6
+    assert _replicas(kubectl, namespace) == 3

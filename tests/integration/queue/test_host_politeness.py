@@ -293,6 +293,23 @@ async def test_the_backlog_counts_only_the_due_rows_the_per_host_limits_let_star
     assert await startable() == 1
 
 
+async def test_the_startable_rows_follow_the_pools_limit_and_a_hosts_delay(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue_many(async_connection, [f"https://wide.test/{n}" for n in range(10)])
+    await queue.enqueue_many(async_connection, [f"https://crawl.test/{n}" for n in range(10)])
+    await queue.set_crawl_delay(async_connection, "crawl.test", 2.0)
+    await queue.enqueue_many(
+        async_connection,
+        [f"https://slow.test/{n}" for n in range(10)],
+        payload={"politeness": {"delaySeconds": 1}},
+    )
+    # A host with a delay (its producers' or robots.txt's) takes one request at a time.
+    for limit, startable in [(2, 2 + 1 + 1), (6, 6 + 1 + 1)]:
+        counts = await inspection.startable_due(async_connection, default_max_per_host=limit)
+        assert counts == {"default": startable}
+
+
 async def test_a_connection_plans_the_claim_once_and_reuses_the_plan(
     async_connection: Connection,
 ) -> None:

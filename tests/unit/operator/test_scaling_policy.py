@@ -125,6 +125,16 @@ def test_unusable_annotations_are_rejected_with_their_name(annotations: dict[str
         PoolPolicy.from_annotations(annotations, AutoscalerDefaults())
 
 
+def test_a_pool_can_name_its_workers_per_host_limit() -> None:
+    defaults = AutoscalerDefaults(max_concurrent_per_host=2)
+    assert PoolPolicy.from_annotations({}, defaults).max_concurrent_per_host == 2
+    named = {"scrapeq.io/max-concurrent-per-host": "6"}
+    assert PoolPolicy.from_annotations(named, defaults).max_concurrent_per_host == 6
+    for raw, message in [("0", "between 1 and 1000"), ("1001", "between 1 and 1000"), ("x", "not")]:
+        with pytest.raises(ConfigurationError, match=f"max-concurrent-per-host.*{message}"):
+            PoolPolicy.from_annotations({"scrapeq.io/max-concurrent-per-host": raw}, defaults)
+
+
 def test_idle_pods_are_cheaper_to_delete_than_busy_ones() -> None:
     pods = ["workers-7d9f-abcde", "workers-7d9f-fghij", "workers-7d9f-klmno"]
     in_flight = {
