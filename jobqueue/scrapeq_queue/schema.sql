@@ -569,7 +569,7 @@ CREATE TRIGGER scrapeq_jobs_hosts_on_insert AFTER INSERT ON public.scraping_jobs
 -- Name: scraping_jobs scrapeq_jobs_hosts_on_pending; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status ON public.scraping_jobs FOR EACH ROW WHEN (((new.status = 'pending'::public.scraping_job_status) AND (old.status <> 'pending'::public.scraping_job_status))) EXECUTE FUNCTION public.scrapeq_hosts_after_pending();
+CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status, run_at, priority ON public.scraping_jobs FOR EACH ROW WHEN (((new.status = 'pending'::public.scraping_job_status) AND ((old.status <> 'pending'::public.scraping_job_status) OR (new.run_at < old.run_at) OR (new.priority > old.priority)))) EXECUTE FUNCTION public.scrapeq_hosts_after_pending();
 
 
 --
@@ -606,4 +606,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0003_host_politeness'),
     ('0004_claim_plan'),
     ('0005_idle_hosts'),
-    ('0006_shared_robots');
+    ('0006_shared_robots'),
+    ('0007_heads_follow_earlier_rows');

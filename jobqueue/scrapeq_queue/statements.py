@@ -84,8 +84,9 @@ _CLAIM_HOST_LIMIT = (
 #   (generation): a host that gave all its free slots' worth of rows gets its last row
 #   claimed as head (so it goes behind the hosts that waited longer: round robin within a
 #   priority; its real best row is at or after that key); a host that gave fewer (its due
-#   rows of that priority ran out, or were claimed or cancelled meanwhile) gets the key of
-#   its best due pending row, else of its best pending row (NULL: none).
+#   rows of that priority ran out, or were claimed or cancelled meanwhile, or the claim's
+#   limit came first) gets the key of its best due pending row, else of its best pending row
+#   (NULL: none), leaving out the rows this claim took: they still look pending to it.
 # A claim that got no row but corrected stale heads answers one row of NULLs: claim again, the
 # walk now starts further on. Nothing but claims writes slots, so finishing a row (complete,
 # fail, retry, release, rescue, cancel) costs no write there: the slot is free from that moment
@@ -237,6 +238,7 @@ reheaded AS (
                  WHERE NOT visits.full AND jobs.status = 'pending'
                    AND jobs.host_key = visits.host_key AND jobs.queue = visits.queue
                    AND jobs.run_at <= now()
+                   AND NOT EXISTS (SELECT FROM claimed WHERE claimed.id = jobs.id)
                  ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                  LIMIT 1)
                 UNION ALL
@@ -244,6 +246,7 @@ reheaded AS (
                  FROM scraping_jobs AS jobs
                  WHERE NOT visits.full AND jobs.status = 'pending'
                    AND jobs.host_key = visits.host_key AND jobs.queue = visits.queue
+                   AND NOT EXISTS (SELECT FROM claimed WHERE claimed.id = jobs.id)
                  ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                  LIMIT 1)
             ) AS candidate

@@ -5,6 +5,7 @@ host holding most of the backlog does not hold up the others."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -229,6 +230,43 @@ async def test_rows_back_to_pending_by_plain_sql_become_claimable_again(
         "UPDATE scraping_jobs SET status = 'pending', finished_at = NULL WHERE id = %s", (job.id,)
     )
     assert [again.id for again in await claim(async_connection)] == [job.id]
+
+
+async def test_a_pending_row_moved_earlier_by_plain_sql_is_claimable_at_once(
+    async_connection: Connection,
+) -> None:
+    later = await queue.database_now(async_connection) + timedelta(hours=1)
+    [job_id] = await queue.enqueue_many(async_connection, ["https://classic.test/a"], run_at=later)
+    assert await claim(async_connection) == []
+    await async_connection.execute(
+        "UPDATE scraping_jobs SET run_at = now() WHERE id = %s", (job_id,)
+    )
+    assert [job.id for job in await claim(async_connection)] == [job_id]
+
+
+async def head_of(connection: Connection, host_key: str) -> int | None:
+    cursor = await connection.execute(
+        "SELECT head_id FROM scrapeq_host_queues WHERE host_key = %s", (host_key,)
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return row[0]
+
+
+async def test_a_claim_leaves_the_head_on_the_hosts_next_row_not_on_one_it_took(
+    async_connection: Connection,
+) -> None:
+    """A host that gave fewer rows than its free slots gets its next pending row as head (or
+    none), not a row the claim took (which still looks pending to the claim): no later claim
+    visits the host for nothing."""
+    first, second = await queue.enqueue_many(
+        async_connection, ["https://two.test/1", "https://two.test/2"]
+    )
+    assert [job.id for job in await claim(async_connection, limit=1)] == [first]
+    assert await head_of(async_connection, "two.test") == second
+    [only] = await queue.enqueue_many(async_connection, ["https://one.test/1"])
+    assert [job.id for job in await claim(async_connection, limit=2)] == [second, only]
+    assert await head_of(async_connection, "one.test") is None
 
 
 async def test_priority_orders_rows_across_hosts_whatever_host_holds_them(
