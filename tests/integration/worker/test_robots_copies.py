@@ -145,3 +145,14 @@ async def test_a_lease_whose_holder_died_lapses_and_another_worker_fetches(
     copy = await queue.robots_copy(async_connection, ORIGIN, lease_seconds=0.5)
     assert (copy.held, copy.status, copy.body) == (True, 200, ROBOTS)
     assert 86000 < copy.seconds_left <= 86400
+
+
+async def test_a_robots_txt_with_nul_bytes_is_shared_without_them(database_url: str) -> None:
+    # PostgreSQL text cannot hold NUL; the rules mean the same without it.
+    site = Site(text="User-agent: *\x00\nDisallow: /private\x00\n")
+    async with workers(database_url, site, 2) as (first, second):
+        for each in (first, second):
+            with pytest.raises(PermanentFailure, match="disallowed"):
+                await each.check(f"{ORIGIN}/private/1")
+            await each.check(f"{ORIGIN}/public")
+    assert site.fetches == 1
