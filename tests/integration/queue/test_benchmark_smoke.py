@@ -76,4 +76,5 @@ def test_the_politeness_modes_measure_throughput_against_the_claim_before_polite
         "scrapeq-hot-host",
     ]
     assert all(record["jobs_per_s"] > 0 for record in records), records
-    assert records[2]["jobs"] == 100  # the other hosts' rows: a tenth of them
+    # The other hosts' rows, as many as --jobs: a tenth of the ten times as many enqueued.
+    assert records[2]["jobs"] == 1000
