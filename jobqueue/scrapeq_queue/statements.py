@@ -34,245 +34,26 @@ MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('scrapeq_schema_migrations'
 
 # --- claims (workers) ---------------------------------------------------------------------------
 
-# The delay a claim applies to a host: its producers' delaySeconds, else the claiming pool's
-# default %(delay_seconds)s, never below robots.txt's Crawl-delay. With a delay the host takes
-# one request at a time, and the next starts no sooner than the delay after the previous one
-# ended.
-_CLAIM_DELAY = (
-    "greatest(coalesce(hosts.delay_seconds, %(delay_seconds)s::double precision), "
-    "hosts.crawl_delay_seconds)"
-)
-# How many of a host's requests may be in flight at once: its producers' maxConcurrentPerHost,
-# else the claiming pool's default %(max_per_host)s; 1 while a delay applies.
-_CLAIM_HOST_LIMIT = (
-    f"CASE WHEN {_CLAIM_DELAY} > 0 THEN 1 "
-    "ELSE coalesce(hosts.max_in_flight, %(max_per_host)s::integer) END"
-)
-
-# Claims up to `limit` due pending rows of the given queues in one statement, never more per
-# host than its politeness allows, whichever worker of whichever pool asks:
-# - walked: per queue, the hosts in head order (head: the claim-order key of a host's best
-#   pending row, scrapeq_host_queues) whose head is due, whose delay or pause is over and that
-#   have a free slot, each followed by its due rows of at least its head's priority (in claim
-#   order, at most its free slots), until `limit` rows came out. A host's slots in use are its
-#   attempts still running (its slot_ids/slot_attempts whose row is `processing` at that
-#   attempt, or shows an older attempt: another claim took it after this statement's
-#   snapshot).
-#   Each host's state row is locked (FOR NO KEY UPDATE, which a producer's KEY SHARE lock does
-#   not block, SKIP LOCKED) as the walk reaches it, before its slots are counted (from the
-#   locked, latest row): two claimers never count the same host's slots at once (the second
-#   walks on to the next hosts, without reading theirs), and a claim that committed a moment
-#   ago counts. A host found full stays locked, unwritten, until this statement ends. Only as
-#   many hosts are visited as the rows need; a claim passes over at most 5,000 full hosts (busy
-#   hosts of a higher priority than the free ones: claimed hosts of equal priority go to the
-#   back, see reheaded).
-#   Rows come out in priority order across hosts: hosts are visited by their head's priority
-#   and give rows of at least that priority (higher only when a delayed row of the host came
-#   due since its head was set);
-# - chosen: the best `limit` rows of all queues (priority DESC, run_at, id), each host within
-#   its free slots;
-# - claimed: those rows become `processing` with a new attempt number and lease. They need no
-#   lock of their own first: only the holder of a host's lock claims that host's rows, and a
-#   row another claim took after this statement's snapshot fails `status = 'pending'` on the
-#   update's re-check and is left out. The update may wait for a row another statement holds
-#   (a cancel); none of those waits for a host lock while it holds a row (a retry that pauses
-#   a host takes the host first), so this cannot deadlock;
-# - taken: each host that gave rows is written once: its slots become those still running
-#   plus the new ones, last_finished_at moves to the end of the attempts dropped, with a
-#   delay next_allowed_at moves to now + delay, and touched_at to now (prune_idle_hosts);
-# - reheaded: each visited host's head moves, unless a producer or retry moved it meanwhile
-#   (generation): a host that gave all its free slots' worth of rows gets its last row
-#   claimed as head (so it goes behind the hosts that waited longer: round robin within a
-#   priority; its real best row is at or after that key); a host that gave fewer (its due
-#   rows of that priority ran out, or were claimed or cancelled meanwhile, or the claim's
-#   limit came first) gets the key of its best due pending row, else of its best pending row
-#   (NULL: none), leaving out the rows this claim took: they still look pending to it.
-# A claim that got no row but corrected stale heads answers one row of NULLs: claim again, the
-# walk now starts further on. Nothing but claims writes slots, so finishing a row (complete,
-# fail, retry, release, rescue, cancel) costs no write there: the slot is free from that moment
-# for the next claim.
-# The caller's autocommit ends the transaction. Plan stability: PostgreSQL reuses the prepared
-# claim's generic plan only while its estimate is no dearer than a plan made for the call's
-# values, and planning this statement costs about as much as running it. So the queues come
-# from scrapeq_claim_queues (estimated at one queue; unnest of a parameter is estimated at
-# 100), the limits from sub-selects, and the update finds its rows through
-# `id = ANY(ARRAY(...))`, which stays a primary-key lookup whatever the plan guesses.
-JOB_CLAIM: Final = f"""
-WITH walked AS (
-    SELECT visit.*
-    FROM scrapeq_claim_queues(%(queues)s::text[]) AS wanted(queue)
-    CROSS JOIN LATERAL (
-        SELECT host.queue, host.host_key, host.generation, host.host_limit - slots.running AS free,
-               host.delay, slots.running_ids, slots.running_attempts,
-               greatest(host.last_finished_at, slots.ended_at) AS ended_at, row.id,
-               row.priority, row.run_at
-        FROM (
-            SELECT known.queue, known.host_key, known.generation, known.head_priority,
-                   hosts.slot_ids, hosts.slot_attempts, hosts.last_finished_at,
-                   {_CLAIM_HOST_LIMIT} AS host_limit, {_CLAIM_DELAY} AS delay
-            FROM scrapeq_host_queues AS known
-            JOIN scrapeq_hosts AS hosts ON hosts.host_key = known.host_key
-            WHERE known.queue = wanted.queue AND known.head_id IS NOT NULL
-              AND known.head_run_at <= now() AND hosts.next_allowed_at <= now()
-            ORDER BY known.head_priority DESC, known.head_run_at, known.head_id
-            LIMIT (SELECT %(limit)s::integer + 5000)
-            FOR NO KEY UPDATE OF hosts SKIP LOCKED
-        ) AS host
-        CROSS JOIN LATERAL (
-            SELECT count(*) FILTER (WHERE slot.running) AS running,
-                   coalesce(array_agg(slot.id) FILTER (WHERE slot.running), '{{}}')
-                       AS running_ids,
-                   coalesce(array_agg(slot.attempt) FILTER (WHERE slot.running), '{{}}')
-                       AS running_attempts,
-                   max(slot.ended_at) FILTER (WHERE NOT slot.running) AS ended_at
-            FROM (
-                SELECT given.id, given.attempt, jobs.updated_at AS ended_at,
-                       coalesce(jobs.attempt < given.attempt
-                                OR (jobs.attempt = given.attempt
-                                    AND jobs.status = 'processing'), false) AS running
-                FROM unnest(host.slot_ids, host.slot_attempts) AS given(id, attempt)
-                LEFT JOIN scraping_jobs AS jobs ON jobs.id = given.id
-            ) AS slot
-        ) AS slots
-        LEFT JOIN LATERAL (
-            SELECT jobs.id, jobs.priority, jobs.run_at
-            FROM scraping_jobs AS jobs
-            WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
-              AND jobs.queue = host.queue AND jobs.priority >= host.head_priority
-              AND jobs.run_at <= now()
-            ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
-            LIMIT host.host_limit - slots.running
-        ) AS row ON true
-        WHERE slots.running < host.host_limit AND (slots.running = 0 OR host.delay = 0)
-          AND greatest(host.last_finished_at, slots.ended_at)
-              + make_interval(secs => host.delay) <= now()
-        LIMIT (SELECT %(limit)s::integer)
-    ) AS visit
-),
-chosen AS (
-    SELECT ranked.id
-    FROM (
-        SELECT walked.id, walked.priority, walked.run_at, walked.free,
-               row_number() OVER (PARTITION BY walked.host_key
-                                  ORDER BY walked.priority DESC, walked.run_at, walked.id)
-                   AS rank
-        FROM walked
-        WHERE walked.id IS NOT NULL
-    ) AS ranked
-    WHERE ranked.rank <= ranked.free
-    ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
-    LIMIT (SELECT %(limit)s::integer)
-),
-locked AS (
-    -- Never wait for a row. The rows were read in this statement's snapshot, which can be
-    -- older than the host lock: another claimer may have claimed them meanwhile and be
-    -- completing them now. Waiting for that completion while it waits for a row this claim
-    -- locked on the way was a deadlock; such a row is left to the next claim instead.
-    SELECT jobs.id FROM scraping_jobs AS jobs
-    WHERE jobs.id = ANY (ARRAY(SELECT id FROM chosen)) AND jobs.status = 'pending'
-    FOR UPDATE SKIP LOCKED
-),
-claimed AS (
-    UPDATE scraping_jobs AS jobs
-    SET status = 'processing',
-        attempt = jobs.attempt + 1,
-        processed_by = %(worker_id)s,
-        processing_started_at = now(),
-        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-        updated_at = now()
-    WHERE jobs.id = ANY (ARRAY(SELECT id FROM locked)) AND jobs.status = 'pending'
-    RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type, jobs.payload,
-              jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries, jobs.depth,
-              jobs.parent_id, jobs.owner_uid, jobs.owner_namespace, jobs.owner_name, jobs.run_at,
-              jobs.processing_started_at, jobs.lease_expires_at, jobs.host_key
-),
-taken AS (
-    UPDATE scrapeq_hosts AS hosts
-    SET slot_ids = visited.running_ids || slots.ids,
-        slot_attempts = visited.running_attempts || slots.attempts,
-        last_finished_at = coalesce(visited.ended_at, hosts.last_finished_at),
-        next_allowed_at = CASE WHEN visited.delay > 0
-            THEN greatest(hosts.next_allowed_at, now() + make_interval(secs => visited.delay))
-            ELSE hosts.next_allowed_at END,
-        touched_at = now()
-    FROM (
-        SELECT claimed.host_key, array_agg(claimed.id ORDER BY claimed.id) AS ids,
-               array_agg(claimed.attempt ORDER BY claimed.id) AS attempts
-        FROM claimed
-        GROUP BY claimed.host_key
-    ) AS slots
-    JOIN (
-        SELECT DISTINCT ON (walked.host_key) walked.host_key, walked.delay,
-               walked.running_ids, walked.running_attempts, walked.ended_at
-        FROM walked
-        ORDER BY walked.host_key
-    ) AS visited ON visited.host_key = slots.host_key
-    WHERE hosts.host_key = slots.host_key
-),
-reheaded AS (
-    UPDATE scrapeq_host_queues AS known
-    SET head_priority = moved.priority, head_run_at = moved.run_at, head_id = moved.id
-    FROM (
-        SELECT visits.queue, visits.host_key, visits.generation,
-               coalesce(last.priority, best.priority) AS priority,
-               coalesce(last.run_at, best.run_at) AS run_at, coalesce(last.id, best.id) AS id
-        FROM (
-            SELECT walked.queue, walked.host_key, walked.generation,
-                   count(walked.id) >= max(walked.free) AS full
-            FROM walked
-            GROUP BY walked.queue, walked.host_key, walked.generation
-        ) AS visits
-        LEFT JOIN (
-            SELECT DISTINCT ON (claimed.queue, claimed.host_key) claimed.queue,
-                   claimed.host_key, claimed.priority, claimed.run_at, claimed.id
-            FROM claimed
-            ORDER BY claimed.queue, claimed.host_key, claimed.priority, claimed.run_at DESC,
-                     claimed.id DESC
-        ) AS last ON visits.full AND last.queue = visits.queue
-                     AND last.host_key = visits.host_key
-        LEFT JOIN LATERAL (
-            SELECT candidate.priority, candidate.run_at, candidate.id
-            FROM (
-                (SELECT jobs.priority, jobs.run_at, jobs.id, 0 AS rank
-                 FROM scraping_jobs AS jobs
-                 WHERE NOT visits.full AND jobs.status = 'pending'
-                   AND jobs.host_key = visits.host_key AND jobs.queue = visits.queue
-                   AND jobs.run_at <= now()
-                   AND NOT EXISTS (SELECT FROM claimed WHERE claimed.id = jobs.id)
-                 ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
-                 LIMIT 1)
-                UNION ALL
-                (SELECT jobs.priority, jobs.run_at, jobs.id, 1 AS rank
-                 FROM scraping_jobs AS jobs
-                 WHERE NOT visits.full AND jobs.status = 'pending'
-                   AND jobs.host_key = visits.host_key AND jobs.queue = visits.queue
-                   AND NOT EXISTS (SELECT FROM claimed WHERE claimed.id = jobs.id)
-                 ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
-                 LIMIT 1)
-            ) AS candidate
-            ORDER BY candidate.rank
-            LIMIT 1
-        ) AS best ON true
-        WHERE last.id IS NOT NULL OR NOT visits.full
-    ) AS moved
-    JOIN LATERAL (
-        -- A head a producer is moving right now is left to it (never waited for).
-        SELECT FROM scrapeq_host_queues AS free
-        WHERE free.queue = moved.queue AND free.host_key = moved.host_key
-        FOR UPDATE SKIP LOCKED
-    ) AS unlocked ON true
-    WHERE known.queue = moved.queue AND known.host_key = moved.host_key
-      AND known.generation = moved.generation
-)
+# Claims up to `limit` due pending rows of the given queues, best first (priority DESC, run_at,
+# id), never more per host than its politeness allows, whichever worker of whichever pool asks:
+# the function scrapeq_claim (migration 0008_claim_function, where each step is explained).
+# `max_per_host` and `delay_seconds` are the claiming pool's defaults for hosts whose producers
+# named none. In short: the walk visits each queue's hosts in head order from where this
+# connection's previous claim stopped, takes a transaction-scoped advisory lock on each host that
+# looks free (never waiting), and a second statement, whose snapshot is newer than those locks,
+# counts each locked host's rows in flight and claims within its free slots. A claim that got
+# no row but walked hosts answers one row of NULLs: claim again, the walk now starts further on.
+# Nothing but claims looks at slots, so finishing a row (complete, fail, retry, release, rescue,
+# cancel) frees its slot at once. The caller's autocommit ends the transaction, and with it the
+# locks. The statement is a short call: psycopg parses a statement longer than 4,096 characters
+# again on every execution.
+JOB_CLAIM: Final = """
 SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_count,
        max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
        processing_started_at, lease_expires_at, host_key
-FROM claimed
-UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL
-WHERE NOT EXISTS (SELECT FROM claimed) AND EXISTS (SELECT FROM walked WHERE walked.id IS NULL)
-ORDER BY priority DESC, run_at, id
+FROM scrapeq_claim(%(queues)s::text[], %(limit)s::integer, %(worker_id)s::text,
+                   %(lease_seconds)s::double precision, %(max_per_host)s::integer,
+                   %(delay_seconds)s::double precision)
 """
 
 # Records robots.txt's Crawl-delay of a host (0: none), creating its state if need be.
@@ -320,11 +101,8 @@ SET status = excluded.status, body = excluded.body, problem = excluded.problem,
 # The politeness state of the given hosts, with the attempts each has running.
 HOST_STATES: Final = """
 SELECT hosts.host_key,
-       (SELECT count(*)
-        FROM unnest(hosts.slot_ids, hosts.slot_attempts) AS given(id, attempt)
-        JOIN scraping_jobs AS jobs ON jobs.id = given.id
-        WHERE jobs.attempt < given.attempt
-           OR (jobs.attempt = given.attempt AND jobs.status = 'processing')) AS in_flight,
+       (SELECT count(*) FROM scraping_jobs AS jobs
+        WHERE jobs.host_key = hosts.host_key AND jobs.status = 'processing') AS in_flight,
        hosts.max_in_flight, hosts.delay_seconds, hosts.crawl_delay_seconds,
        hosts.next_allowed_at, hosts.paused_until, hosts.pause_reason, hosts.server_errors
 FROM scrapeq_hosts AS hosts
@@ -897,7 +675,7 @@ FOR UPDATE OF hosts SKIP LOCKED
 # Idle hosts, step 2: of the hosts step 1 locked, deletes those still idle, with their heads.
 # Its snapshot is newer than step 1's locks, so it sees every producer that committed before
 # them: a host with a pending row (due or not; the rows, not the heads, which may be stale), or
-# an attempt in flight (its slots), stays.
+# a row in flight, stays.
 HOSTS_IDLE_DELETE: Final = """
 WITH idle AS (
     SELECT hosts.host_key FROM scrapeq_hosts AS hosts
@@ -906,11 +684,8 @@ WITH idle AS (
       AND (hosts.paused_until IS NULL OR hosts.paused_until <= now())
       AND NOT EXISTS (SELECT FROM scraping_jobs AS jobs
                       WHERE jobs.host_key = hosts.host_key AND jobs.status = 'pending')
-      AND NOT EXISTS (
-          SELECT FROM unnest(hosts.slot_ids, hosts.slot_attempts) AS given(id, attempt)
-          JOIN scraping_jobs AS jobs ON jobs.id = given.id
-          WHERE jobs.attempt < given.attempt
-             OR (jobs.attempt = given.attempt AND jobs.status = 'processing'))
+      AND NOT EXISTS (SELECT FROM scraping_jobs AS jobs
+                      WHERE jobs.host_key = hosts.host_key AND jobs.status = 'processing')
 ),
 heads AS (
     DELETE FROM scrapeq_host_queues AS known USING idle WHERE known.host_key = idle.host_key

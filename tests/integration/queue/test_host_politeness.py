@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 import scrapeq_queue as queue
-from scrapeq_queue import inspection
+from scrapeq_queue import inspection, statements
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -217,6 +217,61 @@ async def test_a_host_holding_most_rows_does_not_hold_up_the_others(
     assert len(set(hosts) - {"hot.test"}) == 50
 
 
+async def test_hosts_of_equal_priority_take_turns_even_when_the_first_is_free_again(
+    async_connection: Connection,
+) -> None:
+    """Each claim of a connection starts after the host where its previous claim stopped: a
+    host that is free again waits until the hosts behind it had their turn."""
+    for host in ("a", "b", "c"):
+        await queue.enqueue_many(async_connection, [f"https://{host}.test/{n}" for n in range(6)])
+    order: list[set[str | None]] = []
+    for _ in range(6):
+        jobs = await claim(async_connection, limit=2)
+        order.append({job.host_key for job in jobs})
+        await queue.complete_many(
+            async_connection, [queue.Completion(job.id, job.attempt, {}, 0.0) for job in jobs]
+        )
+    assert order == [{"a.test"}, {"b.test"}, {"c.test"}] * 2
+
+
+async def test_a_claim_ignores_a_cursor_setting_it_did_not_write(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue_many(async_connection, ["https://a.test/1", "https://b.test/1"])
+    for junk in ("not json", '{"default": ["x", "y", "z"]}', "[1, 2]", '{"default": 7}'):
+        await async_connection.execute(
+            "SELECT set_config('scrapeq.claim_cursor', %s, false)", (junk,)
+        )
+        jobs = await claim(async_connection, limit=1)
+        assert len(jobs) == 1
+        await queue.release_jobs(
+            async_connection, worker_id="w", jobs=[(jobs[0].id, jobs[0].attempt)]
+        )
+
+
+async def test_a_claim_holding_a_host_makes_no_other_claimer_wait(
+    async_connection: Connection, database_url: str
+) -> None:
+    """Claims of one host take turns on a lock that nobody waits for: while one claim's
+    transaction holds the host, another claimer passes over it at once and takes other hosts."""
+    await queue.enqueue_many(async_connection, ["https://held.test/1", "https://held.test/2"])
+    await queue.enqueue_many(async_connection, ["https://free.test/1"])
+    # A claim inside an open transaction keeps its lock on held.test until it ends.
+    async with (
+        await psycopg.AsyncConnection.connect(database_url) as holder,
+        holder.transaction(),
+    ):
+        cursor = await holder.execute(
+            "SELECT id FROM scrapeq_claim(ARRAY['default'], 1, 'holder', 30, 2, 0)"
+        )
+        assert len(await cursor.fetchall()) == 1
+        jobs = await asyncio.wait_for(claim(async_connection, "other", limit=5), 5)
+        assert {job.host_key for job in jobs} == {"free.test"}
+    # Once the holder is gone its host's other row is claimable.
+    jobs = await claim(async_connection, "other", limit=5)
+    assert {job.host_key for job in jobs} == {"held.test"}
+
+
 async def test_rows_back_to_pending_by_plain_sql_become_claimable_again(
     async_connection: Connection,
 ) -> None:
@@ -351,9 +406,11 @@ async def test_the_startable_rows_follow_the_pools_limit_and_a_hosts_delay(
 async def test_a_connection_plans_the_claim_once_and_reuses_the_plan(
     async_connection: Connection,
 ) -> None:
-    """Planning the claim costs about as much as running it: PostgreSQL must pick the cached
-    generic plan for the prepared claim, which it does only while that plan's estimate is no
-    dearer than a plan made for each call's values."""
+    """Planning the claim costs about as much as running it. The client's statement is a short
+    call that psycopg keeps parsed (it parses statements over 4,096 characters on every run)
+    and PostgreSQL keeps planned; the function's own statements always use their cached
+    generic plans."""
+    assert len(statements.JOB_CLAIM) <= 4096
     await queue.enqueue_many(async_connection, [f"https://site{n}.test/" for n in range(40)])
     for _ in range(12):
         jobs = await claim(async_connection, limit=3)
@@ -363,10 +420,15 @@ async def test_a_connection_plans_the_claim_once_and_reuses_the_plan(
         )
     cursor = await async_connection.execute(
         "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %s",
-        ("%scrapeq_claim_queues%",),
+        ("%scrapeq_claim(%",),
     )
     [(generic, custom)] = await cursor.fetchall()
     # psycopg prepares a statement on its 5th run; PostgreSQL then makes 5 custom plans and
     # compares: every run after that must use the generic plan.
     assert custom <= 5
     assert generic >= 12 - 5 - custom
+    cursor = await async_connection.execute(
+        "SELECT proconfig FROM pg_proc WHERE proname = 'scrapeq_claim'"
+    )
+    [(settings,)] = await cursor.fetchall()
+    assert "plan_cache_mode=force_generic_plan" in settings
