@@ -157,8 +157,9 @@ async def claim_jobs(
             return jobs
         if rows:
             continue  # every row was invalid and failed for good: this ends
-        # Only hosts whose heads were stale came up (the marker row); their heads are right
-        # now. Bounded: a producer that keeps moving a head could otherwise keep it stale.
+        # The walk visited hosts but took no row (the marker row): their heads were stale and
+        # are right now, or another claim took their rows between the walk's snapshot and its
+        # locks. Bounded: a producer that keeps moving a head could otherwise keep it stale.
         stale_rounds += 1
         if not answer or stale_rounds > MAX_STALE_CLAIM_ROUNDS:
             return jobs
