@@ -39,8 +39,9 @@ MAX_RETRY_DELAY_SECONDS: Final = 3600.0
 # together (a site went down) do not all come back in the same instant.
 JITTER_RANGE: Final = (0.75, 1.0)
 
-# A claim that met only hosts whose heads were stale (their rows were taken or cancelled) claims
-# again, at most this many times: an empty answer then means that nothing was claimable.
+# A claim that visited hosts but took no row (their heads were stale, or another claim took
+# their rows between the walk's snapshot and its locks) claims again, at most this many times:
+# an empty answer then means that nothing was claimable.
 MAX_STALE_CLAIM_ROUNDS: Final = 10
 
 # Reasons recorded on rows this module fails by itself.
