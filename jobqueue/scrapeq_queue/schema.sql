@@ -271,8 +271,6 @@ BEGIN
         UPDATE scrapeq_hosts AS hosts
         SET last_claimed_id = CASE WHEN given.delay > 0 THEN given.id
                                    ELSE hosts.last_claimed_id END,
-            last_claimed_attempt = CASE WHEN given.delay > 0 THEN given.attempt
-                                        ELSE hosts.last_claimed_attempt END,
             last_finished_at = CASE WHEN given.delay > 0
                 THEN coalesce(given.ended_at, hosts.last_finished_at)
                 ELSE hosts.last_finished_at END,
@@ -282,8 +280,7 @@ BEGIN
                 ELSE hosts.next_allowed_at END,
             touched_at = now()
         FROM (
-            SELECT DISTINCT ON (claimed.host_key) claimed.host_key, claimed.id, claimed.attempt,
-                   visited.delay, visited.ended_at
+            SELECT DISTINCT ON (claimed.host_key) claimed.host_key, claimed.id, visited.delay, visited.ended_at
             FROM claimed JOIN visited ON visited.host_key = claimed.host_key
             WHERE visited.delay > 0 OR visited.touch
             ORDER BY claimed.host_key, claimed.id DESC
@@ -597,7 +594,6 @@ CREATE TABLE public.scrapeq_hosts (
     last_server_error_at timestamp with time zone,
     touched_at timestamp with time zone DEFAULT now() NOT NULL,
     last_claimed_id bigint,
-    last_claimed_attempt integer,
     CONSTRAINT scrapeq_hosts_delays_valid CHECK ((((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision)) AND (crawl_delay_seconds >= (0)::double precision))),
     CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR (max_in_flight > 0))),
     CONSTRAINT scrapeq_hosts_server_errors_valid CHECK ((server_errors >= 0))

@@ -37,11 +37,9 @@ CREATE INDEX scrapeq_jobs_processing_idx ON scraping_jobs (host_key, queue, proc
 -- A delayed host's latest attempt, whose end its delay runs from (a host with a delay takes one
 -- request at a time). Rows in flight now keep their delay after the upgrade.
 ALTER TABLE scrapeq_hosts
-    ADD COLUMN last_claimed_id BIGINT,
-    ADD COLUMN last_claimed_attempt INTEGER;
+    ADD COLUMN last_claimed_id BIGINT;
 UPDATE scrapeq_hosts
-SET last_claimed_id = slot_ids[cardinality(slot_ids)],
-    last_claimed_attempt = slot_attempts[cardinality(slot_attempts)]
+SET last_claimed_id = slot_ids[cardinality(slot_ids)]
 WHERE cardinality(slot_ids) > 0;
 -- Workers older than this migration stop claiming (their claim reads these columns) instead of
 -- claiming beside it without seeing its slots.
@@ -303,8 +301,6 @@ BEGIN
         UPDATE scrapeq_hosts AS hosts
         SET last_claimed_id = CASE WHEN given.delay > 0 THEN given.id
                                    ELSE hosts.last_claimed_id END,
-            last_claimed_attempt = CASE WHEN given.delay > 0 THEN given.attempt
-                                        ELSE hosts.last_claimed_attempt END,
             last_finished_at = CASE WHEN given.delay > 0
                 THEN coalesce(given.ended_at, hosts.last_finished_at)
                 ELSE hosts.last_finished_at END,
@@ -314,8 +310,7 @@ BEGIN
                 ELSE hosts.next_allowed_at END,
             touched_at = now()
         FROM (
-            SELECT DISTINCT ON (claimed.host_key) claimed.host_key, claimed.id, claimed.attempt,
-                   visited.delay, visited.ended_at
+            SELECT DISTINCT ON (claimed.host_key) claimed.host_key, claimed.id, visited.delay, visited.ended_at
             FROM claimed JOIN visited ON visited.host_key = claimed.host_key
             WHERE visited.delay > 0 OR visited.touch
             ORDER BY claimed.host_key, claimed.id DESC
