@@ -57,8 +57,20 @@ DECLARE
     walked_head_run_ats TIMESTAMPTZ[];
     walked_head_ids BIGINT[];
     cursors JSONB;
+    -- Per wanted queue: the head key where the latest claim of that queue stopped, whichever
+    -- connection made it (its slot's sequence; NULL: none yet).
+    marks BIGINT[];
     claimed_rows BIGINT;
 BEGIN
+    IF cardinality(wanted_queues) > 1 THEN
+        -- Each queue once: a repeated name would walk (and lock) the same hosts twice.
+        wanted_queues := ARRAY(SELECT DISTINCT given.queue FROM unnest(wanted_queues) AS given(queue)
+                               WHERE given.queue IS NOT NULL);
+        marks := ARRAY(SELECT pg_sequence_last_value(scrapeq_claim_turn_slot(given.queue))
+                       FROM unnest(wanted_queues) AS given(queue));
+    ELSE
+        marks := ARRAY[pg_sequence_last_value(scrapeq_claim_turn_slot(wanted_queues[1]))];
+    END IF;
     BEGIN
         cursors := coalesce(nullif(current_setting('scrapeq.claim_cursor', true), '')::jsonb,
                             '{}');
@@ -78,14 +90,19 @@ BEGIN
            walked_delays, walked_touches,
            walked_ids, walked_priorities, walked_run_ats, walked_head_priorities,
            walked_head_run_ats, walked_head_ids
-    FROM scrapeq_claim_queues(wanted_queues) AS wanted(queue)
-    -- Where the previous claim of this queue on this connection stopped; with none, before the
-    -- first host of the highest priority.
+    FROM unnest(wanted_queues, marks) AS wanted(queue, mark)
+    -- Where the latest claim of this queue stopped: the key of the head it visited last (the key
+    -- of its row: the row still holds it unless retried since, and any key is a place to start);
+    -- else, when that row is gone or of another queue sharing the slot, where the previous
+    -- claim on this connection stopped; with neither, before the first host of the highest
+    -- priority.
     CROSS JOIN LATERAL (
-        SELECT coalesce((given.saved->>0)::integer, 2147483647) AS priority,
-               coalesce((given.saved->>1)::timestamptz, '-infinity') AS run_at,
-               coalesce((given.saved->>2)::bigint, -9223372036854775808) AS id
+        SELECT coalesce(marked.priority, (given.saved->>0)::integer, 2147483647) AS priority,
+               coalesce(marked.run_at, (given.saved->>1)::timestamptz, '-infinity') AS run_at,
+               coalesce(marked.id, (given.saved->>2)::bigint, -9223372036854775808) AS id
         FROM (SELECT cursors -> wanted.queue AS saved) AS given
+        LEFT JOIN scraping_jobs AS marked
+            ON marked.id = wanted.mark AND marked.queue = wanted.queue
     ) AS resume
     CROSS JOIN LATERAL (
         SELECT host.queue, host.host_key, host.generation, host.host_limit,
@@ -167,6 +184,10 @@ BEGIN
               AND jobs.run_at <= now()
             ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
             LIMIT host.host_limit - busy.running
+            -- Only the holder of a host's lock claims its rows, but another statement (a
+            -- cancel, an application's UPDATE) may hold one: such a row is left, never waited
+            -- for. A row updated since the walk's snapshot is read as it is now.
+            FOR UPDATE SKIP LOCKED
         ) AS next ON true
         WHERE turn.locked
         LIMIT claim_limit
@@ -176,11 +197,15 @@ BEGIN
     END IF;
     -- The next claim on this connection starts after the last host this one visited (the walk
     -- gives each queue's hosts together, so one queue when its first and last are the same).
+    -- Every claimer of the queue starts there next (setval is seen at once, before this claim
+    -- commits, so a claim that starts meanwhile passes over fewer of the hosts this one holds).
     IF walked_queues[1] = walked_queues[cardinality(walked_queues)] THEN
         cursors := cursors || jsonb_build_object(walked_queues[1], jsonb_build_array(
             walked_head_priorities[cardinality(walked_queues)],
             walked_head_run_ats[cardinality(walked_queues)],
             walked_head_ids[cardinality(walked_queues)]));
+        PERFORM setval(scrapeq_claim_turn_slot(walked_queues[1]),
+                       walked_head_ids[cardinality(walked_queues)]);
     ELSE
         cursors := cursors || (
             SELECT jsonb_object_agg(last.queue,
@@ -190,6 +215,9 @@ BEGIN
                               walked_head_ids) WITH ORDINALITY
                        AS walk(queue, priority, run_at, id, position)
                   ORDER BY walk.queue, walk.position DESC) AS last);
+        PERFORM setval(scrapeq_claim_turn_slot(last.key), (last.value->>2)::bigint)
+        FROM jsonb_each(cursors) AS last
+        WHERE last.key = ANY (walked_queues);
     END IF;
     PERFORM set_config('scrapeq.claim_cursor', cursors::text, false);
 
@@ -243,13 +271,6 @@ BEGIN
         ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
         LIMIT claim_limit
     ),
-    locked AS (
-        -- Only the holder of a host's lock claims its rows, but another statement (a cancel, an
-        -- application's UPDATE) may hold one: such a row is left, never waited for.
-        SELECT jobs.id FROM scraping_jobs AS jobs
-        WHERE jobs.id = ANY (ARRAY(SELECT chosen.id FROM chosen)) AND jobs.status = 'pending'
-        FOR UPDATE SKIP LOCKED
-    ),
     claimed AS (
         UPDATE scraping_jobs AS jobs
         SET status = 'processing',
@@ -258,7 +279,8 @@ BEGIN
             processing_started_at = now(),
             lease_expires_at = now() + make_interval(secs => lease_seconds),
             updated_at = now()
-        WHERE jobs.id = ANY (ARRAY(SELECT locked.id FROM locked)) AND jobs.status = 'pending'
+        -- (rows the walk locked)
+        WHERE jobs.id = ANY (ARRAY(SELECT chosen.id FROM chosen)) AND jobs.status = 'pending'
         RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type::text,
                   jobs.payload, jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries,
                   jobs.depth, jobs.parent_id, jobs.owner_uid, jobs.owner_namespace,
@@ -358,13 +380,13 @@ $$;
 
 
 --
--- Name: scrapeq_claim_queues(text[]); Type: FUNCTION; Schema: public; Owner: -
+-- Name: scrapeq_claim_turn_slot(text); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.scrapeq_claim_queues(queues text[]) RETURNS SETOF text
-    LANGUAGE sql IMMUTABLE STRICT ROWS 1 PARALLEL SAFE
+CREATE FUNCTION public.scrapeq_claim_turn_slot(queue text) RETURNS regclass
+    LANGUAGE sql STABLE PARALLEL SAFE
     AS $$
-    SELECT DISTINCT queue FROM unnest(queues) AS given(queue) WHERE queue IS NOT NULL
+    SELECT format('scrapeq_claim_turn_%s', hashtext(queue) & 15)::regclass
 $$;
 
 
@@ -553,6 +575,310 @@ WITH (autovacuum_vacuum_scale_factor='0.02');
 --
 
 COMMENT ON TABLE public.scrapeq_attempts IS 'scrapeq: one row per finished attempt at a scraping_jobs row: who, when, how long, outcome, error.';
+
+
+--
+-- Name: scrapeq_claim_turn_0; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_0
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_0; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_0 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_1; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_1
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_1; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_1 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_10; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_10
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_10; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_10 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_11; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_11
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_11; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_11 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_12; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_12
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_12; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_12 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_13; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_13
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_13; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_13 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_14; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_14
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_14; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_14 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_15; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_15
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_15; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_15 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_2; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_2
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_2; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_2 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_3; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_3
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_3; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_3 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_4; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_4
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_4; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_4 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_5; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_5
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_5; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_5 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_6; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_6
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_6; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_6 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_7; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_7
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_7; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_7 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_8; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_8
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_8; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_8 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+
+
+--
+-- Name: scrapeq_claim_turn_9; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_claim_turn_9
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: SEQUENCE scrapeq_claim_turn_9; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_9 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
 
 
 --
@@ -932,4 +1258,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0005_idle_hosts'),
     ('0006_shared_robots'),
     ('0007_heads_follow_earlier_rows'),
-    ('0008_claim_function');
+    ('0008_claim_function'),
+    ('0009_shared_turns');

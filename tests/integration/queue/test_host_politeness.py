@@ -234,6 +234,47 @@ async def test_hosts_of_equal_priority_take_turns_even_when_the_first_is_free_ag
     assert order == [{"a.test"}, {"b.test"}, {"c.test"}] * 2
 
 
+async def test_claimers_on_different_connections_take_turns_together(
+    async_connection: Connection, database_url: str
+) -> None:
+    """A claim starts where the queue's latest claim stopped, whichever connection made it:
+    two claimers going round the same hosts share one turn instead of each passing over the
+    hosts the other just took."""
+    for host in ("a", "b", "c", "d"):
+        await queue.enqueue_many(async_connection, [f"https://{host}.test/{n}" for n in range(4)])
+    order: list[set[str | None]] = []
+    async with await queue.connect(database_url) as other:
+        for connection in (async_connection, other) * 4:
+            jobs = await claim(connection, limit=2)
+            order.append({job.host_key for job in jobs})
+            await queue.complete_many(
+                connection, [queue.Completion(job.id, job.attempt, {}, 0.0) for job in jobs]
+            )
+    assert order == [{"a.test"}, {"b.test"}, {"c.test"}, {"d.test"}] * 2
+
+
+async def test_a_claim_whose_shared_turn_is_gone_starts_where_its_connection_stopped(
+    async_connection: Connection,
+) -> None:
+    """The shared place is a row's id: when that row is gone (retention deleted it) or belongs
+    to another queue hashed to the same slot, the claim goes on from its connection's place."""
+    for host in ("a", "b", "c"):
+        await queue.enqueue_many(async_connection, [f"https://{host}.test/{n}" for n in range(4)])
+    [elsewhere] = await queue.enqueue_many(async_connection, ["https://z.test/"], queue="other")
+    order: list[set[str | None]] = []
+    for mark in (None, 10**15, elsewhere):
+        if mark is not None:
+            await async_connection.execute(
+                "SELECT setval(scrapeq_claim_turn_slot('default'), %s)", (mark,)
+            )
+        jobs = await claim(async_connection, limit=2)
+        order.append({job.host_key for job in jobs})
+        await queue.complete_many(
+            async_connection, [queue.Completion(job.id, job.attempt, {}, 0.0) for job in jobs]
+        )
+    assert order == [{"a.test"}, {"b.test"}, {"c.test"}]
+
+
 async def test_a_claim_ignores_a_cursor_setting_it_did_not_write(
     async_connection: Connection,
 ) -> None:
