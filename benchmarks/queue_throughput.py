@@ -912,6 +912,37 @@ async def run(
     ]
 
 
+def _percent(ratio: float) -> str:
+    return f"{ratio * 100:.0f} %"
+
+
+def politeness_ratios(results: list[dict[str, Any]]) -> list[str]:
+    """The politeness modes against their references in this run, as a sentence each: the
+    ratio of the median rounds and, since rounds of one index ran one after the other, the
+    median of the rounds' own ratios (steadier when the machine's speed drifts)."""
+    rates = {
+        line["system"]: line["rounds"]
+        for line in results
+        if line["measure"] == "throughput" and "rounds" in line
+    }
+    sentences = []
+    for system, reference, what in (
+        ("scrapeq", "scrapeq-before", "politeness on"),
+        ("scrapeq-hot-host", "scrapeq", "hot host, other sites' rows"),
+    ):
+        if system not in rates or reference not in rates:
+            continue
+        pairs = zip(rates[system], rates[reference], strict=True)
+        ratios = [mine / theirs for mine, theirs in pairs]
+        medians = statistics.median(rates[system]) / statistics.median(rates[reference])
+        sentences.append(
+            f"{what}: {system} / {reference} = {_percent(medians)} of the median rounds; "
+            f"round by round {' / '.join(_percent(ratio) for ratio in ratios)}, "
+            f"median {_percent(statistics.median(ratios))}"
+        )
+    return sentences
+
+
 def print_results(results: list[dict[str, Any]]) -> None:
     for line in results:
         print(json.dumps(line), flush=True)
@@ -940,6 +971,8 @@ def print_results(results: list[dict[str, Any]]) -> None:
             f"{cell(system, 'backlog', 'backlog_p50_ms', 'ms'):>14} "
             f"{cell(system, 'backlog', 'ratio_p50', 'x'):>6}"
         )
+    for sentence in politeness_ratios(results):
+        print(sentence)
     print(
         f"\nmachine: {os.cpu_count()} CPUs, {platform.platform()}, "
         f"Python {platform.python_version()}; "
