@@ -725,6 +725,33 @@ async def _settle(dsn: str) -> None:
         await connection.execute("CHECKPOINT")
 
 
+# Look-ups of a site's state, one per site the claim's walk visits (nothing else reads it while
+# rows are claimed and completed without delays); counted by PostgreSQL's statistics.
+HOST_VISITS = """
+SELECT coalesce(sum(idx_scan), 0)::bigint FROM pg_stat_user_indexes
+WHERE indexrelname = 'scrapeq_hosts_pkey'
+"""
+# Other connections to this database: the drain's workers, until their backends have exited. A
+# backend reports its statistics as it exits, a moment after it leaves pg_stat_activity, so a
+# backend descheduled in between could leave its last look-ups out of the count.
+OTHER_BACKENDS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+"""
+
+
+async def _host_visits(dsn: str) -> int:
+    """Site-state look-ups so far, once every other backend of the database has exited."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        deadline = time.monotonic() + 10
+        while (await (await connection.execute(OTHER_BACKENDS)).fetchone() or (0,))[0]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the drain's backends did not exit within 10 s")
+            await asyncio.sleep(0.05)
+        row = await (await connection.execute(HOST_VISITS)).fetchone()
+        return int(row[0]) if row else 0
+
+
 async def measure_throughput(
     system: System, databases: Databases, settings: Settings
 ) -> dict[str, Any]:
@@ -733,6 +760,8 @@ async def measure_throughput(
         enqueued = getattr(system, "enqueued_jobs", lambda jobs: jobs)(settings.jobs)
         await system.enqueue_bulk(dsn, enqueued)
         await _settle(dsn)
+        counts_visits = isinstance(system, Scrapeq)
+        visits_before = await _host_visits(dsn) if counts_visits else 0
         workers = [
             await _spawn("drain", system, dsn, f"{system.name}-worker-{n}")
             for n in range(settings.workers)
@@ -754,12 +783,18 @@ async def measure_throughput(
         measured = getattr(system, "measured_jobs", lambda enqueued: enqueued)(enqueued)
         if processed != measured:
             raise RuntimeError(f"processed {processed} of {measured} jobs")
-        return {
+        outcome: dict[str, Any] = {
             "jobs": measured,
             "workers": settings.workers,
             "seconds": round(seconds, 3),
             "jobs_per_s": round(measured / seconds, 1),
         }
+        if counts_visits:
+            # How many sites the claims' walks visited per row they took (all rows, the hot
+            # site's too): 1 / (rows a site gives per visit) when no walk passes over another's.
+            visits = await _host_visits(dsn) - visits_before
+            outcome["host_visits_per_row"] = round(visits / enqueued, 3)
+        return outcome
 
 
 async def measure_latency(
@@ -875,6 +910,9 @@ def _combine(system: str, measure: str, runs: list[dict[str, Any]]) -> dict[str,
         rates = [run["jobs_per_s"] for run in runs]
         line.update(runs[0], jobs_per_s=round(statistics.median(rates), 1), rounds=rates)
         del line["seconds"]
+        if "host_visits_per_row" in line:
+            visits = [run["host_visits_per_row"] for run in runs]
+            line["host_visits_per_row"] = round(statistics.median(visits), 3)
     elif measure == "latency":
         samples = [sample for run in runs for sample in run["samples_s"]]
         line.update(jobs=len(samples), rounds=len(runs), **_percentiles(samples))
@@ -939,6 +977,16 @@ def politeness_ratios(results: list[dict[str, Any]]) -> list[str]:
             f"{what}: {system} / {reference} = {_percent(medians)} of the median rounds; "
             f"round by round {' / '.join(_percent(ratio) for ratio in ratios)}, "
             f"median {_percent(statistics.median(ratios))}"
+        )
+    visits = {
+        line["system"]: line["host_visits_per_row"]
+        for line in results
+        if line["measure"] == "throughput" and "host_visits_per_row" in line
+    }
+    if any(visits.values()):
+        sentences.append(
+            "sites the claims visited per row taken (median round): "
+            + ", ".join(f"{system} {value}" for system, value in visits.items())
         )
     return sentences
 

@@ -84,3 +84,7 @@ def test_the_politeness_modes_measure_throughput_against_the_claim_before_polite
         "politeness on",
         "hot host, other sites' rows",
     ], completed.stdout
+    # The claim before politeness walks no sites; the politeness claim visits one site per row
+    # or two (2 per site, or a site passed over).
+    assert records[0]["host_visits_per_row"] == 0
+    assert 0.4 < records[1]["host_visits_per_row"] < 2, records[1]
