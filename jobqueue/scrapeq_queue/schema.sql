@@ -64,8 +64,14 @@ DECLARE
 BEGIN
     IF cardinality(wanted_queues) > 1 THEN
         -- Each queue once: a repeated name would walk (and lock) the same hosts twice.
-        wanted_queues := ARRAY(SELECT DISTINCT given.queue FROM unnest(wanted_queues) AS given(queue)
+        wanted_queues := ARRAY(SELECT DISTINCT given.queue
+                               FROM unnest(wanted_queues) AS given(queue)
                                WHERE given.queue IS NOT NULL);
+    END IF;
+    IF coalesce(cardinality(wanted_queues), 0) = 0 OR wanted_queues[1] IS NULL THEN
+        RETURN;  -- no queue named
+    END IF;
+    IF cardinality(wanted_queues) > 1 THEN
         marks := ARRAY(SELECT pg_sequence_last_value(scrapeq_claim_turn_slot(given.queue))
                        FROM unnest(wanted_queues) AS given(queue));
     ELSE
@@ -582,9 +588,9 @@ COMMENT ON TABLE public.scrapeq_attempts IS 'scrapeq: one row per finished attem
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_0
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -601,9 +607,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_0 IS 'scrapeq: the head key where 
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_1
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -620,9 +626,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_1 IS 'scrapeq: the head key where 
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_10
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -639,9 +645,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_10 IS 'scrapeq: the head key where
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_11
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -658,9 +664,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_11 IS 'scrapeq: the head key where
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_12
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -677,9 +683,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_12 IS 'scrapeq: the head key where
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_13
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -696,9 +702,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_13 IS 'scrapeq: the head key where
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_14
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -715,9 +721,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_14 IS 'scrapeq: the head key where
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_15
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -734,9 +740,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_15 IS 'scrapeq: the head key where
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_2
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -753,9 +759,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_2 IS 'scrapeq: the head key where 
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_3
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -772,9 +778,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_3 IS 'scrapeq: the head key where 
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_4
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -791,9 +797,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_4 IS 'scrapeq: the head key where 
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_5
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -810,9 +816,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_5 IS 'scrapeq: the head key where 
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_6
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -829,9 +835,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_6 IS 'scrapeq: the head key where 
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_7
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -848,9 +854,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_7 IS 'scrapeq: the head key where 
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_8
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 
@@ -867,9 +873,9 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_8 IS 'scrapeq: the head key where 
 --
 
 CREATE SEQUENCE public.scrapeq_claim_turn_9
-    START WITH 1
+    START WITH -9223372036854775808
     INCREMENT BY 1
-    NO MINVALUE
+    MINVALUE -9223372036854775808
     NO MAXVALUE
     CACHE 1;
 

@@ -19,10 +19,12 @@
 -- the queues' list is deduplicated in the function instead of by scrapeq_claim_queues, a SQL
 -- function that PostgreSQL planned again on every call.
 
+-- Any bigint: the value is a row's id, and a plain INSERT may give a row any id (0, negative).
 DO $turns$
 BEGIN
     FOR slot IN 0..15 LOOP
-        EXECUTE format('CREATE SEQUENCE scrapeq_claim_turn_%s AS BIGINT', slot);
+        EXECUTE format('CREATE SEQUENCE scrapeq_claim_turn_%s AS BIGINT MINVALUE %s', slot,
+                       -9223372036854775808);
         EXECUTE format('COMMENT ON SEQUENCE scrapeq_claim_turn_%s IS %L', slot,
                        'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).');
     END LOOP;
@@ -74,8 +76,14 @@ DECLARE
 BEGIN
     IF cardinality(wanted_queues) > 1 THEN
         -- Each queue once: a repeated name would walk (and lock) the same hosts twice.
-        wanted_queues := ARRAY(SELECT DISTINCT given.queue FROM unnest(wanted_queues) AS given(queue)
+        wanted_queues := ARRAY(SELECT DISTINCT given.queue
+                               FROM unnest(wanted_queues) AS given(queue)
                                WHERE given.queue IS NOT NULL);
+    END IF;
+    IF coalesce(cardinality(wanted_queues), 0) = 0 OR wanted_queues[1] IS NULL THEN
+        RETURN;  -- no queue named
+    END IF;
+    IF cardinality(wanted_queues) > 1 THEN
         marks := ARRAY(SELECT pg_sequence_last_value(scrapeq_claim_turn_slot(given.queue))
                        FROM unnest(wanted_queues) AS given(queue));
     ELSE

@@ -275,6 +275,35 @@ async def test_a_claim_whose_shared_turn_is_gone_starts_where_its_connection_sto
     assert order == [{"a.test"}, {"b.test"}, {"c.test"}]
 
 
+async def test_rows_inserted_with_any_id_are_claimed_in_turn(
+    async_connection: Connection,
+) -> None:
+    """A claim publishes the id of the last head it visited: a plain INSERT may give a row any
+    id, and every one of them is a place to start from."""
+    await async_connection.execute(
+        "INSERT INTO scraping_jobs (id, url_to_scrape, parser_type)"
+        " VALUES (-9223372036854775808, 'https://low.test/', 'classic'),"
+        " (0, 'https://zero.test/', 'classic'), (-7, 'https://negative.test/', 'classic')"
+    )
+    claimed = set()
+    for _ in range(3):
+        jobs = await claim(async_connection, limit=1)
+        claimed.update(job.id for job in jobs)
+    assert claimed == {-9223372036854775808, 0, -7}
+
+
+async def test_the_claim_function_called_with_no_queue_claims_nothing(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue(async_connection, "https://a.test/1")
+    for queues in (None, [], [None], [None, None]):
+        cursor = await async_connection.execute(
+            "SELECT id FROM scrapeq_claim(%s::text[], 10, 'w', 30, 2, 0)", (queues,)
+        )
+        assert await cursor.fetchall() == [], queues
+    assert len(await claim(async_connection)) == 1
+
+
 async def test_a_claim_ignores_a_cursor_setting_it_did_not_write(
     async_connection: Connection,
 ) -> None:
