@@ -62,6 +62,14 @@ async def current_schema_connection(
         yield connection
 
 
+# psycopg_pool waits for a connection with asyncio.wait_for. On Python 3.11 a cancel that lands
+# as that wait completes is lost: wait_for returns the connection and the task runs on as if
+# nobody had cancelled it, though its `cancelling()` count says otherwise (Python 3.12 rebuilt
+# wait_for on asyncio.timeout, which delivers it). A loop stopped that way would never stop,
+# so `connection` delivers the cancel itself and gives the connection back.
+SWALLOWED_CANCEL: Final = "cancelled while the pool handed over a connection"
+
+
 class ConnectionPool:
     """Autocommit connections shared by many short calls (the operator's handlers and loops).
 
@@ -92,8 +100,12 @@ class ConnectionPool:
         """A pooled connection; DatabaseUnavailable when none can be had in `timeout` or the
         database fails while it is used."""
         async with self._slots:
+            task = asyncio.current_task()
+            cancels_before = task.cancelling() if task is not None else 0
             try:
                 async with self._pool.connection() as connection:
+                    if task is not None and task.cancelling() > cancels_before:
+                        raise asyncio.CancelledError(SWALLOWED_CANCEL)
                     with database_errors_translated():
                         yield connection
             except psycopg_pool.PoolTimeout as error:

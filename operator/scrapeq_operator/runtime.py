@@ -25,6 +25,10 @@ logger = logging.getLogger(__name__)
 # short statement, so a few connections carry thousands of ScrapeJobs.
 POOL_MAX_SIZE = 6
 
+# Every loop ends within milliseconds of a cancel it receives (its rounds are short
+# statements and API calls); one still running after this long did not receive it.
+CANCEL_GRACE_SECONDS = 5.0
+
 
 class FatalTasks:
     """Which background tasks died, and how to stop the operator when one does.
@@ -121,10 +125,27 @@ class OperatorRuntime:
         if self.fatal is not None:
             self.fatal.report(task.get_name())
 
+    async def _cancel_tasks(self) -> None:
+        """Cancel every loop until it has ended. A cancel can be lost on the way (on Python
+        3.11, asyncio.wait_for inside a library returns its result when the cancel lands as
+        its wait completes): a loop still running after CANCEL_GRACE_SECONDS is cancelled
+        again, and said so, instead of holding the shutdown until kopf kills the process."""
+        running = {task for task in self._tasks if not task.done()}
+        while running:
+            for task in running:
+                task.cancel()
+            _, running = await asyncio.wait(running, timeout=CANCEL_GRACE_SECONDS)
+            for task in running:
+                logger.warning(
+                    "background task %s still runs %.0f s after it was cancelled; "
+                    "cancelling it again",
+                    task.get_name(),
+                    CANCEL_GRACE_SECONDS,
+                )
+
     async def close(self) -> None:
         """Cancel the background loops, then close the pool and the API client."""
-        for task in self._tasks:
-            task.cancel()
+        await self._cancel_tasks()
         # A task that died was reported when it ended (_task_ended); its error must not stop
         # the rest of the shutdown.
         await asyncio.gather(*self._tasks, return_exceptions=True)

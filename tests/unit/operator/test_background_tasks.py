@@ -120,3 +120,35 @@ async def test_the_status_sync_ends_when_its_listen_task_dies(
         pytest.fail("the status sync went on without its LISTEN task")
     with pytest.raises(RuntimeError, match="the LISTEN loop hit a bug"):
         loop.result()
+
+
+async def test_a_loop_that_loses_a_cancel_is_cancelled_again_and_the_shutdown_completes(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What Python 3.11's asyncio.wait_for does to a cancel that lands as its wait completes:
+    the loop carries on. close() must not wait for it forever."""
+    from scrapeq_operator import runtime as runtime_module
+
+    monkeypatch.setattr(runtime_module, "CANCEL_GRACE_SECONDS", 0.2)
+    cluster = ClosedCluster()
+    runtime = runtime_with(FatalTasks(StopRecorder()), cluster)
+    cancels_seen: list[int] = []
+    started = asyncio.Event()
+
+    async def loses_the_first_cancel() -> None:
+        started.set()
+        while True:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancels_seen.append(1)
+                if len(cancels_seen) > 1:
+                    raise
+
+    runtime.spawn("autoscaler", loses_the_first_cancel())
+    await asyncio.wait_for(started.wait(), 10)
+
+    await asyncio.wait_for(runtime.close(), 10)
+    assert len(cancels_seen) == 2
+    assert cluster.closed
+    assert "background task autoscaler still runs" in caplog.text
