@@ -656,7 +656,8 @@ async def _spawn(role: str, system: System, dsn: str, worker: str) -> asyncio.su
 
 async def _read_line(process: asyncio.subprocess.Process, within_seconds: float) -> str:
     assert process.stdout is not None
-    line = await asyncio.wait_for(process.stdout.readline(), within_seconds)
+    async with asyncio.timeout(within_seconds):
+        line = await process.stdout.readline()
     if not line:
         assert process.stderr is not None
         error = (await process.stderr.read()).decode(errors="replace").strip()
@@ -668,7 +669,8 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
     if process.returncode is None:
         process.terminate()
         try:
-            await asyncio.wait_for(process.wait(), 10)
+            async with asyncio.timeout(10):
+                await process.wait()
         except TimeoutError:
             process.kill()
             await process.wait()

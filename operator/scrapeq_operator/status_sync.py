@@ -185,7 +185,8 @@ class StatusSync:
                     metrics.RECONCILE_ERRORS_TOTAL.labels("status_sync").inc()
                     logger.exception("status sync round failed")
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.settings.status_poll_seconds)
+                    async with asyncio.timeout(self.settings.status_poll_seconds):
+                        await self._wake.wait()
                 if self._wake.is_set():
                     # A burst of notifications costs one round: gather them for a moment.
                     await asyncio.sleep(self.settings.status_debounce_seconds)

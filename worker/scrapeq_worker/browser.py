@@ -353,10 +353,8 @@ class BrowserPool:
             stderr.close()
         try:
             endpoint = await self._endpoint(process, profile, stderr_path)
-            browser = await asyncio.wait_for(
-                pyppeteer.connect(browserWSEndpoint=endpoint, defaultViewport=None),
-                self.settings.launch_timeout_seconds,
-            )
+            async with asyncio.timeout(self.settings.launch_timeout_seconds):
+                browser = await pyppeteer.connect(browserWSEndpoint=endpoint, defaultViewport=None)
         except BaseException:
             await kill_group(process, str(profile))
             shutil.rmtree(workdir, ignore_errors=True)
@@ -408,11 +406,14 @@ class BrowserPool:
         connection = chromium.browser._connection
         if chromium.alive:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(connection.send("Browser.close"), 5.0)
+                async with asyncio.timeout(5.0):
+                    await connection.send("Browser.close")
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(connection.dispose(), 2.0)
+            async with asyncio.timeout(2.0):
+                await connection.dispose()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(chromium.process.wait(), 5.0)
+            async with asyncio.timeout(5.0):
+                await chromium.process.wait()
         await kill_group(chromium.process, str(chromium.profile_dir))
         shutil.rmtree(chromium.workdir, ignore_errors=True)
         for context in list(chromium.idle_contexts):
@@ -437,10 +438,8 @@ class BrowserPool:
             self._retire(chromium, "crashed")
             return
         try:
-            await asyncio.wait_for(
-                chromium.browser._connection.send("Browser.getVersion"),
-                self.settings.operation_timeout_seconds,
-            )
+            async with asyncio.timeout(self.settings.operation_timeout_seconds):
+                await chromium.browser._connection.send("Browser.getVersion")
         except (TimeoutError, PyppeteerNetworkError, ConnectionError):
             self._retire(chromium, "unresponsive")
             return
@@ -732,10 +731,10 @@ class BrowserPool:
     @staticmethod
     async def _answers(page: Any) -> bool:
         try:
-            await asyncio.wait_for(
-                page._client.send("Runtime.evaluate", {"expression": "1", "returnByValue": True}),
-                _PROBE_SECONDS,
-            )
+            async with asyncio.timeout(_PROBE_SECONDS):
+                await page._client.send(
+                    "Runtime.evaluate", {"expression": "1", "returnByValue": True}
+                )
         except (TimeoutError, PyppeteerNetworkError, PyppeteerTimeoutError):
             return False
         return True

@@ -160,7 +160,8 @@ async def kill_group(process: asyncio.subprocess.Process, profile_marker: str) -
         os.killpg(process.pid, signal.SIGKILL)
     if process.returncode is None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(process.wait(), 5.0)
+            async with asyncio.timeout(5.0):
+                await process.wait()
     for pid in browser_processes(process.pid, profile_marker):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)

@@ -202,7 +202,8 @@ class EgressProxy:
         self, route: Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _HEAD_TIMEOUT_SECONDS)
+            async with asyncio.timeout(_HEAD_TIMEOUT_SECONDS):
+                head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
             return
         lines = head.split(b"\r\n")
@@ -268,10 +269,8 @@ class EgressProxy:
         for address in addresses:
             # Connect to the address that was checked, never to the name again.
             try:
-                return await asyncio.wait_for(
-                    asyncio.open_connection(str(address), port, limit=_CHUNK),
-                    self.connect_timeout_seconds,
-                )
+                async with asyncio.timeout(self.connect_timeout_seconds):
+                    return await asyncio.open_connection(str(address), port, limit=_CHUNK)
             except (OSError, TimeoutError) as error:
                 last = error if isinstance(error, OSError) else OSError(str(error) or "timeout")
         raise RetryLater(f"could not connect to {shown}: {last}", reason="connect_error")
@@ -283,10 +282,10 @@ class EgressProxy:
         must not resolve it again)."""
         target = f"{_bracket(str(address))}:{port}"
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(upstream.host, upstream.port, limit=_CHUNK),
-                self.connect_timeout_seconds,
-            )
+            async with asyncio.timeout(self.connect_timeout_seconds):
+                reader, writer = await asyncio.open_connection(
+                    upstream.host, upstream.port, limit=_CHUNK
+                )
         except (OSError, TimeoutError) as error:
             raise RetryLater(
                 f"could not connect to the upstream proxy {upstream} for {shown}: "
@@ -300,9 +299,8 @@ class EgressProxy:
             writer.write(
                 f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{credentials}\r\n".encode()
             )
-            head = await asyncio.wait_for(
-                reader.readuntil(b"\r\n\r\n"), self.connect_timeout_seconds
-            )
+            async with asyncio.timeout(self.connect_timeout_seconds):
+                head = await reader.readuntil(b"\r\n\r\n")
             status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
             status = status_line.split(" ", 2)[1] if status_line.count(" ") else "?"
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):

@@ -185,9 +185,8 @@ class NetworkGuard:
         if cached is not None and cached[0] > now:
             return cached[1]
         try:
-            addresses = await asyncio.wait_for(
-                self._lookup(host, port), self.resolve_timeout_seconds
-            )
+            async with asyncio.timeout(self.resolve_timeout_seconds):
+                addresses = await self._lookup(host, port)
         except (OSError, TimeoutError) as error:
             raise RetryLater(
                 f"could not resolve {host}: {error or 'timed out'}", reason="dns_error"

@@ -150,9 +150,8 @@ class TabPool:
         chromium = context.chromium
         if chromium.alive and chromium.retire_reason is None and not self._closing():
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    context.context.close(), self.settings.operation_timeout_seconds
-                )
+                async with asyncio.timeout(self.settings.operation_timeout_seconds):
+                    await context.context.close()
         await context.route.close()
 
     async def take_tab(
@@ -235,7 +234,8 @@ class TabPool:
     async def _operation(self, chromium: RunningChromium, awaitable: Any, what: str) -> Any:
         """Run a browser-level operation; a browser that cannot do it in time is retired."""
         try:
-            return await asyncio.wait_for(awaitable, self.settings.operation_timeout_seconds)
+            async with asyncio.timeout(self.settings.operation_timeout_seconds):
+                return await awaitable
         except TimeoutError as error:
             self._retire(chromium, "unresponsive")
             raise BrowserUnavailable(
@@ -249,9 +249,8 @@ class TabPool:
             return
         for attempt in range(2):
             try:
-                await asyncio.wait_for(
-                    _close_target(page), self.settings.operation_timeout_seconds / 3
-                )
+                async with asyncio.timeout(self.settings.operation_timeout_seconds / 3):
+                    await _close_target(page)
                 return
             except (TimeoutError, PyppeteerNetworkError, PyppeteerPageError):
                 if attempt == 0:
@@ -276,4 +275,5 @@ async def _close_target(page: Any) -> None:
 async def terminate_scripts(page: Any) -> None:
     """Stop whatever JavaScript the page is running (CDP `Runtime.terminateExecution`)."""
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(page._client.send("Runtime.terminateExecution"), 2.0)
+        async with asyncio.timeout(2.0):
+            await page._client.send("Runtime.terminateExecution")
