@@ -337,7 +337,13 @@ def _image_with_inputs(reference: str, digest: str) -> BuiltImage | None:
     described = inspect_image(reference)
     if described is not None and (described.get("Labels") or {}).get(INPUTS_LABEL) == digest:
         return _built(reference, described)
-    listed = _podman_json("images", "--filter", f"label={INPUTS_LABEL}={digest}")
+    # Only a named image: the build stages of a multi-stage Dockerfile carry the label too,
+    # and one of them under the reference would start a container that is not the image.
+    listed = [
+        image
+        for image in _podman_json("images", "--filter", f"label={INPUTS_LABEL}={digest}")
+        if image.get("Names")
+    ]
     if not listed:
         return None
     subprocess.run(
@@ -470,12 +476,14 @@ def _inputs_digest(recipe: Recipe) -> str:
     add("ca", str(recipe.host_ca_bundle).encode())
     match recipe.kind:
         case RecipeKind.ROOTFS:
+            # Where the checkout lies is no input: a clone elsewhere (CI's, a second worktree)
+            # must find the same base, or every image above it is built again (~4.5 min).
             command = _mmdebstrap_command()
-            add("command", shlex.join(command).encode())
+            add("command", shlex.join(command).replace(str(IMAGES_DIR), "tools/images").encode())
             for argument in command:
                 _, _, value = argument.partition("=")
                 if value.startswith(str(IMAGES_DIR)):
-                    add(value, Path(value).read_bytes())
+                    add(Path(value).relative_to(IMAGES_DIR).as_posix(), Path(value).read_bytes())
         case RecipeKind.DOCKERFILE | RecipeKind.PAUSE:
             assert recipe.dockerfile is not None
             text = recipe.dockerfile.read_text()

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from scrapeq.local.images import PODMAN, BuiltImage, Recipe, RecipeKind, build_recipes, load_images
+from scrapeq.local.images import (
+    PODMAN,
+    BuiltImage,
+    Recipe,
+    RecipeKind,
+    build_recipes,
+    inspect_image,
+    load_images,
+)
 from scrapeq.local.processes import LocalPartError, terminate, wait_until
 from tests.conftest import missing_part
 
@@ -85,6 +93,34 @@ def test_an_unchanged_image_is_not_built_again_and_a_changed_copied_file_rebuild
     rebuilt = _build(tiny_recipe)
     assert rebuilt.id != first.id
     assert "unchanged" not in capsys.readouterr().err
+
+
+def test_inputs_that_come_back_give_back_the_final_image_never_a_build_stage(
+    tiny_recipe: Recipe,
+) -> None:
+    """The build stages of a multi-stage Dockerfile carry the inputs label too; when a file
+    changes and changes back, the reference must name an image of the last stage again."""
+    assert tiny_recipe.dockerfile is not None
+    assert tiny_recipe.context is not None
+    test_label = tiny_recipe.dockerfile.read_text().splitlines()[1]
+    tiny_recipe.dockerfile.write_text(
+        f"FROM scratch AS build\n{test_label}\nCOPY greeting.txt /greeting.txt\n"
+        f"FROM scratch\n{test_label}\nLABEL io.scrapeq.test.stage=final\n"
+        "COPY --from=build /greeting.txt /greeting.txt\n"
+    )
+    greeting = tiny_recipe.context / "greeting.txt"
+    first = _build(tiny_recipe)
+    greeting.write_text("changed\n")
+    _build(tiny_recipe)
+    greeting.write_text("hello\n")
+
+    again = _build(tiny_recipe)
+
+    described = inspect_image(again.reference)
+    assert described is not None
+    assert (described.get("Labels") or {}).get("io.scrapeq.test.stage") == "final", (
+        f"{again.reference} names a build stage, not the image ({first.id} was)"
+    )
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,23 @@ def test_the_repository_dockerignore_keeps_local_state_out_of_the_project_images
     assert "pyproject.toml" in copied
     assert "scrapeq/local/images.py" in copied
     assert not any("__pycache__" in path or ".egg-info" in path for path in copied)
+
+
+def test_the_base_image_inputs_do_not_depend_on_where_the_checkout_lies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A clone elsewhere (CI's fresh one) finds the base built from another clone, so the
+    images above it are not all built again."""
+    debian = images.base_recipes()[0]
+    assert debian.kind is images.RecipeKind.ROOTFS
+    here = images._inputs_digest(debian)
+
+    elsewhere = tmp_path / "another-clone" / "tools" / "images"
+    shutil.copytree(images.IMAGES_DIR, elsewhere)
+    monkeypatch.setattr(images, "IMAGES_DIR", elsewhere)
+    assert images._inputs_digest(debian) == here
+
+    # The files the command names are inputs by content.
+    slim = elsewhere / "debian" / "slim.sh"
+    slim.write_text(slim.read_text() + "\n# changed\n")
+    assert images._inputs_digest(debian) != here
