@@ -41,7 +41,6 @@ async def test_a_caller_cancelled_as_the_pool_hands_it_a_connection_is_cancelled
     await pool.open()
     try:
         caller = asyncio.create_task(use_a_connection())
-        await asyncio.sleep(0)
         await cancel_as_its_wait_completes(caller)
 
         with pytest.raises(asyncio.CancelledError):
