@@ -99,6 +99,12 @@ class WorkerMetrics:
             "Queue operations that failed because the database was unavailable.",
             registry=r,
         )
+        self.claim_errors = Counter(
+            "scrapeq_worker_claim_errors_total",
+            "Claims that failed for a reason other than the database being unavailable (a "
+            "row that could not be loaded, say); the worker backs off and claims again.",
+            registry=r,
+        )
         self.ready = Gauge(
             "scrapeq_worker_ready",
             "1 while the worker is ready for work (what /readyz answers), else 0.",

@@ -23,9 +23,13 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Final, Literal, get_args
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final, Literal, Protocol, get_args
 
 from prometheus_client import Gauge
+
+from .errors import BrowserUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +96,153 @@ class Readiness:
     def describe(self) -> str:
         """Every current problem, one `reason: message` after the other."""
         return "; ".join(f"{problem}: {message}" for problem, message in self._problems.items())
+
+
+class LocalChecks(Protocol):
+    """The checks of this machine: each returns None when all is well, else what is wrong."""
+
+    async def temp_dir(self) -> str | None: ...
+
+    async def browser(self, *, relaunch: bool) -> str | None:
+        """`relaunch`: a launch failed, and only launching again tells whether it works."""
+        ...
+
+
+class LaunchableBrowser(Protocol):
+    """What the browser check needs of the browser pool."""
+
+    @property
+    def executable(self) -> str | None: ...
+
+    async def start(self) -> None: ...
+
+
+class MachineChecks:
+    """The real local checks: the temporary directory and the browser pool's Chromium."""
+
+    def __init__(self, configured_chromium: str | None, browser: LaunchableBrowser) -> None:
+        self._configured = configured_chromium
+        self._browser = browser
+
+    async def temp_dir(self) -> str | None:
+        return await asyncio.to_thread(temp_dir_problem)
+
+    async def browser(self, *, relaunch: bool) -> str | None:
+        problem = await browser_problem(self._configured, self._browser.executable)
+        if problem is None and relaunch:
+            try:
+                await self._browser.start()
+            except BrowserUnavailable as error:
+                return error.message
+        return problem
+
+
+class ReadinessSchedule:
+    """The one owner of the worker's readiness: the problems behind /readyz and the gauges,
+    whether the worker may claim, and when it checks again.
+
+    The checks run before the first claim. After that they run only when something shows a
+    problem (a job that cannot work, a schema behind, see `cannot_work`), then every
+    `recheck_seconds` until every check passes. Database outages are reported by the queue
+    gateway; they make the worker unready without stopping claims (claims are what probes the
+    database).
+    """
+
+    def __init__(
+        self,
+        readiness: Readiness,
+        checks: LocalChecks,
+        *,
+        recheck_seconds: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.readiness = readiness
+        self.recheck_seconds = recheck_seconds
+        self._checks = checks
+        self._clock = clock
+        # How many rounds of checks have run.
+        self.rounds = 0
+        # When the checks run next (None: not until something shows a problem).
+        self._recheck_at: float | None = 0.0
+        # The local checks (temporary directory, browser) are due at start and while one fails.
+        self._local_checks_due = True
+        self._schema_verified = False
+        # A launch failed: only launching again tells whether the browser is back.
+        self._launch_failed = False
+
+    @property
+    def due(self) -> bool:
+        """A round of checks is due now."""
+        return self._recheck_at is not None and self._clock() >= self._recheck_at
+
+    @property
+    def can_claim(self) -> bool:
+        """Every check that guards claims passed (and the schema was verified)."""
+        return self.readiness.can_claim and self._schema_verified
+
+    @property
+    def cannot_work(self) -> bool:
+        """A local problem or a schema behind holds (not merely an unverified schema)."""
+        return not self.readiness.can_claim
+
+    def seconds_to_next_round(self) -> float:
+        """How long until the next round (scheduling one `recheck_seconds` away if none is)."""
+        if self._recheck_at is None:
+            self._recheck_at = self._clock() + self.recheck_seconds
+        return max(0.0, self._recheck_at - self._clock())
+
+    async def check(self, schema_is_current: Callable[[], Awaitable[bool | None]]) -> None:
+        """Run every due check and schedule the next round while one fails.
+        `schema_is_current()` answers True, or None when the database did not answer (a schema
+        behind is reported through `problem`)."""
+        self.rounds += 1
+        if self._local_checks_due:
+            self.readiness.report("temp_dir", await self._checks.temp_dir())
+            problem = await self._checks.browser(relaunch=self._launch_failed)
+            self.readiness.report("browser", problem)
+            if problem is None:
+                self._launch_failed = False
+            self._local_checks_due = self.readiness.holds("temp_dir") or self.readiness.holds(
+                "browser"
+            )
+        if not self._schema_verified and await schema_is_current():
+            self._schema_verified = True
+            self.readiness.report("schema", None)
+        if self.can_claim:
+            self._recheck_at = None
+        elif self.readiness.can_claim:
+            # Only the database did not answer; that attempt already waited its short backoff.
+            self._recheck_at = self._clock()
+        else:
+            self._recheck_at = self._clock() + self.recheck_seconds
+
+    def problem(self, problem: Problem, message: str) -> None:
+        """Something showed that this worker cannot work: stop claiming until a check passes."""
+        self.readiness.report(problem, message)
+        if problem == "browser":
+            self._launch_failed = True
+        if problem == "schema":
+            self._schema_verified = False
+        else:
+            self._local_checks_due = True
+        if self._recheck_at is None:
+            self._recheck_at = self._clock() + self.recheck_seconds
+
+    def database_failed(self, message: str) -> None:
+        self.readiness.report("database", f"unavailable: {message}")
+
+    def database_answered(self) -> None:
+        self.readiness.report("database", None)
+
+    def stopping(self) -> None:
+        self.readiness.report("stopping", "draining")
+
+    @property
+    def ready(self) -> bool:
+        return self.readiness.ready
+
+    def describe(self) -> str:
+        return self.readiness.describe()
 
 
 def temp_dir_problem() -> str | None:

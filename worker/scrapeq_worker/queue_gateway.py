@@ -1,0 +1,641 @@
+"""The worker's one door to the queue: every queue operation it runs, with what a database
+failure means for each.
+
+Two layers:
+
+* a `QueueBackend` runs one queue operation per call and raises the queue package's errors.
+  `PostgresBackend` is the real one: claims (and the other reads that decide what to claim) on
+  one connection, outcome writes and lease renewals on another, each behind a lock, because a
+  psycopg connection interleaves statements of concurrent tasks into each other's
+  transactions, and a claim must never wait behind a batch of completions (each commit waits
+  for its WAL flush). The unit tests use an in-memory backend that a conformance test holds
+  to the same contract as this one.
+* the `QueueGateway` decides what a failure means. A lost database is retried on a fresh
+  connection after `reconnect_delay` (at most about a second, so work resumes that soon after
+  the server is back); outcome writes are retried until they succeed or the worker stops,
+  other operations give up after one short wait so that their loop can re-evaluate. A schema
+  behind this code makes the worker not ready (it stops claiming). A claim that raises
+  anything else (a row the queue cannot load, say) counts as a failed claim: logged with its
+  traceback, counted in `scrapeq_worker_claim_errors_total`, backed off, never the end of the
+  worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+import scrapeq_queue
+from scrapeq_queue import (
+    ClaimedJob,
+    Completion,
+    Connection,
+    DatabaseUnavailable,
+    FollowUrl,
+    HostPoliteness,
+    QueueBacklog,
+    QueueError,
+    RetryOutcome,
+    RobotsCopy,
+    SchemaOutOfDate,
+)
+
+from .background import wait_for_event
+from .metrics import WorkerMetrics
+from .readiness import ReadinessSchedule
+from .robots import RobotsRead
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+# (id, attempt): the fencing token of a held row.
+Token = tuple[int, int]
+
+
+class QueueBackend(Protocol):
+    """One queue operation per call; raises DatabaseUnavailable (retry on a new connection),
+    SchemaOutOfDate (run `scrapeq migrate`) or another QueueError. Each method promises what
+    the scrapeq_queue function of the same name promises."""
+
+    async def claim_jobs(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        politeness: HostPoliteness,
+    ) -> list[ClaimedJob]: ...
+
+    async def queue_backlog(self, queues: Sequence[str]) -> dict[str, QueueBacklog]: ...
+
+    async def require_current_schema(self) -> None: ...
+
+    async def complete_many(self, completions: Sequence[Completion]) -> set[int]: ...
+
+    async def complete_job(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        result: dict[str, Any],
+        duration_seconds: float,
+        follow_urls: Sequence[FollowUrl],
+        follow_limit: int | None,
+    ) -> bool: ...
+
+    async def retry_job(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        error: str,
+        reason: str,
+        duration_seconds: float,
+        retry_after_seconds: float | None,
+        pause_host_seconds: float | None,
+        server_error: bool,
+        host_key: str | None,
+    ) -> RetryOutcome: ...
+
+    async def fail_job(
+        self, job_id: int, attempt: int, *, error: str, reason: str, duration_seconds: float
+    ) -> bool: ...
+
+    async def release_jobs(self, *, worker_id: str, jobs: Sequence[Token]) -> int: ...
+
+    async def renew_leases(
+        self, *, worker_id: str, jobs: Sequence[Token], lease_seconds: float
+    ) -> set[int]: ...
+
+    async def rescue_expired_leases(self) -> int: ...
+
+    async def set_crawl_delay(self, host_key: str, crawl_delay_seconds: float) -> None: ...
+
+    async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy: ...
+
+    async def store_robots_copy(
+        self,
+        origin: str,
+        *,
+        status: int | None,
+        body: str | None,
+        problem: str | None,
+        ttl_seconds: float,
+    ) -> None: ...
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        """Call `wake()` on every NOTIFY of new work and on every (re)connection; runs until
+        cancelled."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class _Channel:
+    """One database connection and the lock that keeps its statements from interleaving."""
+
+    def __init__(self, database_url: str, application_name: str) -> None:
+        self._database_url = database_url
+        self._application_name = application_name
+        self._lock = asyncio.Lock()
+        self._connection: Connection | None = None
+
+    async def run(self, operation: Callable[[Connection], Awaitable[_T]]) -> _T:
+        """Run `operation` on the connection (opened or reopened as needed); a connection that
+        failed is dropped so the next operation starts on a fresh one."""
+        async with self._lock:
+            try:
+                connection = self._connection
+                if connection is None or connection.closed or connection.broken:
+                    self._connection = connection = await scrapeq_queue.connect(
+                        self._database_url, application_name=self._application_name
+                    )
+                return await operation(connection)
+            except SchemaOutOfDate:
+                raise
+            except QueueError:
+                await self.drop()
+                raise
+
+    async def drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+
+class PostgresBackend:
+    """The real queue: the scrapeq_queue functions on this worker's two connections."""
+
+    def __init__(self, database_url: str, worker_id: str) -> None:
+        self._database_url = database_url
+        self._worker_id = worker_id
+        self._claims = _Channel(database_url, f"scrapeq-worker {worker_id}")
+        self._writes = _Channel(database_url, f"scrapeq-worker-writes {worker_id}")
+
+    async def claim_jobs(
+        self,
+        *,
+        worker_id: str,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        politeness: HostPoliteness,
+    ) -> list[ClaimedJob]:
+        try:
+            return await self._claims.run(
+                lambda connection: scrapeq_queue.claim_jobs(
+                    connection,
+                    worker_id=worker_id,
+                    queues=queues,
+                    limit=limit,
+                    lease_seconds=lease_seconds,
+                    politeness=politeness,
+                )
+            )
+        except QueueError:
+            raise
+        except Exception:
+            # The statement's result was not read to its end: start the next on a clean slate.
+            await self._claims.drop()
+            raise
+
+    async def queue_backlog(self, queues: Sequence[str]) -> dict[str, QueueBacklog]:
+        return await self._claims.run(
+            lambda connection: scrapeq_queue.queue_backlog(connection, queues)
+        )
+
+    async def require_current_schema(self) -> None:
+        await self._claims.run(scrapeq_queue.require_current_schema)
+
+    async def complete_many(self, completions: Sequence[Completion]) -> set[int]:
+        return await self._writes.run(
+            lambda connection: scrapeq_queue.complete_many(connection, completions)
+        )
+
+    async def complete_job(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        result: dict[str, Any],
+        duration_seconds: float,
+        follow_urls: Sequence[FollowUrl],
+        follow_limit: int | None,
+    ) -> bool:
+        return await self._writes.run(
+            lambda connection: scrapeq_queue.complete_job(
+                connection,
+                job_id,
+                attempt,
+                result=result,
+                duration_seconds=duration_seconds,
+                follow_urls=follow_urls,
+                follow_limit=follow_limit,
+            )
+        )
+
+    async def retry_job(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        error: str,
+        reason: str,
+        duration_seconds: float,
+        retry_after_seconds: float | None,
+        pause_host_seconds: float | None,
+        server_error: bool,
+        host_key: str | None,
+    ) -> RetryOutcome:
+        return await self._writes.run(
+            lambda connection: scrapeq_queue.retry_job(
+                connection,
+                job_id,
+                attempt,
+                error=error,
+                reason=reason,
+                duration_seconds=duration_seconds,
+                retry_after_seconds=retry_after_seconds,
+                pause_host_seconds=pause_host_seconds,
+                server_error=server_error,
+                host_key=host_key,
+            )
+        )
+
+    async def fail_job(
+        self, job_id: int, attempt: int, *, error: str, reason: str, duration_seconds: float
+    ) -> bool:
+        return await self._writes.run(
+            lambda connection: scrapeq_queue.fail_job(
+                connection,
+                job_id,
+                attempt,
+                error=error,
+                reason=reason,
+                duration_seconds=duration_seconds,
+            )
+        )
+
+    async def release_jobs(self, *, worker_id: str, jobs: Sequence[Token]) -> int:
+        return await self._writes.run(
+            lambda connection: scrapeq_queue.release_jobs(
+                connection, worker_id=worker_id, jobs=jobs
+            )
+        )
+
+    async def renew_leases(
+        self, *, worker_id: str, jobs: Sequence[Token], lease_seconds: float
+    ) -> set[int]:
+        return await self._writes.run(
+            lambda connection: scrapeq_queue.renew_leases(
+                connection, worker_id=worker_id, jobs=jobs, lease_seconds=lease_seconds
+            )
+        )
+
+    async def rescue_expired_leases(self) -> int:
+        return await self._writes.run(scrapeq_queue.rescue_expired_leases)
+
+    async def set_crawl_delay(self, host_key: str, crawl_delay_seconds: float) -> None:
+        await self._writes.run(
+            lambda connection: scrapeq_queue.set_crawl_delay(
+                connection, host_key, crawl_delay_seconds
+            )
+        )
+
+    async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy:
+        return await self._writes.run(
+            lambda connection: scrapeq_queue.robots_copy(
+                connection, origin, lease_seconds=lease_seconds
+            )
+        )
+
+    async def store_robots_copy(
+        self,
+        origin: str,
+        *,
+        status: int | None,
+        body: str | None,
+        problem: str | None,
+        ttl_seconds: float,
+    ) -> None:
+        await self._writes.run(
+            lambda connection: scrapeq_queue.store_robots_copy(
+                connection,
+                origin,
+                status=status,
+                body=body,
+                problem=problem,
+                ttl_seconds=ttl_seconds,
+            )
+        )
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        # A LISTEN session cannot share a busy connection: it holds a third one.
+        await scrapeq_queue.listen_and_wake(
+            self._database_url,
+            wake,
+            application_name=f"scrapeq-worker-listen {self._worker_id}",
+        )
+
+    async def close(self) -> None:
+        await self._claims.drop()
+        await self._writes.drop()
+
+
+class QueueGateway:
+    """The queue operations of one worker, each answering None when the database failed."""
+
+    def __init__(
+        self,
+        backend: QueueBackend,
+        *,
+        worker_id: str,
+        metrics: WorkerMetrics,
+        readiness: ReadinessSchedule,
+        stopping: asyncio.Event,
+        reconnect_delay: Callable[[int], float] = scrapeq_queue.reconnect_delay,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`stopping`: set when the worker stops; retries end and waits are cut short then.
+        `reconnect_delay(failures)`: the wait after `failures` consecutive failures."""
+        self.backend = backend
+        self.worker_id = worker_id
+        self._metrics = metrics
+        self._readiness = readiness
+        self._stopping = stopping
+        self._reconnect_delay = reconnect_delay
+        self._clock = clock
+        # Consecutive failed operations, and when the last one failed.
+        self._failures = 0
+        self._last_failure = -math.inf
+        # Consecutive claims that raised something other than a database error.
+        self._claim_errors = 0
+        # Set when the database answers again after failures (the lease keeper renews then).
+        self.back = asyncio.Event()
+
+    # --- claims --------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        limit: int,
+        lease_seconds: float,
+        politeness: HostPoliteness,
+    ) -> list[ClaimedJob] | None:
+        """Claim up to `limit` due rows; None when the claim failed (after its backoff)."""
+        try:
+            claimed = await self._run(
+                lambda backend: backend.claim_jobs(
+                    worker_id=self.worker_id,
+                    queues=queues,
+                    limit=limit,
+                    lease_seconds=lease_seconds,
+                    politeness=politeness,
+                ),
+                what="claim jobs",
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # Whatever one row holds is that row's problem: the worker backs off and claims
+            # again (the rows this claim took come back when their leases expire).
+            self._claim_errors += 1
+            self._metrics.claim_errors.inc()
+            delay = self._reconnect_delay(self._claim_errors)
+            logger.exception("claiming failed unexpectedly; claiming again in %.1fs", delay)
+            await self._pause(delay)
+            return None
+        if claimed is not None:
+            self._claim_errors = 0
+        return claimed
+
+    async def nothing_due(self, queues: Sequence[str]) -> bool:
+        """True when the database answered that no row of `queues` is due."""
+        backlog = await self._run(
+            lambda backend: backend.queue_backlog(queues), what="read the backlog"
+        )
+        return backlog is not None and all(queue.due_pending == 0 for queue in backlog.values())
+
+    async def schema_is_current(self) -> bool | None:
+        """True when the schema is the one this code needs; None when the database did not
+        answer or the schema is behind (reported to readiness)."""
+
+        async def verify(backend: QueueBackend) -> bool:
+            await backend.require_current_schema()
+            return True
+
+        return await self._run(verify, what="check the database schema")
+
+    # --- outcomes (retried until recorded or the worker stops) ---------------------------------
+
+    async def complete_many(self, completions: Sequence[Completion]) -> set[int] | None:
+        return await self._run(
+            lambda backend: backend.complete_many(completions),
+            what=f"complete {len(completions)} jobs",
+            persistent=True,
+        )
+
+    async def complete_job(
+        self,
+        job: ClaimedJob,
+        *,
+        result: dict[str, Any],
+        duration_seconds: float,
+        follow_urls: Sequence[FollowUrl],
+        follow_limit: int | None,
+    ) -> bool | None:
+        return await self._run(
+            lambda backend: backend.complete_job(
+                job.id,
+                job.attempt,
+                result=result,
+                duration_seconds=duration_seconds,
+                follow_urls=follow_urls,
+                follow_limit=follow_limit,
+            ),
+            what=f"complete job {job.id}",
+            persistent=True,
+        )
+
+    async def retry_job(
+        self,
+        job: ClaimedJob,
+        *,
+        error: str,
+        reason: str,
+        duration_seconds: float,
+        retry_after_seconds: float | None,
+        pause_host_seconds: float | None,
+        server_error: bool,
+    ) -> RetryOutcome | None:
+        return await self._run(
+            lambda backend: backend.retry_job(
+                job.id,
+                job.attempt,
+                error=error,
+                reason=reason,
+                duration_seconds=duration_seconds,
+                retry_after_seconds=retry_after_seconds,
+                pause_host_seconds=pause_host_seconds,
+                server_error=server_error,
+                host_key=job.host_key,
+            ),
+            what=f"retry job {job.id}",
+            persistent=True,
+        )
+
+    async def fail_job(
+        self, job: ClaimedJob, *, error: str, reason: str, duration_seconds: float
+    ) -> bool | None:
+        return await self._run(
+            lambda backend: backend.fail_job(
+                job.id, job.attempt, error=error, reason=reason, duration_seconds=duration_seconds
+            ),
+            what=f"fail job {job.id}",
+            persistent=True,
+        )
+
+    async def release(self, job: ClaimedJob) -> int | None:
+        """Hand one job back: pending and due now, no retry counted."""
+        return await self._run(
+            lambda backend: backend.release_jobs(worker_id=self.worker_id, jobs=[job.token]),
+            what=f"release job {job.id}",
+            persistent=True,
+        )
+
+    async def release_within(self, tokens: Sequence[Token], seconds: float) -> int | None:
+        """Hand jobs back in one try of at most `seconds` (the end of a drain); None when that
+        failed, and then their leases expire and they are rescued."""
+        try:
+            async with asyncio.timeout(seconds):
+                return await self.backend.release_jobs(worker_id=self.worker_id, jobs=tokens)
+        except (TimeoutError, QueueError) as error:
+            logger.error(
+                "could not release %d jobs (%s); their leases will expire and they will be rescued",
+                len(tokens),
+                error,
+            )
+            return None
+
+    # --- leases --------------------------------------------------------------------------------
+
+    async def renew_leases(self, tokens: Sequence[Token], lease_seconds: float) -> set[int] | None:
+        """The ids among `tokens` whose leases were renewed; None when the database failed."""
+        return await self._run(
+            lambda backend: backend.renew_leases(
+                worker_id=self.worker_id, jobs=tokens, lease_seconds=lease_seconds
+            ),
+            what="renew leases",
+        )
+
+    async def rescue_expired_leases(self) -> int | None:
+        return await self._run(
+            lambda backend: backend.rescue_expired_leases(), what="rescue expired leases"
+        )
+
+    def seconds_since_failure(self) -> float:
+        """How long the database has answered every operation (inf: it never failed)."""
+        return self._clock() - self._last_failure
+
+    # --- sites ---------------------------------------------------------------------------------
+
+    async def set_crawl_delay(self, host_key: str, crawl_delay_seconds: float) -> None:
+        await self._run(
+            lambda backend: backend.set_crawl_delay(host_key, crawl_delay_seconds),
+            what=f"record the Crawl-delay of {host_key}",
+        )
+
+    async def robots_copy(self, origin: str, lease_seconds: float) -> RobotsCopy | None:
+        """The cluster's copy of `origin`'s robots.txt, or the lease to fetch it (RobotsRules'
+        shared store); None when the database failed."""
+        return await self._run(
+            lambda backend: backend.robots_copy(origin, lease_seconds=lease_seconds),
+            what=f"read the cluster's robots.txt of {origin}",
+        )
+
+    async def store_robots_copy(self, origin: str, read: RobotsRead, ttl_seconds: float) -> None:
+        """Store this worker's read of `origin`'s robots.txt for the cluster."""
+        await self._run(
+            lambda backend: backend.store_robots_copy(
+                origin,
+                status=read.status,
+                body=read.body,
+                problem=read.problem,
+                ttl_seconds=ttl_seconds,
+            ),
+            what=f"store the robots.txt of {origin}",
+        )
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def listen(self, wake: Callable[[], None]) -> None:
+        await self.backend.listen(wake)
+
+    async def close(self) -> None:
+        await self.backend.close()
+
+    # --- failures ------------------------------------------------------------------------------
+
+    async def _run(
+        self,
+        operation: Callable[[QueueBackend], Awaitable[_T]],
+        *,
+        what: str,
+        persistent: bool = False,
+    ) -> _T | None:
+        """Run one operation; None when the database failed.
+
+        `persistent` operations are retried until they succeed or the worker stops; the others
+        give up after one wait. Errors that are not the queue's (the database refusing a
+        statement, say) are raised to the caller, who knows what they mean.
+        """
+        while True:
+            try:
+                result = await operation(self.backend)
+            except SchemaOutOfDate as error:
+                self._readiness.problem("schema", str(error))
+                if not persistent or self._stopping.is_set():
+                    return None
+                await self._pause(self._readiness.recheck_seconds)
+                continue
+            except (DatabaseUnavailable, QueueError) as error:
+                delay = self._failed(what, error)
+                if not persistent or self._stopping.is_set():
+                    await self._pause(delay)
+                    return None
+                await asyncio.sleep(delay)
+                continue
+            self._answered()
+            return result
+
+    def _failed(self, what: str, error: Exception) -> float:
+        """Count a failed operation; return how long to wait before the next attempt."""
+        self._metrics.database_errors.inc()
+        self._failures += 1
+        self._last_failure = self._clock()
+        self._readiness.database_failed(str(error))
+        delay = self._reconnect_delay(self._failures)
+        # The first failure of an outage says what happened; the retries that follow every
+        # second or so would only repeat it.
+        log = logger.warning if self._failures == 1 else logger.debug
+        log("could not %s: %s; retrying in %.1fs", what, error, delay)
+        return delay
+
+    def _answered(self) -> None:
+        if self._failures:
+            logger.info("the database answers again after %d failures", self._failures)
+            self._failures = 0
+            self.back.set()
+        self._readiness.database_answered()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake up at once when a stop is requested."""
+        await wait_for_event(self._stopping, seconds)
