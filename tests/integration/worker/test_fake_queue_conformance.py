@@ -1,0 +1,305 @@
+"""One contract, two queues: the in-memory queue the worker's unit tests run against
+(tests/unit/worker/fake_queue.py) and the worker's real backend on real PostgreSQL must answer
+every queue operation the worker uses the same way, so the fake cannot drift from the queue."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+import psycopg
+import pytest
+import scrapeq_queue as queue
+from scrapeq_queue import DEFAULT_POLITENESS, Completion, FollowUrl
+from scrapeq_worker.queue_gateway import PostgresBackend, QueueBackend
+
+from tests.unit.worker.fake_queue import FakeQueue
+
+WORKER = "contract-worker"
+LEASE_SECONDS = 30.0
+
+
+class Harness(Protocol):
+    """A backend under test and what the contract needs around it."""
+
+    backend: QueueBackend
+
+    async def enqueue(
+        self, url: str, *, queue: str = "default", priority: int = 0, max_retries: int = 3
+    ) -> int: ...
+
+    async def status(self, job_id: int) -> str: ...
+
+    async def expire_leases(self) -> None: ...
+
+
+class FakeHarness:
+    def __init__(self) -> None:
+        self.fake = FakeQueue()
+        self.backend: QueueBackend = self.fake
+
+    async def enqueue(
+        self, url: str, *, queue: str = "default", priority: int = 0, max_retries: int = 3
+    ) -> int:
+        return self.fake.enqueue(url, queue=queue, priority=priority, max_retries=max_retries)
+
+    async def status(self, job_id: int) -> str:
+        return self.fake.status(job_id)
+
+    async def expire_leases(self) -> None:
+        self.fake.expire_leases()
+
+
+class PostgresHarness:
+    def __init__(self, database_url: str, connection: psycopg.AsyncConnection[Any]) -> None:
+        self.backend: QueueBackend = PostgresBackend(database_url, WORKER)
+        self.connection = connection
+
+    async def enqueue(
+        self, url: str, *, queue: str = "default", priority: int = 0, max_retries: int = 3
+    ) -> int:
+        job_id = await queue_enqueue(self.connection, url, queue, priority, max_retries)
+        return job_id
+
+    async def status(self, job_id: int) -> str:
+        cursor = await self.connection.execute(
+            "SELECT status FROM scraping_jobs WHERE id = %s", (job_id,)
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        return str(row[0])
+
+    async def expire_leases(self) -> None:
+        await self.connection.execute(
+            "UPDATE scraping_jobs SET lease_expires_at = now() - interval '1 second' "
+            "WHERE status = 'processing'"
+        )
+
+
+async def queue_enqueue(
+    connection: psycopg.AsyncConnection[Any], url: str, name: str, priority: int, retries: int
+) -> int:
+    job_id = await queue.enqueue(
+        connection,
+        url,
+        payload={"render": False},
+        queue=name,
+        priority=priority,
+        max_retries=retries,
+    )
+    assert job_id is not None
+    return job_id
+
+
+@pytest.fixture(params=["fake", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    if request.param == "fake":
+        yield FakeHarness()
+        return
+    database_url: str = request.getfixturevalue("database_url")
+    connection = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
+    real = PostgresHarness(database_url, connection)
+    try:
+        yield real
+    finally:
+        await real.backend.close()
+        await connection.close()
+
+
+async def claim(harness: Harness, limit: int, queues: tuple[str, ...] = ("default",)) -> list[Any]:
+    return await harness.backend.claim_jobs(
+        worker_id=WORKER,
+        queues=queues,
+        limit=limit,
+        lease_seconds=LEASE_SECONDS,
+        politeness=DEFAULT_POLITENESS,
+    )
+
+
+def site(n: int) -> str:
+    return f"http://site{n}.test/page"
+
+
+async def test_a_claim_takes_the_highest_priority_then_the_oldest_rows_each_only_once(
+    harness: Harness,
+) -> None:
+    first = await harness.enqueue(site(1))
+    second = await harness.enqueue(site(2))
+    urgent = await harness.enqueue(site(3), priority=5)
+    elsewhere = await harness.enqueue(site(4), queue="other")
+
+    taken = await claim(harness, 2)
+    rest = await claim(harness, 10)
+
+    assert [job.id for job in taken] == [urgent, first]
+    assert [job.id for job in rest] == [second]
+    assert all(job.attempt == 1 and job.retry_count == 0 for job in taken + rest)
+    assert await claim(harness, 10) == []
+    assert await harness.status(elsewhere) == "pending"
+    assert [job.id for job in await claim(harness, 10, ("other",))] == [elsewhere]
+
+
+async def test_a_claim_gives_a_site_no_more_rows_than_its_limit(harness: Harness) -> None:
+    for n in range(DEFAULT_POLITENESS.max_concurrent_per_host + 2):
+        await harness.enqueue(f"http://busy.test/{n}")
+
+    taken = await claim(harness, 10)
+
+    assert len(taken) == DEFAULT_POLITENESS.max_concurrent_per_host
+    assert all(job.host_key == "busy.test" for job in taken)
+
+
+async def test_completions_record_current_attempts_and_fence_out_stale_ones(
+    harness: Harness,
+) -> None:
+    kept = await harness.enqueue(site(1))
+    moved = await harness.enqueue(site(2))
+    jobs = {job.id: job for job in await claim(harness, 2)}
+    assert await harness.backend.release_jobs(worker_id=WORKER, jobs=[jobs[moved].token]) == 1
+    again = await claim(harness, 1)
+    assert [(job.id, job.attempt) for job in again] == [(moved, 2)]
+
+    done = await harness.backend.complete_many(
+        [Completion(kept, 1, {"n": 1}, 0.1), Completion(moved, 1, {"n": 2}, 0.1)]
+    )
+
+    assert done == {kept}
+    assert await harness.status(kept) == "completed"
+    assert await harness.status(moved) == "processing"
+    assert await harness.backend.complete_many([Completion(kept, 1, {}, 0.1)]) == set()
+
+
+async def test_renewal_answers_only_the_leases_still_held(harness: Harness) -> None:
+    held = await harness.enqueue(site(1))
+    released = await harness.enqueue(site(2))
+    finished = await harness.enqueue(site(3))
+    jobs = {job.id: job for job in await claim(harness, 3)}
+    await harness.backend.release_jobs(worker_id=WORKER, jobs=[jobs[released].token])
+    await harness.backend.fail_job(
+        finished, 1, error="gone", reason="http_4xx", duration_seconds=0.1
+    )
+
+    renewed = await harness.backend.renew_leases(
+        worker_id=WORKER, jobs=[job.token for job in jobs.values()], lease_seconds=LEASE_SECONDS
+    )
+
+    assert renewed == {held}
+    assert (
+        await harness.backend.renew_leases(
+            worker_id="someone-else", jobs=[jobs[held].token], lease_seconds=LEASE_SECONDS
+        )
+        == set()
+    )
+
+
+async def test_a_retry_reschedules_until_no_retries_are_left_and_a_stale_one_is_fenced(
+    harness: Harness,
+) -> None:
+    again = await harness.enqueue(site(1), max_retries=2)
+    last = await harness.enqueue(site(2), max_retries=0)
+    await claim(harness, 2)
+
+    def retry(job_id: int, attempt: int) -> Any:
+        return harness.backend.retry_job(
+            job_id,
+            attempt,
+            error="boom",
+            reason="timeout",
+            duration_seconds=0.1,
+            retry_after_seconds=None,
+            pause_host_seconds=None,
+            server_error=False,
+            host_key=None,
+        )
+
+    assert await retry(again, 1) == "retrying"
+    assert await retry(last, 1) == "failed"
+    assert await retry(again, 1) == "fenced"
+    assert await harness.status(again) == "pending"
+    assert await harness.status(last) == "failed"
+    backlog = (await harness.backend.queue_backlog(["default"]))["default"]
+    assert (backlog.due_pending, backlog.delayed_pending, backlog.processing) == (0, 1, 0)
+
+
+async def test_a_failure_is_recorded_once(harness: Harness) -> None:
+    job_id = await harness.enqueue(site(1))
+    await claim(harness, 1)
+
+    first = await harness.backend.fail_job(
+        job_id, 1, error="not found", reason="http_4xx", duration_seconds=0.1
+    )
+    second = await harness.backend.fail_job(
+        job_id, 1, error="not found", reason="http_4xx", duration_seconds=0.1
+    )
+
+    assert (first, second) == (True, False)
+    assert await harness.status(job_id) == "failed"
+
+
+async def test_the_backlog_counts_due_and_processing_rows_per_queue(harness: Harness) -> None:
+    for n in range(3):
+        await harness.enqueue(site(n))
+    await harness.enqueue(site(9), queue="other")
+    await claim(harness, 1)
+
+    backlog = await harness.backend.queue_backlog(["default", "other", "unused"])
+
+    assert {name: (b.due_pending, b.processing) for name, b in backlog.items()} == {
+        "default": (2, 1),
+        "other": (1, 0),
+        "unused": (0, 0),
+    }
+
+
+async def test_a_completion_with_links_queues_them_as_children_one_level_deeper(
+    harness: Harness,
+) -> None:
+    parent = await harness.enqueue(site(1))
+    await claim(harness, 1)
+
+    recorded = await harness.backend.complete_job(
+        parent,
+        1,
+        result={"ok": True},
+        duration_seconds=0.1,
+        follow_urls=[FollowUrl(site(2)), FollowUrl(site(3))],
+        follow_limit=None,
+    )
+
+    assert recorded
+    children = await claim(harness, 10)
+    assert sorted(job.url for job in children) == [site(2), site(3)]
+    assert {(job.depth, job.parent_id) for job in children} == {(1, parent)}
+
+
+async def test_expired_leases_are_rescued_as_a_spent_retry(harness: Harness) -> None:
+    job_id = await harness.enqueue(site(1))
+    await claim(harness, 1)
+    assert await harness.backend.rescue_expired_leases() == 0
+
+    await harness.expire_leases()
+
+    assert await harness.backend.rescue_expired_leases() == 1
+    [again] = await claim(harness, 1)
+    assert (again.id, again.attempt, again.retry_count) == (job_id, 2, 1)
+
+
+async def test_the_robots_copy_is_leased_to_one_fetcher_then_shared(harness: Harness) -> None:
+    origin = "http://site1.test"
+
+    first = await harness.backend.robots_copy(origin, lease_seconds=30)
+    second = await harness.backend.robots_copy(origin, lease_seconds=30)
+    await harness.backend.store_robots_copy(
+        origin, status=200, body="User-agent: *\nDisallow: /x\n", problem=None, ttl_seconds=60
+    )
+    stored = await harness.backend.robots_copy(origin, lease_seconds=30)
+
+    assert (first.held, first.leased) == (False, True)
+    assert (second.held, second.leased) == (False, False)
+    assert (stored.held, stored.status, stored.body) == (True, 200, "User-agent: *\nDisallow: /x\n")
+    assert 0 < stored.seconds_left <= 60
+
+
+async def test_the_schema_check_passes_on_a_current_schema(harness: Harness) -> None:
+    await harness.backend.require_current_schema()
+    await harness.backend.set_crawl_delay("site1.test", 2.0)

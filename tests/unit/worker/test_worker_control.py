@@ -1,0 +1,411 @@
+"""The worker's control logic against an in-memory queue (fake_queue.py, held to the real
+queue's contract by tests/integration/worker/test_fake_queue_conformance.py) and scripted
+pages: claiming, draining, leases, outages and failures, each in milliseconds."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from scrapeq_queue import ClaimedJob
+from scrapeq_worker.errors import BrowserUnavailable, PermanentFailure, RetryLater
+from scrapeq_worker.job_options import JobOptions
+from scrapeq_worker.scraper import ScrapeResult
+from scrapeq_worker.settings import WorkerSettings
+from scrapeq_worker.worker import Worker
+
+from .fake_queue import FakeQueue
+
+pytestmark = pytest.mark.timeout(10)
+
+# Every wait of these tests ends on an event well within this; it only bounds a failure.
+WITHIN_SECONDS = 5.0
+
+
+class Pages:
+    """Scripted pages: each URL completes at once unless a test holds it or makes it raise."""
+
+    def __init__(self, queue: FakeQueue) -> None:
+        self._queue = queue
+        self.held: dict[str, asyncio.Event] = {}
+        self.raises: dict[str, BaseException] = {}
+        self.started: dict[str, asyncio.Event] = {}
+        self.cancelled: set[str] = set()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.most_held_rows = 0
+        self.on_start: Callable[[str], None] | None = None
+
+    def hold(self, url: str) -> asyncio.Event:
+        """Keep `url` loading until the returned event is set."""
+        self.held[url] = asyncio.Event()
+        return self.held[url]
+
+    def start_of(self, url: str) -> asyncio.Event:
+        return self.started.setdefault(url, asyncio.Event())
+
+    async def scrape(self, job: ClaimedJob, options: JobOptions) -> ScrapeResult:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        processing = sum(1 for row in self._queue.rows.values() if row.status == "processing")
+        self.most_held_rows = max(self.most_held_rows, processing)
+        self.start_of(job.url).set()
+        if self.on_start is not None:
+            self.on_start(job.url)
+        try:
+            if job.url in self.held:
+                await self.held[job.url].wait()
+            if job.url in self.raises:
+                raise self.raises[job.url]
+            return ScrapeResult({"url": job.url}, ())
+        except asyncio.CancelledError:
+            self.cancelled.add(job.url)
+            raise
+        finally:
+            self.in_flight -= 1
+
+
+class Checks:
+    """The machine checks, with whatever problem a test sets."""
+
+    def __init__(self) -> None:
+        self.browser_problem: str | None = None
+
+    async def temp_dir(self) -> str | None:
+        return None
+
+    async def browser(self, *, relaunch: bool) -> str | None:
+        return self.browser_problem
+
+
+class Harness:
+    def __init__(self, **settings: Any) -> None:
+        self.queue = FakeQueue()
+        self.pages = Pages(self.queue)
+        self.checks = Checks()
+        defaults: dict[str, Any] = {
+            "database_url": "postgresql://fake-queue/unused",
+            "worker_id": "unit-worker",
+            "burst": True,
+            "poll_seconds": 30.0,  # every wake-up here comes from an event, not a poll
+            "lease_seconds": 300.0,
+            "drain_seconds": 30.0,
+            "metrics_port": 0,
+            "respect_robots_txt": False,
+        }
+        self.worker = Worker(
+            WorkerSettings(**(defaults | settings)),
+            install_signal_handlers=False,
+            recheck_seconds=0.0,
+            backend=self.queue,
+            scrape=self.pages.scrape,
+            checks=self.checks,
+            reconnect_delay=lambda failures: 0.0,
+        )
+
+    def enqueue(self, *paths: str, **options: Any) -> list[int]:
+        return [self.queue.enqueue(self.url(path), **options) for path in paths]
+
+    @staticmethod
+    def url(path: str) -> str:
+        # One site per path: the per-site limit of the claim stays out of the way.
+        return f"http://{path}.test/"
+
+    def counter(self, name: str, *labels: str) -> float:
+        metric = getattr(self.worker.metrics, name)
+        if labels:
+            metric = metric.labels(*labels)
+        return float(metric._value.get())
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[asyncio.Task[int]]:
+        run = asyncio.create_task(self.worker.run())
+        try:
+            yield run
+        finally:
+            if not run.done():
+                self.worker.request_stop()
+                for event in self.pages.held.values():
+                    event.set()
+            async with asyncio.timeout(WITHIN_SECONDS):
+                await asyncio.gather(run, return_exceptions=True)
+
+
+async def settle(awaitable: Awaitable[Any]) -> Any:
+    async with asyncio.timeout(WITHIN_SECONDS):
+        return await awaitable
+
+
+async def test_the_claim_loop_fills_every_free_slot_and_holds_no_more_than_one_batch_extra() -> (
+    None
+):
+    harness = Harness(concurrency=2, batch_size=3)
+    ids = harness.enqueue(*(f"site{n}" for n in range(10)))
+    gate = asyncio.Event()
+    for n in range(10):
+        harness.pages.held[harness.url(f"site{n}")] = gate
+
+    async with harness.running() as run:
+        await settle(harness.pages.start_of(harness.url("site1")).wait())
+        held = [row for row in harness.queue.rows.values() if row.status == "processing"]
+        assert len(held) == 2 + 3  # concurrency pages plus one batch waiting for a slot
+        gate.set()
+        assert await settle(run) == 0
+
+    assert [harness.queue.status(job_id) for job_id in ids] == ["completed"] * 10
+    assert harness.pages.most_in_flight == 2
+    assert harness.pages.most_held_rows == 5
+    assert harness.counter("jobs_completed", "default") == 10
+
+
+async def test_a_burst_run_exits_0_once_nothing_is_due_and_leaves_a_delayed_retry_behind() -> None:
+    harness = Harness()
+    [flaky] = harness.enqueue("flaky")
+    harness.pages.raises[harness.url("flaky")] = RetryLater("try later", reason="timeout")
+
+    assert await settle(harness.worker.run()) == 0
+
+    row = harness.queue.rows[flaky]
+    assert (row.status, row.retry_count, row.last_reason) == ("pending", 1, "timeout")
+    assert harness.queue.calls[-1] == "queue_backlog"
+    assert harness.counter("jobs_retried", "default", "timeout") == 1
+
+
+async def test_an_empty_queue_ends_a_burst_run_after_one_claim_and_one_backlog_read() -> None:
+    harness = Harness()
+
+    assert await settle(harness.worker.run()) == 0
+
+    assert harness.queue.calls == ["require_current_schema", "claim_jobs", "queue_backlog"]
+    assert harness.queue.closed
+
+
+async def test_a_drain_releases_waiting_jobs_at_once_and_lets_the_running_one_finish() -> None:
+    harness = Harness(burst=False, concurrency=1, batch_size=2)
+    running, *waiting = harness.enqueue("running", "waiting1", "waiting2")
+    finish = harness.pages.hold(harness.url("running"))
+
+    async with harness.running() as run:
+        await settle(harness.pages.start_of(harness.url("running")).wait())
+        harness.worker.request_stop()
+        await _until(lambda: all(harness.queue.status(i) == "pending" for i in waiting))
+        assert harness.queue.status(running) == "processing"
+        assert not harness.worker.ready
+        finish.set()
+        assert await settle(run) == 0
+
+    assert harness.queue.status(running) == "completed"
+    for job_id in waiting:
+        row = harness.queue.rows[job_id]
+        assert (row.outcomes, row.retry_count) == (["released"], 0)
+    assert harness.counter("jobs_released", "default") == 2
+
+
+async def test_a_page_still_running_at_the_drain_deadline_is_stopped_and_released() -> None:
+    harness = Harness(burst=False, drain_seconds=0.0)
+    [slow] = harness.enqueue("slow")
+    harness.pages.hold(harness.url("slow"))
+
+    async with harness.running() as run:
+        await settle(harness.pages.start_of(harness.url("slow")).wait())
+        harness.worker.request_stop()
+        assert await settle(run) == 0
+
+    assert harness.url("slow") in harness.pages.cancelled
+    row = harness.queue.rows[slow]
+    assert (row.status, row.outcomes, row.retry_count) == ("pending", ["released"], 0)
+
+
+async def test_a_lost_lease_cancels_its_job_and_writes_no_outcome() -> None:
+    harness = Harness(burst=False, lease_seconds=0.3)  # renewals every 0.1 s
+    lost, kept = harness.enqueue("lost", "kept")
+    harness.pages.hold(harness.url("lost"))
+    finish_kept = harness.pages.hold(harness.url("kept"))
+
+    async with harness.running() as run:
+        await settle(harness.pages.start_of(harness.url("lost")).wait())
+        harness.queue.cancel(lost)
+        await _until(lambda: harness.url("lost") in harness.pages.cancelled)
+        finish_kept.set()
+        await _until(lambda: harness.queue.status(kept) == "completed")
+        harness.worker.request_stop()
+        assert await settle(run) == 0
+
+    assert harness.queue.rows[lost].outcomes == []
+    assert harness.queue.status(lost) == "cancelled"
+
+
+async def test_an_outcome_is_written_through_a_database_outage_and_readiness_says_so() -> None:
+    harness = Harness()
+    [job_id] = harness.enqueue("page")
+    ready_at_each_try: list[bool] = []
+
+    def outage_begins(url: str) -> None:
+        harness.queue.outage_calls = 5  # the completion's first five tries fail
+
+    harness.pages.on_start = outage_begins
+    original = harness.queue.complete_many
+
+    async def complete_many(completions: Any) -> set[int]:
+        ready_at_each_try.append(harness.worker.ready)
+        return await original(completions)
+
+    harness.queue.complete_many = complete_many  # type: ignore[method-assign]
+
+    assert await settle(harness.worker.run()) == 0
+
+    assert harness.queue.status(job_id) == "completed"
+    assert harness.queue.rows[job_id].outcomes == ["completed"]
+    assert harness.counter("database_errors") == 5
+    assert len(ready_at_each_try) >= 2
+    assert not any(ready_at_each_try[1:])
+    assert harness.worker.ready
+
+
+async def test_claims_failing_during_an_outage_resume_when_the_database_answers() -> None:
+    harness = Harness()
+    harness.queue.outage_calls = 1  # the schema check
+    ids = harness.enqueue("a", "b")
+    harness.queue.faults["claim_jobs"] = asyncio_unavailable()
+
+    assert await settle(harness.worker.run()) == 0
+
+    assert [harness.queue.status(job_id) for job_id in ids] == ["completed"] * 2
+    assert harness.counter("database_errors") == 2
+
+
+def asyncio_unavailable() -> BaseException:
+    from scrapeq_queue import DatabaseUnavailable
+
+    return DatabaseUnavailable("database unavailable: connection reset")
+
+
+async def test_a_dead_lease_keeper_stops_the_worker_with_status_1_and_hands_back_its_job() -> None:
+    harness = Harness(burst=False, lease_seconds=0.3, drain_seconds=0.0)
+    [held] = harness.enqueue("held")
+    harness.pages.hold(harness.url("held"))
+    harness.queue.faults["renew_leases"] = RuntimeError("the database refused the renewal")
+
+    assert await settle(harness.worker.run()) == 1
+
+    row = harness.queue.rows[held]
+    assert (row.status, row.outcomes, row.retry_count) == ("pending", ["released"], 0)
+
+
+async def test_a_job_raising_an_unexpected_exception_is_retried_as_internal_error() -> None:
+    harness = Harness()
+    broken, fine = harness.enqueue("broken", "fine")
+    harness.pages.raises[harness.url("broken")] = KeyError("no such thing")
+
+    assert await settle(harness.worker.run()) == 0
+
+    row = harness.queue.rows[broken]
+    assert (row.status, row.retry_count, row.last_reason) == ("pending", 1, "internal_error")
+    assert "KeyError" in (row.last_error or "")
+    assert harness.queue.status(fine) == "completed"
+
+
+async def test_a_permanent_failure_fails_the_row_for_good() -> None:
+    harness = Harness()
+    [gone] = harness.enqueue("gone")
+    harness.pages.raises[harness.url("gone")] = PermanentFailure("404", reason="http_4xx")
+
+    assert await settle(harness.worker.run()) == 0
+
+    row = harness.queue.rows[gone]
+    assert (row.status, row.last_reason) == ("failed", "http_4xx")
+    assert harness.counter("jobs_failed", "default", "http_4xx") == 1
+
+
+async def test_a_claim_raising_an_unexpected_exception_is_a_failed_claim_not_the_end() -> None:
+    harness = Harness()
+    ids = harness.enqueue("a", "b")
+    # What a row the queue cannot load did before the queue refused such rows itself.
+    harness.queue.faults["claim_jobs"] = ValueError("Exceeds the limit for integer conversion")
+
+    assert await settle(harness.worker.run()) == 0
+
+    assert [harness.queue.status(job_id) for job_id in ids] == ["completed"] * 2
+    assert harness.counter("claim_errors") == 1
+    assert harness.queue.calls.count("claim_jobs") >= 2
+
+
+async def test_a_burst_worker_facing_a_schema_behind_exits_1_without_claiming() -> None:
+    harness = Harness()
+    [job_id] = harness.enqueue("page")
+    harness.queue.schema_behind = True
+
+    assert await settle(harness.worker.run()) == 1
+
+    assert "claim_jobs" not in harness.queue.calls
+    assert harness.queue.status(job_id) == "pending"
+
+
+async def test_a_worker_whose_schema_falls_behind_claims_again_once_it_is_current() -> None:
+    harness = Harness(burst=False)
+    harness.queue.schema_behind = True
+
+    async with harness.running() as run:
+        await _until(lambda: harness.worker.readiness_rounds >= 3)
+        assert "claim_jobs" not in harness.queue.calls
+        assert not harness.worker.ready
+        harness.queue.schema_behind = False
+        [job_id] = harness.enqueue("page")
+        await _until(lambda: harness.queue.status(job_id) == "completed")
+        assert harness.worker.ready
+        harness.worker.request_stop()
+        assert await settle(run) == 0
+
+
+async def test_a_missing_browser_hands_the_job_back_untouched_and_stops_claiming() -> None:
+    harness = Harness()
+    rendered, other = harness.enqueue("rendered", "other")
+    harness.pages.hold(harness.url("rendered"))
+    harness.pages.raises[harness.url("rendered")] = BrowserUnavailable(
+        "no Chromium executable found", reason="browser_missing"
+    )
+
+    async with harness.running() as run:
+        await settle(harness.pages.start_of(harness.url("rendered")).wait())
+        harness.checks.browser_problem = "no Chromium executable found"
+        # The other job is done before the browser problem shows.
+        await _until(lambda: harness.queue.status(other) == "completed")
+        harness.pages.held[harness.url("rendered")].set()
+        assert await settle(run) == 1  # a burst run that cannot work
+
+    row = harness.queue.rows[rendered]
+    assert (row.status, row.outcomes, row.retry_count) == ("pending", ["released"], 0)
+
+
+async def test_the_rescuer_returns_expired_leases_of_dead_workers() -> None:
+    harness = Harness(burst=False, lease_seconds=0.3)
+    [orphan] = harness.enqueue("orphan")
+    await harness.queue.claim_jobs(
+        worker_id="dead-worker",
+        queues=["default"],
+        limit=1,
+        lease_seconds=300,
+        politeness=harness.worker.settings.politeness,
+    )
+    harness.queue.expire_leases()
+
+    async with harness.running():
+        await _until(lambda: harness.queue.status(orphan) == "completed")
+
+    assert harness.queue.rows[orphan].outcomes == ["expired", "completed"]
+    assert harness.counter("leases_rescued") == 1
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Poll `condition` until it holds; fail at WITHIN_SECONDS."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WITHIN_SECONDS
+    while True:
+        if condition():
+            return
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {WITHIN_SECONDS:g}s")
+        await asyncio.sleep(0.005)
