@@ -14,6 +14,9 @@ It stays up rather than exiting: the usual causes are fixed from outside without
 pod (`scrapeq migrate` after a rollout, a full volume emptied), and a pod that exits waits in
 CrashLoopBackOff for up to five minutes between restarts, while an unready pod resumes within
 RECHECK_SECONDS. A burst run (`--burst`) has no one to wait for: it exits with status 1.
+
+`ReadinessSchedule` is the one place that writes this state: the checks and their schedule,
+the problems jobs reveal, the database's answers (from the queue gateway) and the drain.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import scrapeq_queue
 from scrapeq_queue import ClaimedJob
@@ -80,7 +80,6 @@ _CANNOT_WORK: dict[str, Problem] = {
 class _Running:
     job: ClaimedJob
     task: asyncio.Task[None]
-    started: float = field(default_factory=time.monotonic)
     # Set when the job must not write its outcome any more (lease lost, or released).
     abandoned: bool = False
     # Set once the job holds a page slot (before that it only waits in this worker).
