@@ -191,7 +191,7 @@ async def test_a_drain_releases_waiting_jobs_at_once_and_lets_the_running_one_fi
     async with harness.running() as run:
         await settle(harness.pages.start_of(harness.url("running")).wait())
         harness.worker.request_stop()
-        await _until(lambda: all(harness.queue.status(i) == "pending" for i in waiting))
+        await until(lambda: all(harness.queue.status(i) == "pending" for i in waiting))
         assert harness.queue.status(running) == "processing"
         assert not harness.worker.ready
         finish.set()
@@ -228,9 +228,9 @@ async def test_a_lost_lease_cancels_its_job_and_writes_no_outcome() -> None:
     async with harness.running() as run:
         await settle(harness.pages.start_of(harness.url("lost")).wait())
         harness.queue.cancel(lost)
-        await _until(lambda: harness.url("lost") in harness.pages.cancelled)
+        await until(lambda: harness.url("lost") in harness.pages.cancelled)
         finish_kept.set()
-        await _until(lambda: harness.queue.status(kept) == "completed")
+        await until(lambda: harness.queue.status(kept) == "completed")
         harness.worker.request_stop()
         assert await settle(run) == 0
 
@@ -349,12 +349,12 @@ async def test_a_worker_whose_schema_falls_behind_claims_again_once_it_is_curren
     harness.queue.schema_behind = True
 
     async with harness.running() as run:
-        await _until(lambda: harness.worker.readiness_rounds >= 3)
+        await until(lambda: harness.worker.readiness_rounds >= 3)
         assert "claim_jobs" not in harness.queue.calls
         assert not harness.worker.ready
         harness.queue.schema_behind = False
         [job_id] = harness.enqueue("page")
-        await _until(lambda: harness.queue.status(job_id) == "completed")
+        await until(lambda: harness.queue.status(job_id) == "completed")
         assert harness.worker.ready
         harness.worker.request_stop()
         assert await settle(run) == 0
@@ -372,7 +372,7 @@ async def test_a_missing_browser_hands_the_job_back_untouched_and_stops_claiming
         await settle(harness.pages.start_of(harness.url("rendered")).wait())
         harness.checks.browser_problem = "no Chromium executable found"
         # The other job is done before the browser problem shows.
-        await _until(lambda: harness.queue.status(other) == "completed")
+        await until(lambda: harness.queue.status(other) == "completed")
         harness.pages.held[harness.url("rendered")].set()
         assert await settle(run) == 1  # a burst run that cannot work
 
@@ -393,13 +393,13 @@ async def test_the_rescuer_returns_expired_leases_of_dead_workers() -> None:
     harness.queue.expire_leases()
 
     async with harness.running():
-        await _until(lambda: harness.queue.status(orphan) == "completed")
+        await until(lambda: harness.queue.status(orphan) == "completed")
 
     assert harness.queue.rows[orphan].outcomes == ["expired", "completed"]
     assert harness.counter("leases_rescued") == 1
 
 
-async def _until(condition: Callable[[], bool]) -> None:
+async def until(condition: Callable[[], bool]) -> None:
     """Poll `condition` until it holds; fail at WITHIN_SECONDS."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + WITHIN_SECONDS

@@ -1,0 +1,161 @@
+"""What the queue gateway makes of each kind of failure, against the in-memory queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from scrapeq_queue import DEFAULT_POLITENESS, ClaimedJob, DatabaseUnavailable
+from scrapeq_worker.metrics import WorkerMetrics
+from scrapeq_worker.queue_gateway import QueueGateway
+from scrapeq_worker.readiness import Readiness, ReadinessSchedule
+from scrapeq_worker.robots import RobotsRead
+
+from .fake_queue import FakeQueue
+from .test_worker_control import until
+
+pytestmark = pytest.mark.timeout(10)
+
+
+class Checks:
+    async def temp_dir(self) -> str | None:
+        return None
+
+    async def browser(self, *, relaunch: bool) -> str | None:
+        return None
+
+
+class Gateway:
+    def __init__(self) -> None:
+        self.queue = FakeQueue()
+        self.metrics = WorkerMetrics()
+        self.readiness = ReadinessSchedule(
+            Readiness(self.metrics.ready, self.metrics.not_ready, initially="database", why="-"),
+            Checks(),
+        )
+        self.delays: list[int] = []
+        self.stopping = asyncio.Event()
+
+        def reconnect_delay(failures: int) -> float:
+            self.delays.append(failures)
+            return 0.0
+
+        self.gateway = QueueGateway(
+            self.queue,
+            worker_id="unit-worker",
+            metrics=self.metrics,
+            readiness=self.readiness,
+            stopping=self.stopping,
+            reconnect_delay=reconnect_delay,
+        )
+
+    def counter(self, name: str) -> float:
+        return float(getattr(self.metrics, name)._value.get())
+
+    async def claim_one(self) -> ClaimedJob:
+        claimed = await self.gateway.claim(
+            queues=["default"], limit=1, lease_seconds=60, politeness=DEFAULT_POLITENESS
+        )
+        assert claimed is not None
+        [job] = claimed
+        return job
+
+    async def claim(self) -> list[int] | None:
+        claimed = await self.gateway.claim(
+            queues=["default"], limit=10, lease_seconds=60, politeness=DEFAULT_POLITENESS
+        )
+        return None if claimed is None else [job.id for job in claimed]
+
+
+async def test_claims_raising_unexpectedly_back_off_longer_each_time_and_then_claim() -> None:
+    g = Gateway()
+    job_id = g.queue.enqueue("http://site.test/")
+    g.queue.faults["claim_jobs"] = ValueError("a row the queue cannot load")
+
+    assert await g.claim() is None
+    g.queue.faults["claim_jobs"] = RecursionError("maximum recursion depth exceeded")
+    assert await g.claim() is None
+    assert await g.claim() == [job_id]
+
+    assert g.delays == [1, 2]
+    assert g.counter("claim_errors") == 2
+    assert g.counter("database_errors") == 0
+
+
+async def test_a_lost_database_fails_a_claim_after_one_backoff_and_says_so_in_readiness() -> None:
+    g = Gateway()
+    g.queue.down = True
+
+    assert await g.claim() is None
+    assert g.readiness.readiness.holds("database")
+    g.queue.down = False
+    assert await g.claim() == []
+
+    assert not g.readiness.readiness.holds("database")
+    assert g.gateway.back.is_set()
+    assert g.counter("database_errors") == 1
+
+
+async def test_an_outcome_write_waits_out_a_schema_behind_and_is_then_recorded() -> None:
+    g = Gateway()
+    job_id = g.queue.enqueue("http://site.test/")
+    job = await g.claim_one()
+    g.queue.schema_behind = True
+
+    write = asyncio.create_task(
+        g.gateway.fail_job(job, error="gone", reason="http_4xx", duration_seconds=0.1)
+    )
+    await until(lambda: g.queue.calls.count("fail_job") >= 3)
+    assert not write.done()
+    assert not g.readiness.can_claim
+    g.queue.schema_behind = False
+
+    async with asyncio.timeout(5):
+        assert await write is True
+    assert g.queue.status(job_id) == "failed"
+
+
+async def test_an_outcome_write_gives_up_once_the_worker_stops() -> None:
+    g = Gateway()
+    g.queue.enqueue("http://site.test/")
+    job = await g.claim_one()
+    g.queue.down = True
+
+    write = asyncio.create_task(
+        g.gateway.fail_job(job, error="gone", reason="http_4xx", duration_seconds=0.1)
+    )
+    await until(lambda: g.queue.calls.count("fail_job") >= 3)
+    g.stopping.set()
+
+    async with asyncio.timeout(5):
+        assert await write is None
+
+
+async def test_an_error_that_is_not_the_queues_reaches_the_writer() -> None:
+    g = Gateway()
+    g.queue.faults["complete_many"] = RuntimeError("the database refused the value")
+
+    with pytest.raises(RuntimeError, match="refused"):
+        await g.gateway.complete_many([])
+
+
+async def test_the_robots_copy_store_answers_none_while_the_database_is_down() -> None:
+    g = Gateway()
+    g.queue.down = True
+
+    assert await g.gateway.robots_copy("http://site.test", 15) is None
+    await g.gateway.store_robots_copy("http://site.test", RobotsRead(200, "", None), 60)
+    g.queue.down = False
+    copy = await g.gateway.robots_copy("http://site.test", 15)
+
+    assert copy is not None
+    assert (copy.held, copy.leased) == (False, True)
+
+
+async def test_renewals_answer_none_when_the_database_fails() -> None:
+    g = Gateway()
+    g.queue.faults["renew_leases"] = DatabaseUnavailable("connection reset")
+
+    assert await g.gateway.renew_leases([(1, 1)], 60) is None
+    assert await g.gateway.renew_leases([(1, 1)], 60) == set()
+    assert g.gateway.seconds_since_failure() < 60
