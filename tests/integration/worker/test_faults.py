@@ -110,3 +110,37 @@ async def test_a_burst_worker_whose_claims_hit_only_invalid_rows_keeps_claiming(
         "SELECT count(*) FROM scraping_jobs WHERE last_error_reason = 'invalid_payload'"
     )
     assert await cursor.fetchone() == (20,)
+
+
+# A claim that fails once with a plain SQL error: not a lost connection, not the queue's error.
+REFUSE_FIRST_CLAIM = """
+CREATE SEQUENCE scrapeq_test_claims;
+CREATE FUNCTION scrapeq_test_refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- A sequence, because a raise rolls back whatever else the trigger wrote.
+    IF nextval('scrapeq_test_claims') = 1 THEN
+        RAISE EXCEPTION 'injected fault: refusing the first claim';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER scrapeq_test_refuse_claim BEFORE UPDATE ON scraping_jobs FOR EACH ROW
+    WHEN (OLD.status = 'pending' AND NEW.status = 'processing')
+    EXECUTE FUNCTION scrapeq_test_refuse_claim();
+"""
+
+
+async def test_a_claim_failing_with_an_unexpected_error_is_tried_again_instead_of_ending_the_worker(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    await connection.execute(REFUSE_FIRST_CLAIM)
+    ids = [
+        await queue.enqueue(connection, site.url(f"/static/{n}"), payload={"render": False})
+        for n in range(3)
+    ]
+
+    worker = await run_burst(worker_settings)
+
+    for job_id in ids:
+        assert (await job_row(connection, job_id)).status == "completed"
+    assert worker.metrics.claim_errors._value.get() == 1
+    assert worker.metrics.database_errors._value.get() == 0
