@@ -372,9 +372,10 @@ class QueueGateway:
         self._stopping = stopping
         self._reconnect_delay = reconnect_delay
         self._clock = clock
-        # Consecutive failed operations, and when the last one failed.
+        # Consecutive failed operations, and since when the database answers (-inf: since
+        # the start; None: it does not answer now).
         self._failures = 0
-        self._last_failure = -math.inf
+        self._answering_since: float | None = -math.inf
         # Consecutive claims that raised something other than a database error.
         self._claim_errors = 0
         # Set when the database answers again after failures (the lease keeper renews then).
@@ -541,9 +542,12 @@ class QueueGateway:
             lambda backend: backend.rescue_expired_leases(), what="rescue expired leases"
         )
 
-    def seconds_since_failure(self) -> float:
-        """How long the database has answered every operation (inf: it never failed)."""
-        return self._clock() - self._last_failure
+    def seconds_answering(self) -> float:
+        """How long the database has answered every operation since it last failed (0 while
+        it fails, inf when it never failed)."""
+        if self._answering_since is None:
+            return 0.0
+        return self._clock() - self._answering_since
 
     # --- sites ---------------------------------------------------------------------------------
 
@@ -620,7 +624,7 @@ class QueueGateway:
         """Count a failed operation; return how long to wait before the next attempt."""
         self._metrics.database_errors.inc()
         self._failures += 1
-        self._last_failure = self._clock()
+        self._answering_since = None
         self._readiness.database_failed(str(error))
         delay = self._reconnect_delay(self._failures)
         # The first failure of an outage says what happened; the retries that follow every
@@ -630,6 +634,8 @@ class QueueGateway:
         return delay
 
     def _answered(self) -> None:
+        if self._answering_since is None:
+            self._answering_since = self._clock()
         if self._failures:
             logger.info("the database answers again after %d failures", self._failures)
             self._failures = 0

@@ -3,8 +3,8 @@ per lease period, from every worker (the queue makes concurrent rescues safe).
 
 After a database outage every live worker needs one renewal interval (a third of the lease) to
 renew its own leases, some of which expired during the outage. So the rescuer rescues nothing
-until the database has answered for that long: a worker that came back first must not take the
-rows of the others, which are still alive.
+until the database has answered this worker for that long since it last failed: a worker that
+came back first must not take the rows of the others, which are still alive.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Rescuer:
             await asyncio.sleep(interval)
             if (
                 self._clock() - last_rescue >= self._lease_seconds
-                and self._gateway.seconds_since_failure() >= interval
+                and self._gateway.seconds_answering() >= interval
             ):
                 last_rescue = self._clock()
                 rescued = await self._gateway.rescue_expired_leases()

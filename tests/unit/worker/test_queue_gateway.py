@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import pytest
 from scrapeq_queue import DEFAULT_POLITENESS, ClaimedJob, DatabaseUnavailable
@@ -152,10 +153,14 @@ async def test_the_robots_copy_store_answers_none_while_the_database_is_down() -
     assert (copy.held, copy.leased) == (False, True)
 
 
-async def test_renewals_answer_none_when_the_database_fails() -> None:
+async def test_renewals_answer_none_when_the_database_fails_and_the_answering_time_restarts() -> (
+    None
+):
     g = Gateway()
     g.queue.faults["renew_leases"] = DatabaseUnavailable("connection reset")
 
+    assert g.gateway.seconds_answering() == math.inf
     assert await g.gateway.renew_leases([(1, 1)], 60) is None
+    assert g.gateway.seconds_answering() == 0
     assert await g.gateway.renew_leases([(1, 1)], 60) == set()
-    assert g.gateway.seconds_since_failure() < 60
+    assert 0 <= g.gateway.seconds_answering() < 60
