@@ -17,9 +17,10 @@ the HTML5 tree Chromium builds, so one expression would not mean the same in bot
 
 Results are capped (`cap_result`, linear in the result's size): a stored result must stay small
 enough for a database row and a status preview; oversized values are cut and listed under
-`"truncated"`. Static extraction stops copying text once `MAX_EXTRACTED_CHARACTERS` are taken,
-so a page whose nested elements repeat their text (each one's text holds all of its
-descendants') cannot multiply its size in memory.
+`"truncated"`. Static extraction stops copying text once the field values have taken as many
+characters as the result may have bytes (`extract_static`'s `max_characters`), so a page whose
+nested elements repeat their text (each one's text holds all of its descendants') cannot
+multiply its size in memory; what it cuts is over the limit anyway, and `cap_result` names it.
 """
 
 from __future__ import annotations
@@ -42,11 +43,9 @@ DEFAULT_MAX_LINKS = 500
 # work on a page of a million links while leaving room for duplicates and mailto: links.
 LINK_CANDIDATES_PER_LINK: Final = 10
 TRUNCATION_MARKER = "…[truncated]"
-# Text a static extraction copies out of one page, in characters (values and list items count
-# two more each, for the quotes around them in JSON): sixteen times the default result cap, so
-# the cap (`cap_result`) still decides what a normal result keeps, while 1,000 nested 1 KB
-# elements taken with `all` (500 MB of repeated text) stop after 4 MiB.
-MAX_EXTRACTED_CHARACTERS: Final = 4 * 1024 * 1024
+# Characters of field values a static extraction copies out of one page unless told otherwise:
+# the default result limit (--max-result-bytes), as in the browser engine's script.
+MAX_EXTRACTED_CHARACTERS: Final = 256 * 1024
 # What "whitespace" means when text is normalised: JavaScript's `\s` spelled out, so that the
 # same character class (pasted into BROWSER_EXTRACT_SCRIPT) means the same in both languages
 # (Python's `\s` also matches \x1c-\x1f and \x85 and misses \ufeff).
@@ -113,8 +112,6 @@ class ExtractedPage:
     title: str | None = None
     links: list[str] = field(default_factory=list)
     follow: list[str] = field(default_factory=list)
-    # Field labels (`fields.<name>`) cut while extracting (MAX_EXTRACTED_CHARACTERS).
-    truncated: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -316,23 +313,26 @@ def _hrefs(document: LexborHTMLParser, selector: str, limit: int) -> list[str]:
 
 
 class _TextBudget:
-    """What is left of MAX_EXTRACTED_CHARACTERS for one page."""
+    """What is left of a page's characters for field values. A value costs its length plus 2
+    (null costs 4), so a million empty matches cost too."""
 
     def __init__(self, characters: int) -> None:
         self.left = characters
 
-    def take(self, value: str | None) -> tuple[str | None, bool]:
-        """`value` as far as the budget allows, and whether it was cut."""
-        cost = 2 + (len(value) if value is not None else 2)
-        if cost <= self.left:
-            self.left -= cost
-            return value, False
-        if value is None or self.left <= 2:
-            self.left = 0
-            return None, True
-        kept = value[: self.left - 2] + TRUNCATION_MARKER
-        self.left = 0
-        return kept, True
+    def take(self, value: str | None) -> str | None:
+        """`value` as far as the budget allows: cut to what is left and ending in
+        TRUNCATION_MARKER when longer; the marker alone once the budget is spent."""
+        if self.left <= 0:
+            return TRUNCATION_MARKER
+        if value is None:
+            self.left -= 4
+            return None
+        if len(value) > self.left:
+            value = value[: self.left] + TRUNCATION_MARKER
+            self.left = -2
+            return value
+        self.left -= len(value) + 2
+        return value
 
 
 def extract_static(
@@ -348,9 +348,10 @@ def extract_static(
     """Extract fields, title and links from an HTML document without a browser, with the same
     meaning as BROWSER_EXTRACT_SCRIPT. Raises BadInput for a selector lexbor cannot parse.
 
-    The field values together take at most `max_characters`: once they are spent, a string is
-    cut (ending in TRUNCATION_MARKER), a list ends, later fields are null (or empty lists),
-    and each such field is named in `truncated`; no more text is read from the page.
+    The field values together take at most `max_characters` (the result's limit), as in the
+    browser engine's script: a value cut there ends in TRUNCATION_MARKER, a list cut there
+    ends with the marker as its last item, a field read after the budget is spent is the
+    marker alone, and no more text is read from the page.
     `wait_for`: a selector that must match (PermanentFailure `wait_for_timeout` otherwise; the
     static HTML is all there is to wait for).
 
@@ -382,33 +383,30 @@ def extract_static(
     page = ExtractedPage()
     budget = _TextBudget(max_characters)
     for spec in fields:
-        if budget.left <= 0:
-            page.fields[spec.name] = [] if spec.all else None
-            page.truncated.append(f"fields.{spec.name}")
-            continue
         matches = _select(document, spec.selector, first=not spec.all)
 
         def value(node: LexborNode, spec: FieldSpec = spec) -> str | None:
+            if budget.left <= 0:
+                return TRUNCATION_MARKER  # spent: no more text is read
             if spec.attribute is not None:
-                return _attribute(node, spec.attribute)
-            return normalise_text(node.text(deep=True))
+                return budget.take(_attribute(node, spec.attribute))
+            return budget.take(normalise_text(node.text(deep=True)))
 
-        cut = False
-        if spec.all:
-            values: list[str | None] = []
-            for node in matches:
-                if budget.left <= 0:
-                    cut = True
-                    break
-                taken, cut = budget.take(value(node))
-                values.append(taken)
-            page.fields[spec.name] = values
-        else:
-            page.fields[spec.name], cut = budget.take(value(matches[0]) if matches else None)
-        if cut:
-            page.truncated.append(f"fields.{spec.name}")
+        if not spec.all:
+            page.fields[spec.name] = value(matches[0]) if matches else None
+            continue
+        values: list[str | None] = []
+        for node in matches:
+            if budget.left <= 0:
+                values.append(TRUNCATION_MARKER)
+                break
+            values.append(value(node))
+        page.fields[spec.name] = values
     titles = _select(document, "title", first=True)
-    page.title = normalise_text(titles[0].text(deep=True)) or None if titles else None
+    title = normalise_text(titles[0].text(deep=True)) if titles else ""
+    if len(title) > max_characters:
+        title = title[:max_characters] + TRUNCATION_MARKER
+    page.title = title or None
     bases = _select(document, "base[href]", first=True)
     base = link_base(base_url, bases[0].attributes.get("href") or "" if bases else None)
     candidates = max_links * LINK_CANDIDATES_PER_LINK

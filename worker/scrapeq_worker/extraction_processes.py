@@ -35,18 +35,24 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .errors import BadInput, PermanentFailure, RetryLater
-from .extraction import ExtractedPage, FieldSpec, check_selector, extract_static
+from .extraction import (
+    MAX_EXTRACTED_CHARACTERS,
+    ExtractedPage,
+    FieldSpec,
+    check_selector,
+    extract_static,
+)
 
 logger = logging.getLogger(__name__)
 
 # Two children: a 2-core pod parses two pages at once and keeps its event loop's core.
 DEFAULT_PROCESSES: Final = 2
-# lexbor needs about 40 times a document's size for its tree on nested markup; a 10 MiB page
-# (the default --max-response-bytes) fits in 1 GiB with the interpreter, and two children stay
-# below the chart's 1.5 GiB pod limit together with what they actually touch.
+# A 10 MiB page (the default --max-response-bytes) of 1.3 million elements peaks at 0.7 GB in a
+# child, so 1 GiB of address space leaves it room and a page that needs more fails alone. Two
+# such pages at once beside a browser can pass the chart's default pod limit (1.5 GiB).
 DEFAULT_MEMORY_LIMIT_BYTES: Final = 1024 * 1024 * 1024
 # A child left holding more than this after an answer (the allocator keeps what a big page
-# needed) is retired and its memory returned; an idle child holds about 30 MiB.
+# needed) is retired and its memory returned; an idle child holds 26 MB (16 MB PSS).
 RETIRE_ABOVE_BYTES: Final = 256 * 1024 * 1024
 
 
@@ -58,6 +64,7 @@ class _Request:
     follow_selector: str | None
     max_links: int
     wait_for: str | None
+    max_characters: int
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                     follow_selector=request.follow_selector,
                     max_links=request.max_links,
                     wait_for=request.wait_for,
+                    max_characters=request.max_characters,
                 )
                 answer = ("ok", page, "")
         except BadInput as error:
@@ -198,6 +206,7 @@ class ExtractionProcesses:
         follow_selector: str | None,
         max_links: int,
         wait_for: str | None = None,
+        max_characters: int = MAX_EXTRACTED_CHARACTERS,
         deadline: float,
     ) -> ExtractedPage:
         """`extract_static` in a child, finished by `deadline` (time.monotonic()).
@@ -207,7 +216,9 @@ class ExtractionProcesses:
         (the child is killed), PermanentFailure(response_too_large) when the page needs more
         than the child's memory, RetryLater(internal_error) when a child fails otherwise.
         """
-        request = _Request(html, tuple(fields), base_url, follow_selector, max_links, wait_for)
+        request = _Request(
+            html, tuple(fields), base_url, follow_selector, max_links, wait_for, max_characters
+        )
         answer = await self._ask(request, url=url, deadline=deadline, doing="extracting from")
         page: ExtractedPage = answer
         return page

@@ -26,7 +26,12 @@ from scrapeq_queue.sealed_credentials import Credentials
 from .credential_headers import request_headers
 from .egress_proxy import REFUSAL_HEADER, EgressProxy, UpstreamProxy
 from .errors import BlockedRequest, PermanentFailure, RetryLater
-from .extraction import DEFAULT_MAX_LINKS, PageOutcome, check_selector
+from .extraction import (
+    DEFAULT_MAX_LINKS,
+    MAX_EXTRACTED_CHARACTERS,
+    PageOutcome,
+    check_selector,
+)
 from .extraction_processes import DEFAULT_PROCESSES, ExtractionProcesses
 from .http_status import charset_of, check_status, is_html
 from .job_options import JobOptions
@@ -48,6 +53,7 @@ class HttpEngine:
         guard: NetworkGuard,
         *,
         max_response_bytes: int = 10 * 1024 * 1024,
+        max_result_bytes: int = MAX_EXTRACTED_CHARACTERS,
         max_links: int = DEFAULT_MAX_LINKS,
         user_agent: str = DEFAULT_USER_AGENT,
         connections: int = 100,
@@ -61,6 +67,8 @@ class HttpEngine:
         self._upstream_proxy = upstream_proxy
         self._proxy_url: str | None = None
         self.max_response_bytes = max_response_bytes
+        # The stored result's limit: field values copy at most this many characters of a page.
+        self.max_result_bytes = max_result_bytes
         self.max_links = max_links
         self.user_agent = user_agent
         self._connections = connections
@@ -319,6 +327,7 @@ class HttpEngine:
             follow_selector=follow_selector,
             max_links=self.max_links,
             wait_for=options.wait_for,
+            max_characters=self.max_result_bytes,
             deadline=deadline,
         )
         finished = time.monotonic()

@@ -134,7 +134,4 @@ def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:
         document["blocked_requests"] = outcome.blocked_requests
     if outcome.skipped_requests:
         document["skipped_requests"] = outcome.skipped_requests
-    if outcome.extracted is not None and outcome.extracted.truncated:
-        # Cut while extracting; cap_result adds what it cuts itself.
-        document["truncated"] = list(outcome.extracted.truncated)
     return document

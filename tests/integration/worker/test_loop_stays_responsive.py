@@ -33,9 +33,11 @@ pytestmark = [pytest.mark.postgres, pytest.mark.chromium, pytest.mark.timeout(15
 
 HEALTH_WITHIN_SECONDS = 1.0
 NESTED_TIMEOUT_SECONDS = 3
-# A healthy row beside the hostile ones takes no longer than this (alone: 0.01 s static,
-# 0.3 s rendered, on a loaded 2-core machine).
-HEALTHY_WITHIN_SECONDS = 2.0
+# A healthy row beside the hostile ones takes no longer than this: alone it takes 0.01 s
+# (static) or 0.3 s (rendered) on a loaded 2-core machine, plus the browser's launch for the
+# first rendered row (seconds under load); the nested page alone stalled the worker for 9-80 s
+# when it was parsed on the event loop.
+HEALTHY_WITHIN_SECONDS = 5.0
 
 
 class HealthProbe:
