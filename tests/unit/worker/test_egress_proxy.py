@@ -371,3 +371,42 @@ async def test_closing_a_route_cuts_its_open_connections(stalled: StalledOrigin)
         writer.close()
     finally:
         await proxy.close()
+
+
+async def test_a_response_head_larger_than_the_proxy_reads_ends_both_sides(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A site that sends an endless header line: the proxy stops reading at its limit and
+    closes both sides, with nothing raised into the event loop's error log."""
+    closed = asyncio.Event()
+
+    async def endless_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Long: ")
+        try:
+            while True:
+                writer.write(b"a" * 65536)
+                await writer.drain()
+        except OSError:
+            closed.set()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(endless_head, ALLOWED_HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    proxy = EgressProxy(guard())
+    route = await proxy.open_route()
+    try:
+        answer = await asyncio.wait_for(
+            through(
+                route, f"GET http://{ALLOWED_HOST}:{port}/ HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            ),
+            5,
+        )
+        await asyncio.wait_for(closed.wait(), 5)
+    finally:
+        await proxy.close()
+        server.close()
+    assert answer == b""
+    assert not route.live
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
