@@ -17,6 +17,11 @@ There is no second lookup between check and connect, so DNS rebinding has no win
 Each route (listening port) reports its refusals to whoever holds it: the pool gives every
 browser context its own route and hands the route to the job using that context, so a refusal
 is attributed to the job whose page (or popup, or worker) made the request.
+
+No connection outlives its job or hangs on a silent peer: when either side of a connection ends,
+both are closed; a connection with no bytes in either direction for `idle_timeout_seconds`, or
+open for `max_connection_seconds`, is cut; and a job letting go of its route (`Route.release`)
+or a closed route cuts every connection still open through it.
 """
 
 from __future__ import annotations
@@ -42,6 +47,16 @@ REFUSAL_HEADER: Final = "X-Scrapeq-Egress-Refused"
 # A request head larger than this is refused (Chromium's own limit for headers is 256 KiB).
 _MAX_HEAD_BYTES: Final = 256 * 1024
 _HEAD_TIMEOUT_SECONDS: Final = 30.0
+# No byte in either direction for this long ends a connection (nginx's proxy_read_timeout). A
+# page that still wants the connection is one whose job has outlived the default page timeout
+# (30 s) by half again.
+DEFAULT_IDLE_TIMEOUT_SECONDS: Final = 60.0
+# No connection lives longer than the longest job may run (a row's timeoutSeconds is at most
+# 600, scrapeq_queue.payload.MAX_TIMEOUT_SECONDS), however steadily its site trickles.
+DEFAULT_MAX_CONNECTION_SECONDS: Final = 600.0
+# How long a finished connection may take to hand its last buffered bytes to the browser before
+# it is cut: a reader that stops reading must not keep the socket.
+_FLUSH_SECONDS: Final = 5.0
 _CHUNK: Final = 64 * 1024
 # Hop-by-hop headers (RFC 9110 7.6.1) and the proxy's own; never forwarded.
 _HOP_HEADERS: Final = frozenset(
@@ -116,10 +131,26 @@ class Route:
         self.refuse_all = refuse_all
         # This route's own upstream (a job's spec.proxy); None: the proxy's (the pool's).
         self.upstream = upstream
-        self.holder: Callable[[Refusal], None] | None = None
+        self._holder: Callable[[Refusal], None] | None = None
+        # Released by its job and not held by the next one yet: lets nothing out, so a page
+        # left running in a warm context cannot reach a site between its owner's jobs.
+        self.between_jobs = False
         self.server: asyncio.Server | None = None
         self.port = 0
+        # Connections accepted on this route so far, and the ones still open (their tasks).
         self.connections = 0
+        self.live: set[asyncio.Task[None]] = set()
+
+    @property
+    def holder(self) -> Callable[[Refusal], None] | None:
+        """Who receives this route's refusals (the job using its context); None: logged only."""
+        return self._holder
+
+    @holder.setter
+    def holder(self, holder: Callable[[Refusal], None] | None) -> None:
+        self._holder = holder
+        if holder is not None:
+            self.between_jobs = False
 
     @property
     def url(self) -> str:
@@ -136,11 +167,29 @@ class Route:
                 refusal.reason,
             )
 
+    async def release(self) -> None:
+        """The job holding this route has ended: forget its holder, cut every connection still
+        open through the route (both sides), and refuse new ones until the next holder takes
+        it, so nothing the job's pages opened or still try outlives the job."""
+        self.holder = None
+        self.between_jobs = True
+        await self.cut()
+
+    async def cut(self) -> None:
+        """Cut every connection open through this route now; return once they are closed."""
+        tasks = list(self.live)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def close(self) -> None:
+        """Stop listening and cut every connection still open through this route."""
         if self.server is not None:
             self.server.close()
             self.proxy.routes.discard(self)
             self.server = None
+        await self.cut()
 
 
 class EgressProxy:
@@ -152,10 +201,14 @@ class EgressProxy:
         *,
         upstream: UpstreamProxy | None = None,
         connect_timeout_seconds: float = 10.0,
+        idle_timeout_seconds: float = DEFAULT_IDLE_TIMEOUT_SECONDS,
+        max_connection_seconds: float = DEFAULT_MAX_CONNECTION_SECONDS,
     ) -> None:
         self.guard = guard
         self.upstream = upstream
         self.connect_timeout_seconds = connect_timeout_seconds
+        self.idle_timeout_seconds = idle_timeout_seconds
+        self.max_connection_seconds = max_connection_seconds
         self.routes: set[Route] = set()
         self._connections: set[asyncio.Task[None]] = set()
         self._turns = itertools.count()
@@ -174,11 +227,20 @@ class EgressProxy:
             if task is not None:
                 self._connections.add(task)
                 task.add_done_callback(self._connections.discard)
+                route.live.add(task)
+                task.add_done_callback(route.live.discard)
             route.connections += 1
+            finished = False
             try:
-                await self._serve(route, reader, writer)
+                async with asyncio.timeout(self.max_connection_seconds):
+                    await self._serve(route, reader, writer)
+                finished = True
+            except TimeoutError:
+                pass
             finally:
-                writer.close()
+                # A cut connection (cancelled, or over its time) is aborted at once; a finished
+                # one hands over what it still buffers, within a bound.
+                await _end(writer, flush=finished)
 
         route.server = await asyncio.start_server(
             serve, host="127.0.0.1", port=0, limit=_MAX_HEAD_BYTES
@@ -201,6 +263,7 @@ class EgressProxy:
     async def _serve(
         self, route: Route, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        """One client connection, from its request head to the end of either side."""
         try:
             async with asyncio.timeout(_HEAD_TIMEOUT_SECONDS):
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -226,6 +289,12 @@ class EgressProxy:
                     "browser context",
                     reason="blocked_context",
                 )
+            if route.between_jobs:
+                raise BlockedRequest(
+                    f"blocked request to {shown}: nothing leaves a browser context between "
+                    "its jobs",
+                    reason="blocked_context",
+                )
             upstream = await self._connect(host, port, shown, route.upstream or self.upstream)
         except (BlockedRequest, RetryLater) as refusal:
             route.report(
@@ -245,16 +314,19 @@ class EgressProxy:
         try:
             if tunnel:
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                await writer.drain()
-                await _pipe_both(reader, writer, up_reader, up_writer)
             else:
                 up_writer.write(_forward_head(method, origin_form, version, lines[1:]))
-                await up_writer.drain()
-                await _pipe_both(reader, writer, up_reader, up_writer, rewrite_response=True)
-        except (OSError, asyncio.IncompleteReadError):
-            pass
+            await _pipe_both(
+                reader,
+                writer,
+                up_reader,
+                up_writer,
+                idle_seconds=self.idle_timeout_seconds,
+                rewrite_response=not tunnel,
+            )
         finally:
-            up_writer.close()
+            # Nothing more goes to the site once either side has ended: no flush to wait for.
+            up_writer.transport.abort()
 
     async def _connect(
         self, host: str, port: int, shown: str, upstream: UpstreamProxy | None
@@ -387,36 +459,93 @@ def _close_response_head(head: bytes) -> bytes:
     )
 
 
+class _Activity:
+    """Whether bytes still move through one connection: `idle` returns once none has moved,
+    either way, for `seconds`."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._deadline: asyncio.Timeout | None = None
+
+    def touch(self) -> None:
+        if self._deadline is not None:
+            self._deadline.reschedule(asyncio.get_running_loop().time() + self.seconds)
+
+    async def idle(self) -> None:
+        try:
+            async with asyncio.timeout(self.seconds) as deadline:
+                self._deadline = deadline
+                await asyncio.get_running_loop().create_future()  # only the deadline ends this
+        except TimeoutError:
+            return
+
+
 async def _pipe_both(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     up_reader: asyncio.StreamReader,
     up_writer: asyncio.StreamWriter,
     *,
+    idle_seconds: float,
     rewrite_response: bool = False,
 ) -> None:
-    """Copy both ways until the server side ends (or the client does)."""
-    upload = asyncio.create_task(_copy(reader, up_writer))
+    """Copy both ways until either side ends (end of stream or an error) or no byte has moved
+    for `idle_seconds`; the caller then closes both. Bytes already read from the site are
+    written to the browser's side first."""
+    activity = _Activity(idle_seconds)
+    copies = {
+        asyncio.create_task(_copy(reader, up_writer, activity)),
+        asyncio.create_task(_copy(up_reader, writer, activity, rewrite_head=rewrite_response)),
+        asyncio.create_task(activity.idle()),
+    }
     try:
-        if rewrite_response:
-            head = await up_reader.readuntil(b"\r\n\r\n")
-            writer.write(_close_response_head(head))
-        await _copy(up_reader, writer)
+        await asyncio.wait(copies, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        upload.cancel()
-        with contextlib.suppress(BaseException):
-            await upload
+        for task in copies:
+            task.cancel()
+        await asyncio.gather(*copies, return_exceptions=True)
 
 
-async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+async def _copy(
+    source: asyncio.StreamReader,
+    sink: asyncio.StreamWriter,
+    activity: _Activity,
+    *,
+    rewrite_head: bool = False,
+) -> None:
+    """Copy `source` to `sink` until `source` ends or either fails. `rewrite_head`: the first
+    thing read is a response head, passed on with `Connection: close` (_close_response_head)."""
     try:
+        await sink.drain()
+        if rewrite_head:
+            head = await source.readuntil(b"\r\n\r\n")
+            activity.touch()
+            sink.write(_close_response_head(head))
+            await sink.drain()
         while data := await source.read(_CHUNK):
+            activity.touch()
             sink.write(data)
             await sink.drain()
-        if sink.can_write_eof():
-            sink.write_eof()
-    except OSError:
+            activity.touch()
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
         return
+
+
+async def _end(writer: asyncio.StreamWriter, *, flush: bool) -> None:
+    """Close one side: with `flush`, after its buffered bytes are sent (at most _FLUSH_SECONDS);
+    otherwise at once."""
+    if flush:
+        writer.close()
+        try:
+            async with asyncio.timeout(_FLUSH_SECONDS):
+                await writer.wait_closed()
+            return
+        except (OSError, TimeoutError):
+            pass
+        except asyncio.CancelledError:
+            writer.transport.abort()
+            raise
+    writer.transport.abort()
 
 
 async def _answer(
@@ -433,4 +562,12 @@ async def _answer(
         await writer.drain()
 
 
-__all__ = ["REFUSAL_HEADER", "EgressProxy", "Refusal", "Route", "UpstreamProxy"]
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT_SECONDS",
+    "DEFAULT_MAX_CONNECTION_SECONDS",
+    "REFUSAL_HEADER",
+    "EgressProxy",
+    "Refusal",
+    "Route",
+    "UpstreamProxy",
+]

@@ -15,8 +15,12 @@ test runs the same specs against the same pages in both and requires identical r
 XPath is offered in neither engine: lxml's XPath would run over libxml2's tree, which is not
 the HTML5 tree Chromium builds, so one expression would not mean the same in both modes.
 
-Results are capped (`cap_result`): a stored result must stay small enough for a database row
-and a status preview; oversized values are cut and listed under `"truncated"`.
+Results are capped (`cap_result`, linear in the result's size): a stored result must stay small
+enough for a database row and a status preview; oversized values are cut and listed under
+`"truncated"`. Static extraction stops copying text once the field values have taken as many
+characters as the result may have bytes (`extract_static`'s `max_characters`), so a page whose
+nested elements repeat their text (each one's text holds all of its descendants') cannot
+multiply its size in memory; what it cuts is over the limit anyway, and `cap_result` names it.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ DEFAULT_MAX_LINKS = 500
 # work on a page of a million links while leaving room for duplicates and mailto: links.
 LINK_CANDIDATES_PER_LINK: Final = 10
 TRUNCATION_MARKER = "…[truncated]"
+# Characters of field values a static extraction copies out of one page unless told otherwise:
+# the default result limit (--max-result-bytes), as in the browser engine's script.
+MAX_EXTRACTED_CHARACTERS: Final = 256 * 1024
 # What "whitespace" means when text is normalised: JavaScript's `\s` spelled out, so that the
 # same character class (pasted into BROWSER_EXTRACT_SCRIPT) means the same in both languages
 # (Python's `\s` also matches \x1c-\x1f and \x85 and misses \ufeff).
@@ -305,6 +312,29 @@ def _hrefs(document: LexborHTMLParser, selector: str, limit: int) -> list[str]:
     return out
 
 
+class _TextBudget:
+    """What is left of a page's characters for field values. A value costs its length plus 2
+    (null costs 4), so a million empty matches cost too."""
+
+    def __init__(self, characters: int) -> None:
+        self.left = characters
+
+    def take(self, value: str | None) -> str | None:
+        """`value` as far as the budget allows: cut to what is left and ending in
+        TRUNCATION_MARKER when longer; the marker alone once the budget is spent."""
+        if self.left <= 0:
+            return TRUNCATION_MARKER
+        if value is None:
+            self.left -= 4
+            return None
+        if len(value) > self.left:
+            value = value[: self.left] + TRUNCATION_MARKER
+            self.left = -2
+            return value
+        self.left -= len(value) + 2
+        return value
+
+
 def extract_static(
     html: str,
     fields: Sequence[FieldSpec],
@@ -312,30 +342,71 @@ def extract_static(
     base_url: str,
     follow_selector: str | None = None,
     max_links: int = DEFAULT_MAX_LINKS,
+    max_characters: int = MAX_EXTRACTED_CHARACTERS,
+    wait_for: str | None = None,
 ) -> ExtractedPage:
     """Extract fields, title and links from an HTML document without a browser, with the same
-    meaning as BROWSER_EXTRACT_SCRIPT. Raises BadInput for a selector lexbor cannot parse."""
+    meaning as BROWSER_EXTRACT_SCRIPT. Raises BadInput for a selector lexbor cannot parse.
+
+    The field values together take at most `max_characters` (the result's limit), as in the
+    browser engine's script: a value cut there ends in TRUNCATION_MARKER, a list cut there
+    ends with the marker as its last item, a field read after the budget is spent is the
+    marker alone, and no more text is read from the page.
+    `wait_for`: a selector that must match (PermanentFailure `wait_for_timeout` otherwise; the
+    static HTML is all there is to wait for).
+
+    CPU-bound and unbounded in time on hostile HTML (a parse of deeply nested lists takes
+    seconds): the worker runs it in a child process within the job's time
+    (extraction_processes.py), never on the event loop.
+    """
     for spec in fields:
         check_selector(spec.selector)
-    if follow_selector:
-        check_selector(follow_selector)
-    # Scripting on, as in Chromium: `<noscript>` holds text, not elements.
-    document = LexborHTMLParser(html, scripting=True)
+    for selector in (follow_selector, wait_for):
+        if selector:
+            check_selector(selector)
+    try:
+        # Scripting on, as in Chromium: `<noscript>` holds text, not elements.
+        document = LexborHTMLParser(html, scripting=True)
+    except SelectolaxError as error:
+        # lexbor accepts any text as HTML; it fails only when it cannot allocate its tree.
+        raise PermanentFailure(
+            f"the HTML of {base_url} could not be parsed within the memory a parse may use "
+            f"({error})",
+            reason="response_too_large",
+        ) from error
+    if wait_for and not _select(document, wait_for, first=True):
+        raise PermanentFailure(
+            f"waitFor selector {wait_for!r} is not in the static HTML of {base_url} "
+            "(render: false runs no JavaScript; use render: true)",
+            reason="wait_for_timeout",
+        )
     page = ExtractedPage()
+    budget = _TextBudget(max_characters)
     for spec in fields:
         matches = _select(document, spec.selector, first=not spec.all)
 
         def value(node: LexborNode, spec: FieldSpec = spec) -> str | None:
+            if budget.left <= 0:
+                return TRUNCATION_MARKER  # spent: no more text is read
             if spec.attribute is not None:
-                return _attribute(node, spec.attribute)
-            return normalise_text(node.text(deep=True))
+                return budget.take(_attribute(node, spec.attribute))
+            return budget.take(normalise_text(node.text(deep=True)))
 
-        if spec.all:
-            page.fields[spec.name] = [value(node) for node in matches]
-        else:
+        if not spec.all:
             page.fields[spec.name] = value(matches[0]) if matches else None
+            continue
+        values: list[str | None] = []
+        for node in matches:
+            if budget.left <= 0:
+                values.append(TRUNCATION_MARKER)
+                break
+            values.append(value(node))
+        page.fields[spec.name] = values
     titles = _select(document, "title", first=True)
-    page.title = normalise_text(titles[0].text(deep=True)) or None if titles else None
+    title = normalise_text(titles[0].text(deep=True)) if titles else ""
+    if len(title) > max_characters:
+        title = title[:max_characters] + TRUNCATION_MARKER
+    page.title = title or None
     bases = _select(document, "base[href]", first=True)
     base = link_base(base_url, bases[0].attributes.get("href") or "" if bases else None)
     candidates = max_links * LINK_CANDIDATES_PER_LINK
@@ -347,51 +418,110 @@ def extract_static(
 
 # --- the size cap ----------------------------------------------------------------------------
 
+# Values this small are never cut: cutting them saves less than it costs to say so.
+_SMALLEST_CUT: Final = 64
+# `,"truncated":` before the list of cut names.
+_TRUNCATED_KEY_BYTES: Final = len(',"truncated":')
+
 
 def _size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
 def cap_result(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
-    """Return `result` made to fit `max_bytes` of JSON.
+    """Return `result` made to fit `max_bytes` of JSON, in time linear in its size (each value
+    is serialised once to measure it).
 
-    The largest field values and the link list are cut first (strings keep a prefix ending in
-    TRUNCATION_MARKER, lists keep their first items); the cut names are listed in
-    `result["truncated"]`. Raises PermanentFailure(reason="result_too_large") when even the
-    cut result does not fit (only possible with an enormous URL or title).
+    The field values, the link lists and the title share what the rest leaves, the largest
+    first: every value above a common share is cut to it (a string keeps a prefix ending in
+    TRUNCATION_MARKER, or becomes null when even the marker does not fit; a list keeps its first
+    items, the first one that does not fit cut like a string), and the cut names are listed in
+    `result["truncated"]` (after any the extraction already put there). Raises
+    PermanentFailure(reason="result_too_large") when even the cut result does not fit (an
+    enormous URL or title, or more field names than the limit holds).
     """
-    if _size(result) <= max_bytes:
+    already = [str(label) for label in result.pop("truncated", None) or []]
+    slots: list[tuple[str, dict[str, Any], str]] = []
+    fields = result.get("fields")
+    if isinstance(fields, dict):
+        slots.extend((f"fields.{name}", fields, name) for name in fields)
+    slots.extend((key, result, key) for key in ("links", "follow", "title") if result.get(key))
+    sizes = [_size(container[key]) for _, container, key in slots]
+    # The size of everything else: the result with each slot's value as null (4 bytes).
+    skeleton = dict(result)
+    if isinstance(fields, dict):
+        skeleton["fields"] = dict.fromkeys(fields)
+    skeleton.update((key, None) for _, container, key in slots if container is result)
+    total = _size(skeleton) + sum(size - 4 for size in sizes)
+    label_bytes = _size(already) if already else 0
+    if total + (_TRUNCATED_KEY_BYTES + label_bytes if already else 0) <= max_bytes:
+        if already:
+            result["truncated"] = already
         return result
-    truncated: list[str] = []
-    for _ in range(200):
-        candidates: list[tuple[int, str, dict[str, Any], str]] = []
-        fields = result.get("fields")
-        if isinstance(fields, dict):
-            candidates.extend(
-                (_size(value), f"fields.{name}", fields, name) for name, value in fields.items()
-            )
-        for key in ("links", "follow", "title"):
-            if result.get(key):
-                candidates.append((_size(result[key]), key, result, key))
-        candidates = [c for c in candidates if c[0] > 64]
-        if not candidates:
+    named = set(already)
+    sized = sorted(
+        (
+            (size, label, container, key)
+            for size, (label, container, key) in zip(sizes, slots, strict=True)
+            if size > _SMALLEST_CUT
+        ),
+        key=lambda slot: slot[0],
+        reverse=True,
+    )
+    cut_total = 0  # the sizes of the values cut so far (the `count` largest)
+    count = share = 0
+    for index, (value_size, label, _, _) in enumerate(sized):
+        cut_total += value_size
+        if label not in named:
+            label_bytes += _size(label) + (1 if label_bytes else 2)
+        count = index + 1
+        room = max_bytes - (total - cut_total) - _TRUNCATED_KEY_BYTES - label_bytes
+        share = room // count
+        following = sized[count][0] if count < len(sized) else 0
+        if share >= following:
             break
-        _, label, container, key = max(candidates, key=lambda item: item[0])
-        excess = _size(result) - max_bytes + 64
-        value = container[key]
-        if isinstance(value, str):
-            keep = max(0, min(len(value) // 2, len(value) - excess))
-            container[key] = value[:keep] + TRUNCATION_MARKER
-        elif isinstance(value, list):
-            container[key] = value[: len(value) // 2]
-        else:
-            container[key] = None
-        if label not in truncated:
-            truncated.append(label)
-        result["truncated"] = truncated
-        if _size(result) <= max_bytes:
-            return result
-    raise PermanentFailure(
+    if count == 0 or share < 0:
+        raise _too_large(max_bytes)
+    for _, label, container, key in sized[:count]:
+        container[key] = _cut(container[key], share)
+        if label not in named:
+            already.append(label)
+    result["truncated"] = already
+    if _size(result) > max_bytes:
+        raise _too_large(max_bytes)
+    return result
+
+
+def _cut(value: Any, limit: int) -> Any:
+    """`value` cut to at most `limit` bytes of JSON (null when nothing smaller fits)."""
+    if isinstance(value, str):
+        room = limit - _size(TRUNCATION_MARKER) + 2  # the quotes are shared
+        if room < 2:
+            return None
+        keep = min(len(value), room)
+        while (size := _size(value[:keep])) > room:
+            # Shrink in proportion (escapes and multi-byte characters), at least by one.
+            keep = min(keep - 1, keep * room // size)
+        return value[:keep] + TRUNCATION_MARKER
+    if isinstance(value, list):
+        kept: list[Any] = []
+        used = 2
+        for item in value:
+            separator = 1 if kept else 0
+            size = _size(item)
+            if used + separator + size > limit:
+                room = limit - used - separator
+                if isinstance(item, str) and room >= _size(TRUNCATION_MARKER):
+                    kept.append(_cut(item, room))  # the item that does not fit, cut
+                break
+            used += separator + size
+            kept.append(item)
+        return kept
+    return None
+
+
+def _too_large(max_bytes: int) -> PermanentFailure:
+    return PermanentFailure(
         f"result is larger than the {max_bytes}-byte limit even after truncation",
         reason="result_too_large",
     )

@@ -7,16 +7,17 @@ the guard approved. Redirects are followed here, hop by hop, rather than inside 
 each hop's URL passes the guard too. With an upstream proxy (per worker pool), requests go
 through a route of the worker's egress proxy instead, which checks the address again and asks
 the upstream for a tunnel to that checked address (egress_proxy.py). It fetches the document
-only, never a sub-resource, so a job's blockResources has nothing to skip here.
+only, never a sub-resource, so a job's blockResources has nothing to skip here. Every page is
+parsed and extracted in a child process within the job's timeout (extraction_processes.py),
+never on the event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urljoin
 
 import aiohttp
@@ -27,11 +28,11 @@ from .egress_proxy import REFUSAL_HEADER, EgressProxy, UpstreamProxy
 from .errors import BlockedRequest, PermanentFailure, RetryLater
 from .extraction import (
     DEFAULT_MAX_LINKS,
-    FieldSpec,
+    MAX_EXTRACTED_CHARACTERS,
     PageOutcome,
     check_selector,
-    extract_static,
 )
+from .extraction_processes import DEFAULT_PROCESSES, ExtractionProcesses
 from .http_status import charset_of, check_status, is_html
 from .job_options import JobOptions
 from .network_guard import GuardedResolver, NetworkGuard
@@ -39,9 +40,9 @@ from .settings import DEFAULT_USER_AGENT
 
 # Browsers stop at 20 redirects; a scraper that needs more is being led in circles.
 MAX_REDIRECTS: Final = 10
-# Bodies above this are parsed in a thread so a big page does not stall the event loop.
-_PARSE_IN_THREAD_BYTES: Final = 256 * 1024
-_WAIT_FOR_FIELD: Final = "\x00waitFor"
+# Up to this many distinct selectors are checked on the event loop before the request (about
+# 40 µs each, and cached); more are checked in an extraction process.
+_SELECTORS_CHECKED_ON_LOOP: Final = 100
 
 
 class HttpEngine:
@@ -52,10 +53,12 @@ class HttpEngine:
         guard: NetworkGuard,
         *,
         max_response_bytes: int = 10 * 1024 * 1024,
+        max_result_bytes: int = MAX_EXTRACTED_CHARACTERS,
         max_links: int = DEFAULT_MAX_LINKS,
         user_agent: str = DEFAULT_USER_AGENT,
         connections: int = 100,
         upstream_proxy: UpstreamProxy | None = None,
+        extraction_processes: int = DEFAULT_PROCESSES,
     ) -> None:
         self.guard = guard
         # Routes through the egress proxy: the pool's (with its upstream proxy) and one per job
@@ -64,10 +67,14 @@ class HttpEngine:
         self._upstream_proxy = upstream_proxy
         self._proxy_url: str | None = None
         self.max_response_bytes = max_response_bytes
+        # The stored result's limit: field values copy at most this many characters of a page.
+        self.max_result_bytes = max_result_bytes
         self.max_links = max_links
         self.user_agent = user_agent
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
+        self._extraction_processes = extraction_processes
+        self.extraction: ExtractionProcesses | None = None
 
     async def __aenter__(self) -> HttpEngine:
         await self.start()
@@ -77,6 +84,8 @@ class HttpEngine:
         await self.close()
 
     async def start(self) -> None:
+        if self.extraction is None:
+            self.extraction = ExtractionProcesses(self._extraction_processes)
         if self._session is None:
             connector = aiohttp.TCPConnector(
                 resolver=GuardedResolver(self.guard),
@@ -96,6 +105,9 @@ class HttpEngine:
             await self._session.close()
             self._session = None
         await self._egress.close()
+        if self.extraction is not None:
+            await self.extraction.close()
+            self.extraction = None
 
     async def fetch(
         self, url: str, options: JobOptions, *, follow_selector: str | None = None
@@ -141,13 +153,17 @@ class HttpEngine:
         follow_selector: str | None,
         proxy_url: str | None,
     ) -> PageOutcome:
-        # Reject selectors the static engine cannot parse before any network traffic.
-        selectors = (*(spec.selector for spec in options.fields), follow_selector, options.wait_for)
-        for selector in selectors:
-            if selector:
-                check_selector(selector)
         started = time.monotonic()
         deadline = started + options.timeout_seconds
+        # Reject selectors the static engine cannot parse before any network traffic.
+        wanted = (*(spec.selector for spec in options.fields), follow_selector, options.wait_for)
+        selectors = list(dict.fromkeys(selector for selector in wanted if selector))
+        if len(selectors) <= _SELECTORS_CHECKED_ON_LOOP:
+            for selector in selectors:
+                check_selector(selector)
+        else:
+            assert self.extraction is not None
+            await self.extraction.check_selectors(selectors, url=url, deadline=deadline)
         headers = {"User-Agent": self.user_agent, "Accept": "text/html,*/*;q=0.8"}
         headers.update(options.headers or {})
         async with self._response(
@@ -302,25 +318,18 @@ class HttpEngine:
                 raise self._too_large(final_url)
         loaded = time.monotonic()
         text = _decode(bytes(body), charset_of(content_type))
-        arguments: dict[str, Any] = {
-            "base_url": final_url,
-            "follow_selector": follow_selector,
-            "max_links": self.max_links,
-        }
-        fields = options.fields
-        if options.wait_for:
-            # Checked in the same parse as the fields, under a name no payload can use.
-            fields = (*fields, FieldSpec(_WAIT_FOR_FIELD, options.wait_for))
-        if len(body) > _PARSE_IN_THREAD_BYTES:
-            extracted = await asyncio.to_thread(extract_static, text, fields, **arguments)
-        else:
-            extracted = extract_static(text, fields, **arguments)
-        if options.wait_for and extracted.fields.pop(_WAIT_FOR_FIELD) is None:
-            raise PermanentFailure(
-                f"waitFor selector {options.wait_for!r} is not in the static HTML of "
-                f"{final_url} (render: false runs no JavaScript; use render: true)",
-                reason="wait_for_timeout",
-            )
+        assert self.extraction is not None
+        extracted = await self.extraction.extract(
+            text,
+            options.fields,
+            url=final_url,
+            base_url=final_url,
+            follow_selector=follow_selector,
+            max_links=self.max_links,
+            wait_for=options.wait_for,
+            max_characters=self.max_result_bytes,
+            deadline=deadline,
+        )
         finished = time.monotonic()
         return PageOutcome(
             url=url,

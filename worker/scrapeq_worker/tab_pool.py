@@ -123,10 +123,11 @@ class TabPool:
         return Context(browser_context, route, owner, chromium, single_use=single_use)
 
     async def _give_back_context(self, context: Context) -> None:
-        """Keep a context warm for its owner's next job; the least recently used idle context
-        beyond `idle_contexts` is closed."""
+        """Keep a context warm for its owner's next job (its route's connections cut: nothing
+        the job opened outlives it); the least recently used idle context beyond
+        `idle_contexts` is closed."""
         chromium = context.chromium
-        context.route.holder = None
+        await context.route.release()
         if (
             self.settings.isolate_pages
             or context.single_use

@@ -133,6 +133,7 @@ class Worker:
         self.http = HttpEngine(
             self.guard,
             max_response_bytes=settings.max_response_bytes,
+            max_result_bytes=settings.max_result_bytes,
             user_agent=settings.user_agent,
             upstream_proxy=settings.upstream_proxy,
         )

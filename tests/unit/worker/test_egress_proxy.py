@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from scrapeq_worker.egress_proxy import EgressProxy, Refusal, Route
@@ -181,3 +181,232 @@ async def test_a_request_that_is_not_absolute_http_is_refused() -> None:
         await proxy.close()
 
     assert answer.startswith(b"HTTP/1.1 403")
+
+
+# --- no connection outlives its client, its job or its time ---------------------------------
+
+
+class StalledOrigin:
+    """A site that stops sending: after the request head it answers nothing (`silent`), a head
+    whose Content-Length it never fills (`short`), or one byte every 50 ms forever (`trickle`).
+    `open` counts the connections whose client has not gone yet (seen from the site)."""
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.accepted = 0
+        self.open = 0
+        self.port = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, ALLOWED_HOST, 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self.open += 1
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            if self.behaviour == "short":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\nonly this")
+            elif self.behaviour == "trickle":
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            gone = asyncio.ensure_future(reader.read())  # the client's end of stream
+            while not gone.done():
+                if self.behaviour == "trickle":
+                    writer.write(b".")
+                await asyncio.wait({gone}, timeout=0.05)
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self.open -= 1
+            writer.close()
+
+
+@pytest.fixture
+async def stalled(request: pytest.FixtureRequest) -> AsyncIterator[StalledOrigin]:
+    server = StalledOrigin(getattr(request, "param", "silent"))
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def until(condition: Callable[[], bool], *, within: float, what: str) -> float:
+    """Poll `condition` until it holds; return how long that took, or fail naming `what`."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    while not condition():
+        if loop.time() - started > within:
+            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
+        await asyncio.sleep(0.02)
+    return loop.time() - started
+
+
+def request_for(origin: StalledOrigin, tunnel: bool) -> bytes:
+    target = f"{ALLOWED_HOST}:{origin.port}"
+    if tunnel:
+        return f"CONNECT {target} HTTP/1.1\r\n\r\n".encode()
+    return f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
+
+
+async def open_through(
+    route: Route, origin: StalledOrigin, *, tunnel: bool
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client connection through `route` that has reached `origin` (a request sent)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", route.port)
+    writer.write(request_for(origin, tunnel))
+    if tunnel:
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        writer.write(f"GET / HTTP/1.1\r\nHost: {ALLOWED_HOST}\r\n\r\n".encode())
+    await writer.drain()
+    await until(lambda: origin.open == 1, within=5, what="the site to see the connection")
+    return reader, writer
+
+
+@pytest.mark.parametrize("stalled", ["silent", "short", "trickle"], indirect=True)
+@pytest.mark.parametrize("tunnel", [False, True], ids=["forwarded", "tunnel"])
+async def test_the_site_connection_ends_within_a_second_of_the_browser_side_closing(
+    stalled: StalledOrigin, tunnel: bool
+) -> None:
+    """The proxy's default timeouts (60 s idle, 600 s in all) are far away: only noticing the
+    browser's side closing ends the site's connection this soon."""
+    proxy = EgressProxy(guard())
+    route = await proxy.open_route()
+    try:
+        _, writer = await open_through(route, stalled, tunnel=tunnel)
+        writer.close()
+        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        await until(lambda: not route.live, within=1.0, what="the proxy to let go of it")
+    finally:
+        await proxy.close()
+    assert stalled.accepted == 1
+
+
+@pytest.mark.parametrize("tunnel", [False, True], ids=["forwarded", "tunnel"])
+async def test_a_connection_with_no_bytes_either_way_is_closed_on_both_sides_after_the_idle_timeout(
+    stalled: StalledOrigin, tunnel: bool
+) -> None:
+    proxy = EgressProxy(guard(), idle_timeout_seconds=0.5)
+    route = await proxy.open_route()
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        reader, writer = await open_through(route, stalled, tunnel=tunnel)
+        async with asyncio.timeout(3):
+            assert await reader.read() == b""  # the browser's side sees the end
+        took = loop.time() - started
+        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        writer.close()
+    finally:
+        await proxy.close()
+    assert 0.5 <= took <= 1.5
+
+
+@pytest.mark.parametrize("stalled", ["trickle"], indirect=True)
+async def test_a_site_that_trickles_forever_is_cut_after_the_connection_time_limit(
+    stalled: StalledOrigin,
+) -> None:
+    """Never idle (a byte every 50 ms), so only the total limit ends it."""
+    proxy = EgressProxy(guard(), idle_timeout_seconds=0.5, max_connection_seconds=1.5)
+    route = await proxy.open_route()
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        reader, writer = await open_through(route, stalled, tunnel=False)
+        received = b""
+        async with asyncio.timeout(5):
+            while chunk := await reader.read(1024):
+                received += chunk
+        took = loop.time() - started
+        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        writer.close()
+    finally:
+        await proxy.close()
+    assert received.startswith(b"HTTP/1.1 200 OK")
+    assert received.count(b".") >= 10
+    assert 1.0 <= took <= 2.5
+
+
+async def test_a_released_route_cuts_its_connections_and_lets_nothing_out_until_held_again(
+    stalled: StalledOrigin, origin: Origin
+) -> None:
+    proxy = EgressProxy(guard())
+    route = await proxy.open_route()
+    route.holder = [].append
+    request = f"GET http://{ALLOWED_HOST}:{origin.port}/ HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    try:
+        reader, writer = await open_through(route, stalled, tunnel=True)
+        await route.release()
+        assert route.holder is None
+        assert not route.live
+        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        async with asyncio.timeout(2):
+            assert await reader.read() == b""
+        writer.close()
+        between_jobs = await through(route, request)
+        refusals: list[Refusal] = []
+        route.holder = refusals.append  # the next job
+        next_job = await through(route, request)
+    finally:
+        await proxy.close()
+    assert between_jobs.startswith(b"HTTP/1.1 403")
+    assert b"between its jobs" in between_jobs
+    assert origin.connections == 1
+    assert next_job.endswith(b"allowed")
+    assert refusals == []
+
+
+async def test_closing_a_route_cuts_its_open_connections(stalled: StalledOrigin) -> None:
+    proxy = EgressProxy(guard())
+    route = await proxy.open_route()
+    try:
+        _, writer = await open_through(route, stalled, tunnel=False)
+        await route.close()
+        assert not route.live
+        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        writer.close()
+    finally:
+        await proxy.close()
+
+
+async def test_a_response_head_larger_than_the_proxy_reads_ends_both_sides(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A site that sends an endless header line: the proxy stops reading at its limit and
+    closes both sides, with nothing raised into the event loop's error log."""
+    closed = asyncio.Event()
+
+    async def endless_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nX-Long: ")
+        try:
+            while True:
+                writer.write(b"a" * 65536)
+                await writer.drain()
+        except OSError:
+            closed.set()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(endless_head, ALLOWED_HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    proxy = EgressProxy(guard())
+    route = await proxy.open_route()
+    try:
+        answer = await asyncio.wait_for(
+            through(
+                route, f"GET http://{ALLOWED_HOST}:{port}/ HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+            ),
+            5,
+        )
+        await asyncio.wait_for(closed.wait(), 5)
+    finally:
+        await proxy.close()
+        server.close()
+    assert answer == b""
+    assert not route.live
+    assert not [record for record in caplog.records if record.levelname == "ERROR"]
