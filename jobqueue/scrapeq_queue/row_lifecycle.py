@@ -27,6 +27,7 @@ from scrapeq_queue.politeness import (
     SERVER_ERROR_THRESHOLD,
     HostPoliteness,
 )
+from scrapeq_queue.row_loading import load_claimed_rows_safely
 from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
 from scrapeq_queue.urls import normalise_url
 
@@ -110,7 +111,9 @@ async def claim_jobs(
 
     With `reject_invalid_payloads` (the default), rows whose payload fails validate_payload
     are failed at once with reason `invalid_payload` and an error naming the problems, and are
-    not returned: no worker ever sees a job it cannot run. A claim whose rows were all invalid
+    not returned: no worker ever sees a job it cannot run. No value in a claimed row raises,
+    however large, deep or malformed (row_loading.py): such a row fails alone and the others of
+    the batch are returned. A claim whose rows were all invalid
     claims again, so an empty answer always means that no job was due.
 
     Per-host politeness holds for every claimer at once: no row is handed out while its host
@@ -124,23 +127,31 @@ async def claim_jobs(
         return []
     stale_rounds = 0
     while True:
-        cursor = await connection.execute(
-            statements.JOB_CLAIM,
-            {
-                # Each queue once: a repeated name would scan (and lock) the same rows twice.
-                "queues": list(dict.fromkeys(queues)),
-                "limit": limit,
-                "worker_id": worker_id,
-                "lease_seconds": float(lease_seconds),
-                "max_per_host": politeness.max_concurrent_per_host,
-                "delay_seconds": float(politeness.delay_seconds),
-            },
-        )
-        answer = await cursor.fetchall()
+        # The claim commits before its rows are read: no value in them may raise here.
+        async with connection.cursor() as cursor:
+            load_claimed_rows_safely(cursor)
+            await cursor.execute(
+                statements.JOB_CLAIM,
+                {
+                    # Each queue once: a repeated name would scan (and lock) the same rows twice.
+                    "queues": list(dict.fromkeys(queues)),
+                    "limit": limit,
+                    "worker_id": worker_id,
+                    "lease_seconds": float(lease_seconds),
+                    "max_per_host": politeness.max_concurrent_per_host,
+                    "delay_seconds": float(politeness.delay_seconds),
+                },
+            )
+            answer = await cursor.fetchall()
         rows = [row for row in answer if row[0] is not None]
         jobs: list[ClaimedJob] = []
         for row in rows:
-            problems = validate_payload(row[4]) if reject_invalid_payloads else []
+            try:
+                problems = validate_payload(row[4]) if reject_invalid_payloads else []
+                job = job_from_row(row)
+            except Exception as unreadable:  # no rule foresaw it: the row's failure alone
+                logger.exception("job %s: its claimed row could not be read", row[0])
+                problems = [f"the row could not be read ({type(unreadable).__name__})"]
             if problems:
                 error = "invalid payload: " + "; ".join(problems)
                 logger.warning("job %s failed permanently: %s", row[0], error)
@@ -153,7 +164,7 @@ async def claim_jobs(
                     duration_seconds=0.0,
                 )
                 continue
-            jobs.append(job_from_row(row))
+            jobs.append(job)
         if jobs:
             return jobs
         if rows:
