@@ -1,0 +1,149 @@
+"""Hostile rows inserted by plain SQL beside healthy ones: a real burst worker (both engines)
+fails each with its reason, completes the healthy rows without delay and exits 0."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+
+import pytest
+import scrapeq_queue as queue
+from scrapeq_worker.settings import WorkerSettings
+from scrapeq_worker.worker import Worker
+
+from .conftest import Connection, job_row, run_burst
+from .site import HostileSite
+
+pytestmark = [pytest.mark.postgres, pytest.mark.chromium, pytest.mark.timeout(180)]
+
+# What each payload made of a worker before: exit 1 within a second (the first three), or a
+# crawl that never ended (the last). Each is one plain INSERT away for any producer.
+HOSTILE_PAYLOADS = (
+    """'{"timeoutSeconds": 1e400}'""",
+    "('{\"timeoutSeconds\": ' || repeat('9', 5000) || '}')",
+    "('{\"extract\": {' || (SELECT string_agg('\"f' || n || '\": \"h1\"', ',') "
+    "FROM generate_series(1, 10000) AS n) || '}}')",
+    """'{"follow": {"selector": "a", "maxPages": 30, "maxDepth": 1000}}'""",
+    """'{"headers": {"X-A": "one\\r\\nX-B: two"}}'""",
+    """'{"headers": {"Bad Name": "v"}}'""",
+)
+# A healthy page finishes well within this on the loaded development machine: the hostile
+# rows claimed beside it must not add to it.
+HEALTHY_ATTEMPT_SECONDS = 5.0
+
+
+async def insert_hostile_rows(connection: Connection, url: str) -> list[int]:
+    ids = []
+    for payload_sql in HOSTILE_PAYLOADS:
+        cursor = await connection.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
+            f"VALUES (%s, 'p', {payload_sql}::jsonb) RETURNING id",
+            (url,),
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        ids.append(int(row[0]))
+    return ids
+
+
+async def insert_healthy_rows(connection: Connection, site: HostileSite, count: int) -> list[int]:
+    ids = []
+    for n in range(count):
+        cursor = await connection.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
+            "VALUES (%s, 'p', %s::jsonb) RETURNING id",
+            (site.url(f"/static/{n}"), '{"render": %s}' % ("true" if n % 2 else "false")),
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        ids.append(int(row[0]))
+    return ids
+
+
+async def assert_healthy_rows_completed_promptly(connection: Connection, ids: list[int]) -> None:
+    for job_id in ids:
+        row = await job_row(connection, job_id)
+        assert row.status == "completed", (job_id, row.last_error)
+        (attempt,) = row.attempts
+        assert attempt.duration_seconds is not None
+        assert attempt.duration_seconds < HEALTHY_ATTEMPT_SECONDS
+
+
+async def test_hostile_rows_fail_alone_and_the_healthy_rows_beside_them_complete(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    healthy_before = await insert_healthy_rows(connection, site, 4)
+    hostile = await insert_hostile_rows(connection, site.url("/static/999"))
+    healthy_after = await insert_healthy_rows(connection, site, 4)
+
+    started = time.monotonic()
+    await run_burst(worker_settings, batch_size=8, concurrency=4)
+    elapsed = time.monotonic() - started
+
+    for job_id in hostile:
+        row = await job_row(connection, job_id)
+        assert (row.status, row.last_reason) == ("failed", "invalid_payload"), row.last_error
+        assert row.last_error is not None
+        assert row.last_error.startswith("invalid payload: ")
+    await assert_healthy_rows_completed_promptly(connection, healthy_before + healthy_after)
+    assert elapsed < 30, f"the burst took {elapsed:.1f}s"
+
+
+async def test_two_workers_each_handle_the_hostile_rows_they_claim_and_exit_0(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    hostile = []
+    for _ in range(3):
+        hostile += await insert_hostile_rows(connection, site.url("/static/999"))
+    healthy = await insert_healthy_rows(connection, site, 8)
+
+    workers = [
+        Worker(
+            dataclasses.replace(worker_settings, worker_id=name, batch_size=4, concurrency=2),
+            install_signal_handlers=False,
+        )
+        for name in ("first", "second")
+    ]
+    statuses = await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers)), 120)
+
+    assert statuses == [0, 0]
+    cursor = await connection.execute(
+        "SELECT DISTINCT processed_by FROM scraping_jobs WHERE id = ANY(%s)", (hostile,)
+    )
+    handled_by = {row[0] for row in await cursor.fetchall()}
+    assert handled_by <= {"first", "second"}
+    for job_id in hostile:
+        row = await job_row(connection, job_id)
+        assert (row.status, row.last_reason) == ("failed", "invalid_payload")
+    await assert_healthy_rows_completed_promptly(connection, healthy)
+
+
+@pytest.mark.parametrize("render", [True, False], ids=["browser", "static"])
+async def test_two_rows_for_a_refused_target_fail_at_once_one_after_the_other(
+    render: bool, site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    # Both rows obey robots.txt: the first fetch of it is refused by the guard, and the
+    # cluster's lease on that origin must not hold the second row back.
+    refused = [
+        await queue.enqueue(
+            connection,
+            f"http://169.254.169.254/latest/{n}",
+            payload={"render": render, "politeness": {"respectRobotsTxt": True}},
+        )
+        for n in range(2)
+    ]
+    healthy = await insert_healthy_rows(connection, site, 2)
+
+    await run_burst(worker_settings, batch_size=1, concurrency=1)
+
+    attempts = []
+    for job_id in refused:
+        row = await job_row(connection, job_id)
+        assert (row.status, row.last_reason) == ("failed", "blocked_address"), row.last_error
+        attempts += row.attempts
+    first_start = min(attempt.started_at for attempt in attempts)
+    last_end = max(attempt.finished_at for attempt in attempts if attempt.finished_at)
+    elapsed = (last_end - first_start).total_seconds()
+    assert elapsed < 5.0, f"the two refused rows took {elapsed:.1f}s"
+    await assert_healthy_rows_completed_promptly(connection, healthy)
