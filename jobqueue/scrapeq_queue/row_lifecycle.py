@@ -255,7 +255,9 @@ async def complete_job(
     priority, retries and owner) in the same transaction, deduplicated per owner by normalised
     URL, so a crash can never leave a completed parent without its children or vice versa.
     `follow_limit` caps the followed rows (depth > 0) of the parent's owner as a whole: links
-    past it are dropped, in the order given (for rows without an owner it caps this call).
+    past it are dropped, in the order given, and the stored result says how many
+    (`follow_dropped.max_pages`). For rows without an owner it caps this call; the worker
+    carries such a crawl's budget in the followed rows' payloads.
     """
     completion = Completion(job_id, attempt, result, duration_seconds)
     async with connection.transaction():
@@ -310,27 +312,31 @@ async def _insert_children(
         cursor = await connection.execute(statements.JOB_FOLLOWED_COUNT, {"parent_id": parent_id})
         row = await cursor.fetchone()
         limit = max(0, follow_limit - (int(row[0]) if row else 0))
-        if limit == 0:
-            logger.info(
-                "job %s: %d followed links dropped, the job's limit of %d followed pages "
-                "is reached",
-                parent_id,
-                len(urls),
-                follow_limit,
-            )
-            return
-    await connection.execute(
-        statements.JOB_INSERT_CHILDREN,
-        {
-            "parent_id": parent_id,
-            "urls": urls,
-            "parser_types": parser_types,
-            "payloads": payloads,
-            "dedup_keys": dedup_keys,
-            "host_keys": [host_key_of(url) for url in urls],
-            "limit": limit,
-        },
-    )
+    inserted = 0
+    if limit != 0:
+        cursor = await connection.execute(
+            statements.JOB_INSERT_CHILDREN,
+            {
+                "parent_id": parent_id,
+                "urls": urls,
+                "parser_types": parser_types,
+                "payloads": payloads,
+                "dedup_keys": dedup_keys,
+                "host_keys": [host_key_of(url) for url in urls],
+                "limit": limit,
+            },
+        )
+        inserted = len(await cursor.fetchall())
+    if limit is not None and inserted == limit and limit < len(urls):
+        # The owner's maxPages stopped the insert: the result says how many links it dropped.
+        logger.info(
+            "job %s: followed links dropped, the job's limit of %d followed pages is reached",
+            parent_id,
+            follow_limit,
+        )
+        await connection.execute(
+            statements.JOB_FOLLOW_DROPPED, {"parent_id": parent_id, "dedup_keys": dedup_keys}
+        )
 
 
 @translate_database_errors

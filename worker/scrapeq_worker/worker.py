@@ -58,7 +58,7 @@ from scrapeq_queue.sealed_credentials import SealingKeys
 
 from .browser import BrowserPool, BrowserSettings
 from .errors import BrowserUnavailable, PermanentFailure, RetryLater, WorkerError
-from .following import followed_payload
+from .following import followed_rows
 from .http_engine import HttpEngine
 from .http_status import SERVER_ERROR_REASONS
 from .job_options import JobOptions, options_from_payload
@@ -693,10 +693,9 @@ class Worker:
     ) -> None:
         if not self._still_ours(job):
             return
-        follow_payload = (
-            followed_payload(job.payload, scraped.follow) if scraped.follow is not None else None
+        follow = followed_rows(
+            job.payload, scraped.follow_urls, scraped.follow, owned=job.owner_uid is not None
         )
-        follow = [FollowUrl(url, payload=follow_payload) for url in scraped.follow_urls]
         try:
             current = await self._store_result(job, scraped, duration, follow)
         except Exception as error:

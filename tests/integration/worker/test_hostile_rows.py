@@ -147,3 +147,42 @@ async def test_two_rows_for_a_refused_target_fail_at_once_one_after_the_other(
     elapsed = (last_end - first_start).total_seconds()
     assert elapsed < 5.0, f"the two refused rows took {elapsed:.1f}s"
     await assert_healthy_rows_completed_promptly(connection, healthy)
+
+
+class EndlessSite(dict[str, str]):
+    """Pages that each link to 40 pages never seen before: a crawl that only a cap ends."""
+
+    def get(self, name: str, default: str | None = None) -> str:  # type: ignore[override]
+        links = "".join(f'<a href="/page/{name}-{n}">{n}</a>' for n in range(40))
+        return f"<!doctype html><html><head><title>{name}</title></head><body>{links}</body></html>"
+
+
+@pytest.mark.parametrize("render", [True, False], ids=["browser", "static"])
+async def test_a_classic_row_that_follows_links_ends_after_its_max_pages(
+    render: bool, site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    site.pages = EndlessSite()
+    cursor = await connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
+        "VALUES (%s, 'p', %s::jsonb) RETURNING id",
+        (
+            site.url("/page/root"),
+            '{"render": %s, "follow": {"selector": "a", "maxPages": 45, "maxDepth": 5}}'
+            % ("true" if render else "false"),
+        ),
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+
+    await run_burst(worker_settings, batch_size=8, concurrency=4)
+
+    cursor = await connection.execute(
+        "SELECT depth, status::text, result -> 'follow_dropped' FROM scraping_jobs ORDER BY id"
+    )
+    rows = await cursor.fetchall()
+    # The root queues 40 pages; the 5 pages left go to the first 5 of them, one each.
+    assert len(rows) == 1 + 45
+    assert {status for _, status, _ in rows} == {"completed"}
+    assert [depth for depth, _, _ in rows].count(2) == 5
+    dropped = [reported for _, _, reported in rows if reported is not None]
+    assert dropped == [{"max_pages": 39}] * 5
