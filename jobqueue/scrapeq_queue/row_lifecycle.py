@@ -29,7 +29,7 @@ from scrapeq_queue.politeness import (
 )
 from scrapeq_queue.row_loading import load_claimed_rows_safely
 from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
-from scrapeq_queue.urls import normalise_url
+from scrapeq_queue.urls import BAD_URL_REASON, normalise_url, target_problem
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +92,18 @@ def job_from_row(row: Sequence[Any]) -> ClaimedJob:
     )
 
 
+def _unworkable(row: Sequence[Any]) -> tuple[str, str] | None:
+    """(reason, error) when no worker can run a claimed row: its payload breaks a rule, or its
+    URL cannot be fetched by any engine; None when it can be tried."""
+    problems = validate_payload(row[4])
+    if problems:
+        return INVALID_PAYLOAD_REASON, "invalid payload: " + "; ".join(problems)
+    url_problem = target_problem(row[2])
+    if url_problem is not None:
+        return BAD_URL_REASON, f"bad URL: {url_problem}"
+    return None
+
+
 @translate_database_errors
 async def claim_jobs(
     connection: psycopg.AsyncConnection[Any],
@@ -110,8 +122,9 @@ async def claim_jobs(
     lease of `lease_seconds` that the worker must renew (renew_leases) until it finishes.
 
     With `reject_invalid_payloads` (the default), rows whose payload fails validate_payload
-    are failed at once with reason `invalid_payload` and an error naming the problems, and are
-    not returned: no worker ever sees a job it cannot run. No value in a claimed row raises,
+    are failed at once with reason `invalid_payload` and an error naming the problems, and
+    rows whose URL no engine can fetch (urls.target_problem) with reason `bad_url`; neither is
+    returned: no worker ever sees a job it cannot run. No value in a claimed row raises,
     however large, deep or malformed (row_loading.py): such a row fails alone and the others of
     the batch are returned. A claim whose rows were all invalid
     claims again, so an empty answer always means that no job was due.
@@ -147,20 +160,23 @@ async def claim_jobs(
         jobs: list[ClaimedJob] = []
         for row in rows:
             try:
-                problems = validate_payload(row[4]) if reject_invalid_payloads else []
+                failure = _unworkable(row) if reject_invalid_payloads else None
                 job = job_from_row(row)
             except Exception as unreadable:  # no rule foresaw it: the row's failure alone
                 logger.exception("job %s: its claimed row could not be read", row[0])
-                problems = [f"the row could not be read ({type(unreadable).__name__})"]
-            if problems:
-                error = "invalid payload: " + "; ".join(problems)
+                failure = (
+                    INVALID_PAYLOAD_REASON,
+                    f"invalid payload: the row could not be read ({type(unreadable).__name__})",
+                )
+            if failure is not None:
+                reason, error = failure
                 logger.warning("job %s failed permanently: %s", row[0], error)
                 await fail_job(
                     connection,
                     row[0],
                     row[1],
                     error=error,
-                    reason=INVALID_PAYLOAD_REASON,
+                    reason=reason,
                     duration_seconds=0.0,
                 )
                 continue

@@ -186,3 +186,57 @@ async def test_a_classic_row_that_follows_links_ends_after_its_max_pages(
     assert [depth for depth, _, _ in rows].count(2) == 5
     dropped = [reported for _, _, reported in rows if reported is not None]
     assert dropped == [{"max_pages": 39}] * 5
+
+
+# URLs no engine can fetch, each with what the reason's message says. Inserted by plain SQL.
+BAD_URLS = {
+    "http://[::1/": "cannot be parsed: Invalid IPv6 URL",
+    "http://127.0.0.2:0/": "has port 0",
+    "http://127.0.0.2:99999/": "Port out of range",
+    "http://shop..example/": "is not a valid DNS name",
+    "http://" + "x" * 64 + ".example/": "is not a valid DNS name",
+}
+
+
+@pytest.mark.parametrize("render", [True, False], ids=["browser", "static"])
+async def test_a_url_no_engine_can_fetch_fails_as_bad_url_before_any_engine_sees_it(
+    render: bool, site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    bad = {}
+    for url in BAD_URLS:
+        cursor = await connection.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
+            "VALUES (%s, 'p', %s::jsonb) RETURNING id",
+            (url, '{"render": %s}' % ("true" if render else "false")),
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        bad[row[0]] = url
+    healthy = await insert_healthy_rows(connection, site, 2)
+
+    await run_burst(worker_settings, batch_size=8, concurrency=2)
+
+    for job_id, url in bad.items():
+        row = await job_row(connection, job_id)
+        assert (row.status, row.last_reason, row.retry_count) == ("failed", "bad_url", 0), url
+        assert row.last_error is not None
+        assert BAD_URLS[url] in row.last_error
+    await assert_healthy_rows_completed_promptly(connection, healthy)
+
+
+@pytest.mark.parametrize("render", [True, False], ids=["browser", "static"])
+async def test_a_redirect_loop_fails_for_good_in_both_engines(
+    render: bool, site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    looping = await queue.enqueue(
+        connection, site.url("/redirect-loop"), payload={"render": render}
+    )
+
+    await run_burst(worker_settings)
+
+    row = await job_row(connection, looping)
+    assert (row.status, row.last_reason, row.retry_count) == (
+        "failed",
+        "too_many_redirects",
+        0,
+    ), row.last_error
