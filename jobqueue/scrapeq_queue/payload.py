@@ -182,6 +182,8 @@ def _shape_problem(value: object) -> str | None:
         if isinstance(item, Mapping | list | tuple):
             if depth >= MAX_PAYLOAD_DEPTH:
                 return _depth_problem()
+            if isinstance(item, Mapping) and not all(isinstance(key, str) for key in item):
+                return "payload must hold only JSON values (object keys are strings)"
             children = item.values() if isinstance(item, Mapping) else item
             stack.extend((child, depth + 1) for child in children)
         elif isinstance(item, float) and not math.isfinite(item):

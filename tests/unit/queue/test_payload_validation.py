@@ -200,6 +200,8 @@ def test_a_payload_within_the_bounds_loads_as_its_value() -> None:
         ),
         ({"headers": {"X": "a" * 300_000}}, "at most 262144 are allowed"),
         ({"render": {1, 2}}, "only JSON values"),
+        ({"extract": {1: "h1"}}, "only JSON values"),
+        ({"politeness": {None: 1}}, "only JSON values"),
     ],
 )
 def test_every_number_size_and_depth_in_a_payload_is_bounded(
