@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -50,7 +51,6 @@ MAX_PAYLOAD_DEPTH: Final = 32
 # Every number in a payload, wherever it is, is finite and at most this large in magnitude:
 # no option needs more, and a 5,000-digit integer cannot even be turned into a float.
 MAX_PAYLOAD_NUMBER: Final = 10**15
-_MAX_NUMBER_DIGITS: Final = len(str(MAX_PAYLOAD_NUMBER))
 # extract (and follow.extract): how many fields, and the characters of their names, selectors
 # and attributes together. Each field is one query of the page and one value in the result.
 MAX_EXTRACT_FIELDS: Final = 50
@@ -115,27 +115,15 @@ class UnreadablePayload:
 
 
 class _OutOfBounds(ValueError):
-    """Raised inside the JSON decoder to stop at the first number out of bounds."""
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > _MAX_NUMBER_DIGITS:
-        raise _OutOfBounds(
-            f"payload holds a number of {len(text.lstrip('-'))} digits; numbers in a payload "
-            f"are at most {MAX_PAYLOAD_NUMBER:.0e} in magnitude"
-        )
-    return int(text)
-
-
-def _bounded_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _OutOfBounds("payload holds a number too large to represent")
-    return value
+    """Raised inside the JSON decoder to stop at a value JSON does not have."""
 
 
 def _no_constant(text: str) -> object:
     raise _OutOfBounds(f"payload holds {text}, which is not a JSON number")
+
+
+# Python refuses to read an integer of more than 4,300 digits and says how many it had.
+_TOO_MANY_DIGITS: Final = re.compile(r"integer string conversion: value has (\d+) digits")
 
 
 def load_payload(data: bytes | bytearray | memoryview | str) -> object:
@@ -149,21 +137,26 @@ def load_payload(data: bytes | bytearray | memoryview | str) -> object:
     if len(data) > MAX_PAYLOAD_BYTES:
         return UnreadablePayload(_size_problem(len(data)))
     try:
-        value = json.loads(
-            data,
-            parse_int=_bounded_int,
-            parse_float=_bounded_float,
-            parse_constant=_no_constant,
-        )
+        value = json.loads(data, parse_constant=_no_constant)
     except _OutOfBounds as error:
         return UnreadablePayload(str(error))
     except RecursionError:
         return UnreadablePayload(_depth_problem())
     except (ValueError, TypeError) as error:
+        digits = _TOO_MANY_DIGITS.search(str(error))
+        if digits is not None:
+            return UnreadablePayload(_number_problem(int(digits.group(1))))
         # PostgreSQL only hands out valid JSON; this is a payload no JSON reader agrees with.
         return UnreadablePayload(f"payload is not readable JSON ({_quoted(str(error))})")
     problem = _shape_problem(value)
     return value if problem is None else UnreadablePayload(problem)
+
+
+def _number_problem(digits: int | None) -> str:
+    bound = f"{MAX_PAYLOAD_NUMBER:.0e} in magnitude"
+    if digits is None:
+        return f"payload holds a number above {bound}"
+    return f"payload holds a number of {digits} digits; numbers are at most {bound}"
 
 
 def _size_problem(size: int) -> str:
@@ -176,20 +169,43 @@ def _depth_problem() -> str:
 
 def _shape_problem(value: object) -> str | None:
     """The first bound a loaded payload breaks: nesting, or a number out of range."""
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping | list | tuple):
+    # Containers by level: one pass over every value, no recursion (the nesting is hostile).
+    level: list[object] = [value]
+    for depth in range(MAX_PAYLOAD_DEPTH + 1):
+        below: list[object] = []
+        for item in level:
+            kind = type(item)  # exact types first: an ABC check per value is slow
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is int or kind is float:
+                if kind is float and math.isnan(item):  # type: ignore[arg-type]
+                    return "payload holds NaN, which is not a JSON number"
+                if kind is float and math.isinf(item):  # type: ignore[arg-type]
+                    return "payload holds a number too large to represent (infinity)"
+                if abs(item) > MAX_PAYLOAD_NUMBER:  # type: ignore[arg-type]
+                    return _number_problem(_digits(item))  # type: ignore[arg-type]
+                continue
+            if kind is dict or isinstance(item, Mapping):
+                if not all(type(key) is str for key in item):  # type: ignore[attr-defined]
+                    return "payload must hold only JSON values (object keys are strings)"
+                below.extend(item.values())  # type: ignore[attr-defined]
+            elif kind is list or isinstance(item, list | tuple):
+                below.extend(item)  # type: ignore[arg-type]
+            else:
+                continue  # not JSON at all: _json_size says so
             if depth >= MAX_PAYLOAD_DEPTH:
                 return _depth_problem()
-            if isinstance(item, Mapping) and not all(isinstance(key, str) for key in item):
-                return "payload must hold only JSON values (object keys are strings)"
-            children = item.values() if isinstance(item, Mapping) else item
-            stack.extend((child, depth + 1) for child in children)
-        elif isinstance(item, float) and not math.isfinite(item):
-            return "payload holds a number that is not finite (NaN or infinity)"
-        elif _is_number(item) and abs(item) > MAX_PAYLOAD_NUMBER:  # type: ignore[arg-type]
-            return f"payload holds a number above {MAX_PAYLOAD_NUMBER:.0e} in magnitude"
+        if not below:
+            return None
+        level = below
+    return _depth_problem()
+
+
+def _digits(number: float) -> int | None:
+    """The digits of an integer too large for a payload (None: a float, or too long to count
+    cheaply)."""
+    if isinstance(number, int) and number.bit_length() < 14_000:
+        return len(str(abs(number)))
     return None
 
 

@@ -164,9 +164,10 @@ def test_a_payload_within_the_bounds_loads_as_its_value() -> None:
 @pytest.mark.parametrize(
     ("payload", "fragment"),
     [
-        ({"timeoutSeconds": 10**5000}, "above 1e+15 in magnitude"),
-        ({"timeoutSeconds": float("inf")}, "not finite"),
-        ({"timeoutSeconds": float("nan")}, "not finite"),
+        ({"timeoutSeconds": 10**5000}, "a number above 1e+15 in magnitude"),
+        ({"timeoutSeconds": 10**20}, "a number of 21 digits; numbers are at most 1e+15"),
+        ({"timeoutSeconds": float("inf")}, "too large to represent"),
+        ({"timeoutSeconds": float("nan")}, "NaN, which is not a JSON number"),
         ({"timeoutSeconds": -5}, "timeoutSeconds must be a number above 0"),
         ({"politeness": {"delaySeconds": 10**12}}, "delaySeconds must be a number from 0"),
         ({"politeness": {"delaySeconds": -1}}, "delaySeconds must be a number from 0"),
