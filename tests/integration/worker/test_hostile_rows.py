@@ -33,18 +33,19 @@ HOSTILE_PAYLOADS = (
 HEALTHY_ATTEMPT_SECONDS = 5.0
 
 
+async def insert_row(connection: Connection, url: str, payload_sql: str) -> int:
+    cursor = await connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
+        f"VALUES (%s, 'p', {payload_sql}::jsonb) RETURNING id",
+        (url,),
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 async def insert_hostile_rows(connection: Connection, url: str) -> list[int]:
-    ids = []
-    for payload_sql in HOSTILE_PAYLOADS:
-        cursor = await connection.execute(
-            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
-            f"VALUES (%s, 'p', {payload_sql}::jsonb) RETURNING id",
-            (url,),
-        )
-        row = await cursor.fetchone()
-        assert row is not None
-        ids.append(int(row[0]))
-    return ids
+    return [await insert_row(connection, url, payload_sql) for payload_sql in HOSTILE_PAYLOADS]
 
 
 async def insert_healthy_rows(connection: Connection, site: HostileSite, count: int) -> list[int]:
@@ -240,3 +241,33 @@ async def test_a_redirect_loop_fails_for_good_in_both_engines(
         "too_many_redirects",
         0,
     ), row.last_error
+
+
+async def test_a_hostile_row_a_lost_worker_held_is_failed_by_the_next_worker_that_claims_it(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    # The first worker claimed the row and was lost before it finished (as every worker that
+    # claimed such a row once was): its lease ran out, and the rescue gives the row back.
+    hostile = await insert_row(connection, site.url("/static/999"), HOSTILE_PAYLOADS[0])
+    first = await queue.claim_jobs(
+        connection,
+        worker_id="lost-worker",
+        queues=["default"],
+        limit=1,
+        lease_seconds=30,
+        reject_invalid_payloads=False,
+    )
+    assert [job.id for job in first] == [hostile]
+    await connection.execute(
+        "UPDATE scraping_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
+        (hostile,),
+    )
+    assert await queue.rescue_expired_leases(connection) == 1
+    healthy = await insert_healthy_rows(connection, site, 2)
+
+    await run_burst(worker_settings)
+
+    row = await job_row(connection, hostile)
+    assert (row.status, row.last_reason) == ("failed", "invalid_payload")
+    assert [attempt.worker_id for attempt in row.attempts] == ["lost-worker", "test-worker"]
+    await assert_healthy_rows_completed_promptly(connection, healthy)
