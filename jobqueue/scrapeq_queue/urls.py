@@ -16,17 +16,18 @@ MAX_URL_CHARS: Final = 8192
 BAD_URL_REASON: Final = "bad_url"
 
 
-def target_problem(url: str) -> str | None:
+def target_problem(url: str, *, max_chars: int | None = MAX_URL_CHARS) -> str | None:
     """Why `url` cannot be fetched by any engine (None: it can be tried).
 
     A URL that cannot be parsed (an unclosed IPv6 literal), has a port outside 1-65535, no
     host, a host name that cannot be encoded for DNS (IDNA: an empty label or one longer than
-    63 characters), control characters or more than MAX_URL_CHARS characters. Schemes and
-    addresses are the network guard's to judge: a non-http(s) URL passes here.
+    63 characters), control characters or more than `max_chars` characters (a row's URL: a
+    page's own requests are as long as the page makes them). Schemes and addresses are the
+    network guard's to judge: a non-http(s) URL passes here.
     """
     shown = url if len(url) <= 200 else url[:197] + "..."
-    if len(url) > MAX_URL_CHARS:
-        return f"the URL has {len(url)} characters; at most {MAX_URL_CHARS} are allowed"
+    if max_chars is not None and len(url) > max_chars:
+        return f"the URL has {len(url)} characters; at most {max_chars} are allowed"
     stripped = url.strip()
     if any(ord(character) < 0x20 or ord(character) == 0x7F for character in stripped):
         return f"the URL {shown!r} contains control characters"

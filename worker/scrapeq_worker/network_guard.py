@@ -142,7 +142,8 @@ class NetworkGuard:
 
     def check_scheme(self, url: str) -> tuple[str, str, int]:
         """Return (scheme, host, port) of an http/https URL or raise BlockedRequest."""
-        problem = target_problem(url)  # the rule a row's URL is held to at claim time
+        # The rule a row's URL is held to at claim time, whatever a page's requests' length.
+        problem = target_problem(url, max_chars=None)
         if problem is not None:
             raise BlockedRequest(f"blocked request: {problem}", reason=BAD_URL_REASON)
         try:
