@@ -28,6 +28,7 @@ PERMANENT_NET_ERRORS: Final = {
     "net::ERR_TOO_MANY_REDIRECTS": "too_many_redirects",
     "net::ERR_INVALID_URL": "bad_url",
     "net::ERR_INVALID_REDIRECT": "bad_url",
+    "net::ERR_UNSAFE_PORT": "bad_url",
 }
 
 

@@ -194,6 +194,7 @@ BAD_URLS = {
     "http://[::1/": "cannot be parsed: Invalid IPv6 URL",
     "http://127.0.0.2:0/": "has port 0",
     "http://127.0.0.2:99999/": "Port out of range",
+    "http://127.0.0.2:6000/": "uses port 6000, another protocol's port",
     "http://shop..example/": "is not a valid DNS name",
     "http://" + "x" * 64 + ".example/": "is not a valid DNS name",
 }
@@ -271,3 +272,21 @@ async def test_a_hostile_row_a_lost_worker_held_is_failed_by_the_next_worker_tha
     assert (row.status, row.last_reason) == ("failed", "invalid_payload")
     assert [attempt.worker_id for attempt in row.attempts] == ["lost-worker", "test-worker"]
     await assert_healthy_rows_completed_promptly(connection, healthy)
+
+
+@pytest.mark.parametrize("render", [True, False], ids=["browser", "static"])
+async def test_a_redirect_to_a_port_browsers_refuse_is_a_bad_url_in_both_engines(
+    render: bool, site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    redirected = await queue.enqueue(
+        connection,
+        site.url("/redirect?to=http://127.0.0.2:6000/"),
+        payload={"render": render},
+    )
+
+    await run_burst(worker_settings)
+
+    row = await job_row(connection, redirected)
+    assert (row.status, row.last_reason, row.retry_count) == ("failed", "bad_url", 0)
+    assert row.last_error is not None
+    assert "uses port 6000" in row.last_error

@@ -37,6 +37,8 @@ def test_a_blank_url_is_rejected() -> None:
     [
         ("http://[::1/", "cannot be parsed: Invalid IPv6 URL"),
         ("http://shop.example:0/", "has port 0"),
+        ("http://shop.example:25/", "uses port 25, another protocol's port"),
+        ("https://shop.example:6667/", "uses port 6667"),
         ("http://shop.example:99999/", "Port out of range"),
         ("http://shop.example:eighty/", "Port could not be cast"),
         ("http:///path", "has no host"),
