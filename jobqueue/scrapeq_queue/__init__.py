@@ -55,7 +55,12 @@ from scrapeq_queue.notifications import (
     listen_and_wake,
     wait_for_notification,
 )
-from scrapeq_queue.payload import PAYLOAD_OPTIONS, validate_payload
+from scrapeq_queue.payload import (
+    PAYLOAD_OPTIONS,
+    UnreadablePayload,
+    load_payload,
+    validate_payload,
+)
 from scrapeq_queue.politeness import (
     DEFAULT_POLITENESS,
     NO_HOST_LIMIT,
@@ -142,6 +147,7 @@ __all__ = [
     "RobotsCopy",
     "RowOptions",
     "SchemaOutOfDate",
+    "UnreadablePayload",
     "applied_versions",
     "backoff_delay_seconds",
     "busy_workers",
@@ -168,6 +174,7 @@ __all__ = [
     "latest_failures",
     "listen",
     "listen_and_wake",
+    "load_payload",
     "migrate",
     "normalise_url",
     "owner_progress",

@@ -3,11 +3,21 @@
 This is the one place that lists them (docs/queue.md repeats the table). A row whose payload is
 not a JSON object, names an unknown option or gives an option the wrong type fails permanently
 with reason `invalid_payload` and an error that names every problem: retrying cannot fix it.
+
+Every value is bounded, whatever a producer wrote into the row: the payload's size and nesting
+(MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH), the magnitude of every number (MAX_PAYLOAD_NUMBER, finite),
+each option's own range, the number and size of extract fields and follow's depth and pages.
+`load_payload` reads a row's JSON text under the same bounds without ever raising, so a row no
+worker could load is failed like any other invalid row (docs/queue.md, "Bounds").
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import re2
@@ -29,6 +39,36 @@ FOLLOW_KEYS: Final = frozenset(
 )
 # Followed pages per job when follow.maxPages is not given: a crawl stays bounded by default.
 DEFAULT_FOLLOW_MAX_PAGES: Final = 1000
+# The most follow.maxPages may say (the CRD's maximum too): a crawl of its own, not a row's.
+MAX_FOLLOW_PAGES: Final = 100_000
+# Links deep a crawl may go (the CRD's maximum too); 0 follows nothing.
+MAX_FOLLOW_DEPTH: Final = 5
+# The payload as a whole: its JSON text (as PostgreSQL prints a jsonb) and how deep objects and
+# arrays nest. The largest real payload (50 extract fields, 100 include/exclude patterns,
+# sealed credentials) is well under both; migration 0010 makes the table refuse more.
+MAX_PAYLOAD_BYTES: Final = 256 * 1024
+MAX_PAYLOAD_DEPTH: Final = 32
+# Every number in a payload, wherever it is, is finite and at most this large in magnitude:
+# no option needs more, and a 5,000-digit integer cannot even be turned into a float.
+MAX_PAYLOAD_NUMBER: Final = 10**15
+# extract (and follow.extract): how many fields, and the characters of their names, selectors
+# and attributes together. Each field is one query of the page and one value in the result.
+MAX_EXTRACT_FIELDS: Final = 50
+MAX_EXTRACT_CHARS: Final = 16 * 1024
+MAX_FIELD_NAME_CHARS: Final = 63
+MAX_SELECTOR_CHARS: Final = 1024
+MAX_ATTRIBUTE_CHARS: Final = 256
+# headers: how many, and how long a name and a value may be (servers refuse larger anyway).
+MAX_HEADERS: Final = 50
+MAX_HEADER_NAME_CHARS: Final = 256
+MAX_HEADER_VALUE_CHARS: Final = 8192
+# An error names at most this many problems and quotes at most this much of a bad name.
+MAX_REPORTED_PROBLEMS: Final = 20
+_QUOTED_CHARS: Final = 60
+# RFC 9110 token characters: what a header name may be made of.
+_TOKEN_CHARACTERS: Final = frozenset(
+    "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
 # Bounds on follow.include / follow.exclude: a handful of patterns is what a crawl needs, and
 # each is matched against every link of every page.
 MAX_FOLLOW_PATTERNS: Final = 50
@@ -67,8 +107,147 @@ def compile_url_pattern(pattern: str) -> URLPattern:
     return compiled
 
 
+@dataclass(frozen=True)
+class UnreadablePayload:
+    """A row's payload that could not be loaded within the bounds; `problem` says why."""
+
+    problem: str
+
+
+class _OutOfBounds(ValueError):
+    """Raised inside the JSON decoder to stop at a value JSON does not have."""
+
+
+def _no_constant(text: str) -> object:
+    raise _OutOfBounds(f"payload holds {text}, which is not a JSON number")
+
+
+# Python refuses to read an integer of more than 4,300 digits and says how many it had.
+_TOO_MANY_DIGITS: Final = re.compile(r"integer string conversion: value has (\d+) digits")
+
+
+def load_payload(data: bytes | bytearray | memoryview | str) -> object:
+    """A row's payload from its JSON text; never raises.
+
+    The value when it loads within MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH and the number bounds,
+    else an UnreadablePayload naming the first problem (validate_payload reports it).
+    """
+    if isinstance(data, memoryview | bytearray):
+        data = bytes(data)
+    if len(data) > MAX_PAYLOAD_BYTES:
+        return UnreadablePayload(_size_problem(len(data)))
+    try:
+        value = json.loads(data, parse_constant=_no_constant)
+    except _OutOfBounds as error:
+        return UnreadablePayload(str(error))
+    except RecursionError:
+        return UnreadablePayload(_depth_problem())
+    except (ValueError, TypeError) as error:
+        digits = _TOO_MANY_DIGITS.search(str(error))
+        if digits is not None:
+            return UnreadablePayload(_number_problem(int(digits.group(1))))
+        # PostgreSQL only hands out valid JSON; this is a payload no JSON reader agrees with.
+        return UnreadablePayload(f"payload is not readable JSON ({_quoted(str(error))})")
+    problem = _shape_problem(value)
+    return value if problem is None else UnreadablePayload(problem)
+
+
+def _number_problem(digits: int | None) -> str:
+    bound = f"{MAX_PAYLOAD_NUMBER:.0e} in magnitude"
+    if digits is None:
+        return f"payload holds a number above {bound}"
+    return f"payload holds a number of {digits} digits; numbers are at most {bound}"
+
+
+def _size_problem(size: int) -> str:
+    return f"payload is {size} bytes of JSON; at most {MAX_PAYLOAD_BYTES} are allowed"
+
+
+def _depth_problem() -> str:
+    return f"payload nests objects and arrays deeper than {MAX_PAYLOAD_DEPTH} levels"
+
+
+def _shape_problem(value: object) -> str | None:
+    """The first bound a loaded payload breaks: nesting, or a number out of range."""
+    # Containers by level: one pass over every value, no recursion (the nesting is hostile).
+    level: list[object] = [value]
+    for depth in range(MAX_PAYLOAD_DEPTH + 1):
+        below: list[object] = []
+        for item in level:
+            kind = type(item)  # exact types first: an ABC check per value is slow
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is int or kind is float:
+                if kind is float and math.isnan(item):  # type: ignore[arg-type]
+                    return "payload holds NaN, which is not a JSON number"
+                if kind is float and math.isinf(item):  # type: ignore[arg-type]
+                    return "payload holds a number too large to represent (infinity)"
+                if abs(item) > MAX_PAYLOAD_NUMBER:  # type: ignore[arg-type]
+                    return _number_problem(_digits(item))  # type: ignore[arg-type]
+                continue
+            if kind is dict or isinstance(item, Mapping):
+                if not all(type(key) is str for key in item):  # type: ignore[attr-defined]
+                    return "payload must hold only JSON values (object keys are strings)"
+                below.extend(item.values())  # type: ignore[attr-defined]
+            elif kind is list or isinstance(item, list | tuple):
+                below.extend(item)  # type: ignore[arg-type]
+            else:
+                continue  # not JSON at all: _json_size says so
+            if depth >= MAX_PAYLOAD_DEPTH:
+                return _depth_problem()
+        if not below:
+            return None
+        level = below
+    return _depth_problem()
+
+
+def _digits(number: float) -> int | None:
+    """The digits of an integer too large for a payload (None: a float, or too long to count
+    cheaply)."""
+    if isinstance(number, int) and number.bit_length() < 14_000:
+        return len(str(abs(number)))
+    return None
+
+
+def _json_size(value: object) -> int | None:
+    """The payload's size as JSON text (PostgreSQL's spacing); None when it is not JSON."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _shown(text: str) -> str:
+    """A field or option name for an error message: as it is when short and printable."""
+    if text.isprintable() and len(text) <= _QUOTED_CHARS:
+        return text
+    return _quoted(text)
+
+
+def _quoted(text: object) -> str:
+    """A name or value for an error message, cut short: a row's error stays readable."""
+    shown = repr(text)
+    return shown if len(shown) <= _QUOTED_CHARS else shown[: _QUOTED_CHARS - 3] + "..."
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _in_range(value: object, low: float, high: float, *, low_open: bool = False) -> bool:
+    """A JSON number within [low, high] (or (low, high]), compared without converting it (a
+    huge integer has no float)."""
+    if not _is_number(value):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    above = value > low if low_open else value >= low  # type: ignore[operator]
+    return bool(above and value <= high)  # type: ignore[operator]
+
+
+def _is_integer(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 def _check_render(value: object) -> list[str]:
@@ -77,9 +256,9 @@ def _check_render(value: object) -> list[str]:
 
 def _check_selector(name: str) -> Callable[[object], list[str]]:
     def check(value: object) -> list[str]:
-        if isinstance(value, str) and value.strip():
+        if isinstance(value, str) and value.strip() and len(value) <= MAX_SELECTOR_CHARS:
             return []
-        return [f"{name} must be a non-empty CSS selector string"]
+        return [f"{name} must be a CSS selector string of 1-{MAX_SELECTOR_CHARS} characters"]
 
     return check
 
@@ -91,7 +270,7 @@ def _check_wait_until(value: object) -> list[str]:
 
 
 def _check_timeout(value: object) -> list[str]:
-    if _is_number(value) and 0 < float(value) <= MAX_TIMEOUT_SECONDS:  # type: ignore[arg-type]
+    if _in_range(value, 0, MAX_TIMEOUT_SECONDS, low_open=True):
         return []
     return [f"timeoutSeconds must be a number above 0 and at most {MAX_TIMEOUT_SECONDS:g}"]
 
@@ -99,28 +278,61 @@ def _check_timeout(value: object) -> list[str]:
 def _check_extract(value: object) -> list[str]:
     if not isinstance(value, Mapping) or not value:
         return ["extract must be a non-empty object of field name -> selector"]
+    if len(value) > MAX_EXTRACT_FIELDS:
+        return [f"extract has {len(value)} fields; at most {MAX_EXTRACT_FIELDS} are allowed"]
     problems: list[str] = []
+    chars = 0
     for field_name, spec in value.items():
+        name = _shown(field_name)
+        chars += len(field_name)
+        if not field_name or len(field_name) > MAX_FIELD_NAME_CHARS:
+            problems.append(
+                f"extract field name {_quoted(field_name)} must have 1-"
+                f"{MAX_FIELD_NAME_CHARS} characters"
+            )
         if isinstance(spec, str):
-            if not spec.strip():
-                problems.append(f"extract.{field_name} must be a non-empty selector")
+            chars += len(spec)
+            if not spec.strip() or len(spec) > MAX_SELECTOR_CHARS:
+                problems.append(
+                    f"extract.{name} must be a selector of 1-{MAX_SELECTOR_CHARS} characters"
+                )
             continue
         if not isinstance(spec, Mapping):
             problems.append(
-                f"extract.{field_name} must be a selector string or "
+                f"extract.{name} must be a selector string or "
                 '{"selector": ..., "attribute": ..., "all": ...}'
             )
             continue
         unknown = sorted(set(spec) - EXTRACT_FIELD_KEYS)
         if unknown:
-            problems.append(f"extract.{field_name} has unknown keys: {', '.join(unknown)}")
+            problems.append(
+                f"extract.{name} has unknown keys: {', '.join(_shown(key) for key in unknown[:5])}"
+            )
         selector = spec.get("selector")
         if not isinstance(selector, str) or not selector.strip():
-            problems.append(f"extract.{field_name}.selector must be a non-empty string")
-        if "attribute" in spec and not isinstance(spec["attribute"], str):
-            problems.append(f"extract.{field_name}.attribute must be a string")
+            problems.append(f"extract.{name}.selector must be a non-empty string")
+        elif len(selector) > MAX_SELECTOR_CHARS:
+            problems.append(
+                f"extract.{name}.selector must have at most {MAX_SELECTOR_CHARS} characters"
+            )
+        else:
+            chars += len(selector)
+        if "attribute" in spec:
+            attribute = spec["attribute"]
+            if not isinstance(attribute, str) or len(attribute) > MAX_ATTRIBUTE_CHARS:
+                problems.append(
+                    f"extract.{name}.attribute must be a string of at most "
+                    f"{MAX_ATTRIBUTE_CHARS} characters"
+                )
+            else:
+                chars += len(attribute)
         if "all" in spec and not isinstance(spec["all"], bool):
-            problems.append(f"extract.{field_name}.all must be true or false")
+            problems.append(f"extract.{name}.all must be true or false")
+    if chars > MAX_EXTRACT_CHARS:
+        problems.append(
+            f"extract's names, selectors and attributes have {chars} characters; at most "
+            f"{MAX_EXTRACT_CHARS} are allowed"
+        )
     return problems
 
 
@@ -130,15 +342,16 @@ def _check_follow(value: object) -> list[str]:
     problems: list[str] = []
     unknown = sorted(set(value) - FOLLOW_KEYS)
     if unknown:
-        problems.append(f"follow has unknown keys: {', '.join(unknown)}")
+        problems.append(f"follow has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
     selector = value.get("selector")
-    if not isinstance(selector, str) or not selector.strip():
-        problems.append("follow.selector must be a non-empty string")
-    for key, minimum in (("maxDepth", 0), ("maxPages", 1)):
-        if key in value:
-            number = value[key]
-            if not isinstance(number, int) or isinstance(number, bool) or number < minimum:
-                problems.append(f"follow.{key} must be an integer >= {minimum}")
+    if not isinstance(selector, str) or not selector.strip() or len(selector) > MAX_SELECTOR_CHARS:
+        problems.append(f"follow.selector must be a string of 1-{MAX_SELECTOR_CHARS} characters")
+    for key, minimum, maximum in (
+        ("maxDepth", 0, MAX_FOLLOW_DEPTH),
+        ("maxPages", 1, MAX_FOLLOW_PAGES),
+    ):
+        if key in value and not _is_integer(value[key], minimum, maximum):
+            problems.append(f"follow.{key} must be an integer from {minimum} to {maximum}")
     if "sameDomain" in value and not isinstance(value["sameDomain"], bool):
         problems.append("follow.sameDomain must be true or false")
     for key in ("include", "exclude"):
@@ -183,35 +396,41 @@ def _check_politeness(value: object) -> list[str]:
     problems: list[str] = []
     unknown = sorted(set(value) - POLITENESS_KEYS)
     if unknown:
-        problems.append(f"politeness has unknown keys: {', '.join(unknown)}")
-    if "maxConcurrentPerHost" in value:
-        limit = value["maxConcurrentPerHost"]
-        if (
-            not isinstance(limit, int)
-            or isinstance(limit, bool)
-            or not 1 <= limit <= MAX_CONCURRENT_PER_HOST_LIMIT
-        ):
-            problems.append(
-                "politeness.maxConcurrentPerHost must be an integer from 1 to "
-                f"{MAX_CONCURRENT_PER_HOST_LIMIT}"
-            )
-    if "delaySeconds" in value:
-        delay = value["delaySeconds"]
-        if not _is_number(delay) or not 0 <= float(delay) <= MAX_DELAY_SECONDS:
-            problems.append(
-                f"politeness.delaySeconds must be a number from 0 to {MAX_DELAY_SECONDS:g}"
-            )
+        problems.append(f"politeness has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    limit = value.get("maxConcurrentPerHost", 1)
+    if not _is_integer(limit, 1, MAX_CONCURRENT_PER_HOST_LIMIT):
+        problems.append(
+            "politeness.maxConcurrentPerHost must be an integer from 1 to "
+            f"{MAX_CONCURRENT_PER_HOST_LIMIT}"
+        )
+    if not _in_range(value.get("delaySeconds", 0), 0, MAX_DELAY_SECONDS):
+        problems.append(f"politeness.delaySeconds must be a number from 0 to {MAX_DELAY_SECONDS:g}")
     if "respectRobotsTxt" in value and not isinstance(value["respectRobotsTxt"], bool):
         problems.append("politeness.respectRobotsTxt must be true or false")
     return problems
 
 
 def _check_headers(value: object) -> list[str]:
-    if isinstance(value, Mapping) and all(
-        isinstance(key, str) and isinstance(item, str) for key, item in value.items()
-    ):
-        return []
-    return ["headers must be an object of header name -> string value"]
+    shape = f"headers must be an object of at most {MAX_HEADERS} header name -> string value pairs"
+    if not isinstance(value, Mapping) or len(value) > MAX_HEADERS:
+        return [shape]
+    problems: list[str] = []
+    for name, item in value.items():
+        if not isinstance(item, str):
+            problems.append(shape)
+        elif not name or len(name) > MAX_HEADER_NAME_CHARS or not set(name) <= _TOKEN_CHARACTERS:
+            problems.append(
+                f"header name {_quoted(name)} must be 1-{MAX_HEADER_NAME_CHARS} letters, digits "
+                "or !#$%&'*+-.^_`|~ (an HTTP token)"
+            )
+        elif len(item) > MAX_HEADER_VALUE_CHARS or any(
+            character in item for character in "\r\n\x00"
+        ):
+            problems.append(
+                f"header {_quoted(name)} must have a value of at most {MAX_HEADER_VALUE_CHARS} "
+                "characters without line breaks or NUL"
+            )
+    return list(dict.fromkeys(problems))
 
 
 def check_resource_kinds(name: str, value: object) -> list[str]:
@@ -251,20 +470,35 @@ def validate_payload(payload: object) -> list[str]:
     """Return every problem with a job's payload; an empty list means the worker may run it.
 
     `None` (a classic row inserted with payload NULL) counts as an empty object.
+    Never raises: a payload of any size, depth or content gets a list of at most
+    MAX_REPORTED_PROBLEMS problems (an UnreadablePayload from load_payload gets its own).
     """
     if payload is None:
         return []
+    if isinstance(payload, UnreadablePayload):
+        return [payload.problem]
     if not isinstance(payload, Mapping):
         kind = type(payload).__name__
         return [f"payload must be a JSON object of options, got a JSON {_json_kind(kind)}"]
+    problem = _shape_problem(payload)
+    if problem is not None:
+        return [problem]
+    size = _json_size(payload)
+    if size is None:
+        return ["payload must hold only JSON values"]
+    if size > MAX_PAYLOAD_BYTES:
+        return [_size_problem(size)]
     problems: list[str] = []
     for name, value in payload.items():
         check = PAYLOAD_OPTIONS.get(name)
         if check is None:
             known = ", ".join(PAYLOAD_OPTIONS)
-            problems.append(f"unknown payload option {name!r} (known options: {known})")
+            problems.append(f"unknown payload option {_quoted(name)} (known options: {known})")
             continue
         problems.extend(check(value))
+    if len(problems) > MAX_REPORTED_PROBLEMS:
+        more = len(problems) - MAX_REPORTED_PROBLEMS
+        problems = [*problems[:MAX_REPORTED_PROBLEMS], f"and {more} more problems"]
     return problems
 
 

@@ -27,8 +27,9 @@ from scrapeq_queue.politeness import (
     SERVER_ERROR_THRESHOLD,
     HostPoliteness,
 )
+from scrapeq_queue.row_loading import load_claimed_rows_safely
 from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
-from scrapeq_queue.urls import normalise_url
+from scrapeq_queue.urls import BAD_URL_REASON, normalise_url, target_problem
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,18 @@ def job_from_row(row: Sequence[Any]) -> ClaimedJob:
     )
 
 
+def _unworkable(row: Sequence[Any]) -> tuple[str, str] | None:
+    """(reason, error) when no worker can run a claimed row: its payload breaks a rule, or its
+    URL cannot be fetched by any engine; None when it can be tried."""
+    problems = validate_payload(row[4])
+    if problems:
+        return INVALID_PAYLOAD_REASON, "invalid payload: " + "; ".join(problems)
+    url_problem = target_problem(row[2])
+    if url_problem is not None:
+        return BAD_URL_REASON, f"bad URL: {url_problem}"
+    return None
+
+
 @translate_database_errors
 async def claim_jobs(
     connection: psycopg.AsyncConnection[Any],
@@ -109,8 +122,11 @@ async def claim_jobs(
     lease of `lease_seconds` that the worker must renew (renew_leases) until it finishes.
 
     With `reject_invalid_payloads` (the default), rows whose payload fails validate_payload
-    are failed at once with reason `invalid_payload` and an error naming the problems, and are
-    not returned: no worker ever sees a job it cannot run. A claim whose rows were all invalid
+    are failed at once with reason `invalid_payload` and an error naming the problems, and
+    rows whose URL no engine can fetch (urls.target_problem) with reason `bad_url`; neither is
+    returned: no worker ever sees a job it cannot run. No value in a claimed row raises,
+    however large, deep or malformed (row_loading.py): such a row fails alone and the others of
+    the batch are returned. A claim whose rows were all invalid
     claims again, so an empty answer always means that no job was due.
 
     Per-host politeness holds for every claimer at once: no row is handed out while its host
@@ -124,36 +140,47 @@ async def claim_jobs(
         return []
     stale_rounds = 0
     while True:
-        cursor = await connection.execute(
-            statements.JOB_CLAIM,
-            {
-                # Each queue once: a repeated name would scan (and lock) the same rows twice.
-                "queues": list(dict.fromkeys(queues)),
-                "limit": limit,
-                "worker_id": worker_id,
-                "lease_seconds": float(lease_seconds),
-                "max_per_host": politeness.max_concurrent_per_host,
-                "delay_seconds": float(politeness.delay_seconds),
-            },
-        )
-        answer = await cursor.fetchall()
+        # The claim commits before its rows are read: no value in them may raise here.
+        async with connection.cursor() as cursor:
+            load_claimed_rows_safely(cursor)
+            await cursor.execute(
+                statements.JOB_CLAIM,
+                {
+                    # Each queue once: a repeated name would scan (and lock) the same rows twice.
+                    "queues": list(dict.fromkeys(queues)),
+                    "limit": limit,
+                    "worker_id": worker_id,
+                    "lease_seconds": float(lease_seconds),
+                    "max_per_host": politeness.max_concurrent_per_host,
+                    "delay_seconds": float(politeness.delay_seconds),
+                },
+            )
+            answer = await cursor.fetchall()
         rows = [row for row in answer if row[0] is not None]
         jobs: list[ClaimedJob] = []
         for row in rows:
-            problems = validate_payload(row[4]) if reject_invalid_payloads else []
-            if problems:
-                error = "invalid payload: " + "; ".join(problems)
+            try:
+                failure = _unworkable(row) if reject_invalid_payloads else None
+                job = job_from_row(row)
+            except Exception as unreadable:  # no rule foresaw it: the row's failure alone
+                logger.exception("job %s: its claimed row could not be read", row[0])
+                failure = (
+                    INVALID_PAYLOAD_REASON,
+                    f"invalid payload: the row could not be read ({type(unreadable).__name__})",
+                )
+            if failure is not None:
+                reason, error = failure
                 logger.warning("job %s failed permanently: %s", row[0], error)
                 await fail_job(
                     connection,
                     row[0],
                     row[1],
                     error=error,
-                    reason=INVALID_PAYLOAD_REASON,
+                    reason=reason,
                     duration_seconds=0.0,
                 )
                 continue
-            jobs.append(job_from_row(row))
+            jobs.append(job)
         if jobs:
             return jobs
         if rows:
@@ -244,7 +271,9 @@ async def complete_job(
     priority, retries and owner) in the same transaction, deduplicated per owner by normalised
     URL, so a crash can never leave a completed parent without its children or vice versa.
     `follow_limit` caps the followed rows (depth > 0) of the parent's owner as a whole: links
-    past it are dropped, in the order given (for rows without an owner it caps this call).
+    past it are dropped, in the order given, and the stored result says how many
+    (`follow_dropped.max_pages`). For rows without an owner it caps this call; the worker
+    carries such a crawl's budget in the followed rows' payloads.
     """
     completion = Completion(job_id, attempt, result, duration_seconds)
     async with connection.transaction():
@@ -299,27 +328,31 @@ async def _insert_children(
         cursor = await connection.execute(statements.JOB_FOLLOWED_COUNT, {"parent_id": parent_id})
         row = await cursor.fetchone()
         limit = max(0, follow_limit - (int(row[0]) if row else 0))
-        if limit == 0:
-            logger.info(
-                "job %s: %d followed links dropped, the job's limit of %d followed pages "
-                "is reached",
-                parent_id,
-                len(urls),
-                follow_limit,
-            )
-            return
-    await connection.execute(
-        statements.JOB_INSERT_CHILDREN,
-        {
-            "parent_id": parent_id,
-            "urls": urls,
-            "parser_types": parser_types,
-            "payloads": payloads,
-            "dedup_keys": dedup_keys,
-            "host_keys": [host_key_of(url) for url in urls],
-            "limit": limit,
-        },
-    )
+    inserted = 0
+    if limit != 0:
+        cursor = await connection.execute(
+            statements.JOB_INSERT_CHILDREN,
+            {
+                "parent_id": parent_id,
+                "urls": urls,
+                "parser_types": parser_types,
+                "payloads": payloads,
+                "dedup_keys": dedup_keys,
+                "host_keys": [host_key_of(url) for url in urls],
+                "limit": limit,
+            },
+        )
+        inserted = len(await cursor.fetchall())
+    if limit is not None and inserted == limit and limit < len(urls):
+        # The owner's maxPages stopped the insert: the result says how many links it dropped.
+        logger.info(
+            "job %s: followed links dropped, the job's limit of %d followed pages is reached",
+            parent_id,
+            follow_limit,
+        )
+        await connection.execute(
+            statements.JOB_FOLLOW_DROPPED, {"parent_id": parent_id, "dedup_keys": dedup_keys}
+        )
 
 
 @translate_database_errors

@@ -1099,6 +1099,36 @@ ALTER TABLE ONLY public.scrapeq_hosts
 
 
 --
+-- Name: scraping_jobs scrapeq_jobs_payload_bounded; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.scraping_jobs
+    ADD CONSTRAINT scrapeq_jobs_payload_bounded CHECK (((payload IS NULL) OR ((octet_length((payload)::text) <= 262144) AND (NOT jsonb_path_exists(payload, 'strict $.**{32}?(@.type() == "object" || @.type() == "array")'::jsonpath))))) NOT VALID;
+
+
+--
+-- Name: CONSTRAINT scrapeq_jobs_payload_bounded ON scraping_jobs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON CONSTRAINT scrapeq_jobs_payload_bounded ON public.scraping_jobs IS 'payload is at most 262144 bytes of JSON and nests objects and arrays at most 32 levels deep';
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_payload_is_object; Type: CHECK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE public.scraping_jobs
+    ADD CONSTRAINT scrapeq_jobs_payload_is_object CHECK (((payload IS NULL) OR (jsonb_typeof(payload) = 'object'::text))) NOT VALID;
+
+
+--
+-- Name: CONSTRAINT scrapeq_jobs_payload_is_object ON scraping_jobs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON CONSTRAINT scrapeq_jobs_payload_is_object ON public.scraping_jobs IS 'payload must be a JSON object of options (NULL counts as {})';
+
+
+--
 -- Name: scrapeq_queue_counters scrapeq_queue_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1265,4 +1295,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0006_shared_robots'),
     ('0007_heads_follow_earlier_rows'),
     ('0008_claim_function'),
-    ('0009_shared_turns');
+    ('0009_shared_turns'),
+    ('0010_bounded_payloads');

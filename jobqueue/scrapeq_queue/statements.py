@@ -205,6 +205,27 @@ ON CONFLICT (owner_uid, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id
 """
 
+# After JOB_INSERT_CHILDREN stopped at the owner's maxPages: the offered links that are still
+# not queued for the owner were dropped by the cap; their number goes into the parent's result
+# (follow_dropped.max_pages), in the transaction that completed it.
+JOB_FOLLOW_DROPPED: Final = """
+WITH dropped AS (
+    SELECT count(*) AS links
+    FROM scraping_jobs AS parent, unnest(%(dedup_keys)s::text[]) AS offered(dedup_key)
+    WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM scraping_jobs AS queued
+          WHERE queued.owner_uid = parent.owner_uid AND queued.dedup_key = offered.dedup_key)
+)
+UPDATE scraping_jobs AS jobs
+SET result = coalesce(jobs.result, '{}'::jsonb) || jsonb_build_object(
+        'follow_dropped',
+        coalesce(jobs.result -> 'follow_dropped', '{}'::jsonb)
+            || jsonb_build_object('max_pages', dropped.links))
+FROM dropped
+WHERE jobs.id = %(parent_id)s AND dropped.links > 0 AND jsonb_typeof(jobs.result) = 'object'
+"""
+
 # Records a failed attempt that may be retried: if retries remain the row goes back to pending
 # with run_at = now + delay, where delay = Retry-After when given, else
 # retry_backoff_seconds * 2^retry_count * jitter, both capped; otherwise it fails for good.

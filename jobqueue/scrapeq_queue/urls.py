@@ -1,12 +1,79 @@
-"""URL normalisation: the form two URLs share when they name the same page, for deduplication."""
+"""URL normalisation (the form two URLs share when they name the same page, for deduplication),
+and the check that a row's URL can be fetched at all (`target_problem`)."""
 
 from __future__ import annotations
 
+import ipaddress
+from typing import Final
 from urllib.parse import urlsplit, urlunsplit
 
 from scrapeq_queue.errors import InvalidJob
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+# Browsers and servers refuse longer URLs; a row's URL is also copied into its results and logs.
+MAX_URL_CHARS: Final = 8192
+# The Fetch standard's "bad ports" (fetch.spec.whatwg.org, port blocking): Chromium refuses them
+# (net::ERR_UNSAFE_PORT), so the plain-HTTP engine refuses them too, and a page is refused the
+# same way on both engines. Each is another protocol's port (SMTP, IRC, SIP...).
+BAD_PORTS: Final = frozenset(
+    {1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95}
+    | {101, 102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161}
+    | {179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556, 563}
+    | {587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060}
+    | {5061, 6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080}
+)
+# The reason of a row whose URL cannot be fetched whatever the engine (the network guard's too).
+BAD_URL_REASON: Final = "bad_url"
+
+
+def target_problem(url: str, *, max_chars: int | None = MAX_URL_CHARS) -> str | None:
+    """Why `url` cannot be fetched by any engine (None: it can be tried).
+
+    A URL that cannot be parsed (an unclosed IPv6 literal), has a port outside 1-65535 or one
+    of BAD_PORTS, no host, a host name that cannot be encoded for DNS (IDNA: an empty label or
+    one longer than 63 characters), control characters or more than `max_chars` characters (a
+    row's URL: a page's own requests are as long as the page makes them). Schemes and
+    addresses are the network guard's to judge: a non-http(s) URL passes here.
+    """
+    shown = url if len(url) <= 200 else url[:197] + "..."
+    if max_chars is not None and len(url) > max_chars:
+        return f"the URL has {len(url)} characters; at most {max_chars} are allowed"
+    stripped = url.strip()
+    if any(ord(character) < 0x20 or ord(character) == 0x7F for character in stripped):
+        return f"the URL {shown!r} contains control characters"
+    try:
+        parts = urlsplit(stripped)
+        port = parts.port
+    except ValueError as error:
+        return f"the URL {shown!r} cannot be parsed: {error}"
+    if parts.scheme.lower() not in _DEFAULT_PORTS:
+        return None
+    if port == 0:
+        return f"the URL {shown!r} has port 0; ports are 1-65535"
+    if port in BAD_PORTS:
+        return (
+            f"the URL {shown!r} uses port {port}, another protocol's port that browsers refuse "
+            "(the Fetch standard's bad ports)"
+        )
+    host = parts.hostname
+    if not host:
+        return f"the URL {shown!r} has no host"
+    try:
+        ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        pass
+    else:
+        return None
+    try:
+        encoded = host.encode("idna")
+    except UnicodeError as error:
+        return f"the host of {shown!r} is not a valid DNS name ({error})"
+    labels = encoded.split(b".")
+    if labels[-1] == b"":
+        labels.pop()  # a fully qualified name's final dot
+    if not labels or any(not label or len(label) > 63 for label in labels):
+        return f"the host of {shown!r} is not a valid DNS name (an empty or too long label)"
+    return None
 
 
 def normalise_url(url: str) -> str:

@@ -76,7 +76,7 @@ from .extraction import (
     browser_script_argument,
     page_from_browser,
 )
-from .http_status import check_status
+from .http_status import check_status, navigation_failure
 from .job_options import JobOptions
 from .network_guard import NetworkGuard
 from .pyppeteer_compat import apply as _repair_pyppeteer
@@ -571,9 +571,7 @@ class BrowserPool:
             if watch.stopped_early:
                 response = None
             else:
-                raise RetryLater(
-                    f"could not load {url}: {error}", reason="network_error"
-                ) from error
+                raise navigation_failure(url, str(error)) from error
         loaded = time.monotonic()
         if watch.abort.done():
             raise watch.abort.result()

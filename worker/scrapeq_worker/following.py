@@ -2,15 +2,26 @@
 
 The page's engine collects the links matching `follow.selector` (absolute, in page order); this
 module keeps the ones a crawl wants: http(s) only, on the same site unless `sameDomain` is
-false, matching an `include` pattern when there are any and no `exclude` pattern. The queue
-then deduplicates them per ScrapeJob and applies the job-wide `maxPages` cap.
+false, matching an `include` pattern when there are any and no `exclude` pattern.
+
+`maxPages` bounds the followed pages of a whole crawl, with or without an owner. For a
+ScrapeJob's rows the queue deduplicates the links per ScrapeJob and counts the job's followed
+rows (`complete_job`'s `follow_limit`). A row without an owner (a classic row) has no job to
+count in, so its budget travels with it: the row's `follow.maxPages` is how many followed
+pages it may still lead to, at every depth. It queues at most that many links and hands what
+is left to them, split as evenly as it goes (`page_budgets`) in each one's own
+`follow.maxPages`; a followed page left with nothing carries no `follow`. The crawl of a
+classic row therefore queues at most its `maxPages` rows in all, as a ScrapeJob's does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from scrapeq_queue import FollowUrl
 
 from .job_options import FollowOptions
 
@@ -66,4 +77,77 @@ def followed_payload(payload: object, follow: FollowOptions) -> dict[str, Any] |
         return None
     options: dict[str, Any] = dict(payload) if isinstance(payload, Mapping) else {}
     options["extract"] = dict(follow.extract)
+    return options
+
+
+@dataclass(frozen=True)
+class FollowPlan:
+    """The links a page queues and how many it dropped because the crawl's maxPages was
+    reached (for a ScrapeJob's rows the queue may drop more: it counts the whole job)."""
+
+    urls: tuple[str, ...]
+    dropped: int = 0
+
+
+def plan_follow(links: Sequence[str], follow: FollowOptions, *, owned: bool) -> FollowPlan:
+    """Cap the chosen `links` by the crawl's budget: a row without an owner queues at most its
+    `follow.maxPages` links; a ScrapeJob's row offers them all (the queue counts its job)."""
+    if owned:
+        return FollowPlan(tuple(links))
+    kept = tuple(links[: follow.max_pages])
+    return FollowPlan(kept, len(links) - len(kept))
+
+
+def follow_dropped(read: int, link_cap: int, over_budget: int) -> dict[str, int]:
+    """What a page's result says about links it did not queue because of a cap (empty: none):
+    `link_cap` when the page had as many links matching follow.selector as the worker reads
+    per page (any past them were not looked at), `max_pages` the links past the crawl's
+    budget."""
+    dropped: dict[str, int] = {}
+    if read >= link_cap:
+        dropped["link_cap"] = link_cap
+    if over_budget:
+        dropped["max_pages"] = over_budget
+    return dropped
+
+
+def page_budgets(children: int, pages: int) -> list[int]:
+    """`pages` followed pages split among `children` followed rows: as evenly as it goes, the
+    first ones taking the remainder; the shares add up to `pages`."""
+    if children <= 0:
+        return []
+    share, remainder = divmod(max(0, pages), children)
+    return [share + (1 if position < remainder else 0) for position in range(children)]
+
+
+def followed_rows(
+    payload: object, urls: Sequence[str], follow: FollowOptions | None, *, owned: bool
+) -> list[FollowUrl]:
+    """The followed rows of a completed page: each link with the payload it carries.
+
+    A ScrapeJob's rows share `followed_payload` (None: the parent's). A row without an owner
+    hands each followed row its share of what is left of the crawl's maxPages once these links
+    are counted (see the module's docstring).
+    """
+    if follow is None or not urls:
+        return []
+    if owned:
+        shared = followed_payload(payload, follow)
+        return [FollowUrl(url, payload=shared) for url in urls]
+    budgets = page_budgets(len(urls), follow.max_pages - len(urls))
+    return [
+        FollowUrl(url, payload=_with_budget(payload, follow, budget))
+        for url, budget in zip(urls, budgets, strict=True)
+    ]
+
+
+def _with_budget(payload: object, follow: FollowOptions, pages: int) -> dict[str, Any]:
+    options: dict[str, Any] = dict(payload) if isinstance(payload, Mapping) else {}
+    if follow.extract is not None:
+        options["extract"] = dict(follow.extract)
+    if pages <= 0:
+        options.pop("follow", None)
+    else:
+        raw = options.get("follow")
+        options["follow"] = {**(raw if isinstance(raw, Mapping) else {}), "maxPages": pages}
     return options

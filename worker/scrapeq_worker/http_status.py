@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Final
 
-from .errors import PermanentFailure, RetryLater
+from .errors import PermanentFailure, RetryLater, WorkerError
 
 # A site asking for more than an hour is treated as "an hour": the job stays visible as
 # retrying instead of disappearing for days.
@@ -22,6 +22,14 @@ HTML_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
 # Retry reasons that speak for the whole site, not one URL: its Retry-After pauses the host for
 # every worker, and a run of them pauses the host even without one (docs/worker.md).
 SERVER_ERROR_REASONS: Final = frozenset({"http_429", "http_5xx"})
+# Chromium's navigation errors that no retry can fix, with the reason the plain-HTTP engine
+# gives the same cause (it follows at most http_engine.MAX_REDIRECTS redirects, Chromium 20).
+PERMANENT_NET_ERRORS: Final = {
+    "net::ERR_TOO_MANY_REDIRECTS": "too_many_redirects",
+    "net::ERR_INVALID_URL": "bad_url",
+    "net::ERR_INVALID_REDIRECT": "bad_url",
+    "net::ERR_UNSAFE_PORT": "bad_url",
+}
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
@@ -65,6 +73,16 @@ def check_status(status: int | None, headers: Mapping[str, str], *, url: str) ->
     if status < 500:
         raise PermanentFailure(f"HTTP {status} from {url}", reason="http_4xx")
     raise RetryLater(f"HTTP {status} from {url}", reason="http_5xx")
+
+
+def navigation_failure(url: str, error_text: str) -> WorkerError:
+    """The error a browser navigation that got no page means, from Chromium's `net::ERR_*`
+    text: the same kind and reason the plain-HTTP engine gives the same cause (a redirect loop
+    is `too_many_redirects` and permanent in both), else a retryable `network_error`."""
+    for code, reason in PERMANENT_NET_ERRORS.items():
+        if code in error_text:
+            return PermanentFailure(f"could not load {url}: {error_text}", reason=reason)
+    return RetryLater(f"could not load {url}: {error_text}", reason="network_error")
 
 
 def is_html(content_type: str | None) -> bool:

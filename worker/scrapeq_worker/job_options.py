@@ -20,7 +20,7 @@ from scrapeq_queue.payload import (
 from scrapeq_queue.sealed_credentials import Credentials, SealingError, SealingKeys
 
 from .egress_proxy import UpstreamProxy
-from .errors import BadInput, RetryLater
+from .errors import BadInput, RetryLater, WorkerError
 from .extraction import FieldSpec, parse_fields
 
 WaitUntil = Literal["load", "domcontentloaded", "networkidle0", "networkidle2"]
@@ -83,14 +83,38 @@ def options_from_payload(
 ) -> JobOptions:
     """Validate `payload` with the queue's rules and return the options; raise BadInput with
     every problem listed when it is not valid, RetryLater (credentials_unreadable) when its
-    sealed credentials cannot be opened with `sealing_keys`.
+    sealed credentials cannot be opened with `sealing_keys`. Whatever the payload holds,
+    nothing but these worker errors is raised.
 
     A payload's blockResources replaces `default_block_resources` (the pool's) whole: `[]`
     fetches everything whatever the pool blocks."""
     problems = validate_payload(payload)
     if problems:
         raise BadInput("invalid payload: " + "; ".join(problems), reason="invalid_payload")
-    options: Mapping[str, Any] = payload if isinstance(payload, Mapping) else {}
+    try:
+        return _read_options(
+            payload if isinstance(payload, Mapping) else {},
+            default_timeout_seconds=default_timeout_seconds,
+            sealing_keys=sealing_keys,
+            default_block_resources=default_block_resources,
+        )
+    except WorkerError:
+        raise
+    except Exception as error:
+        # Validation passed, so this is a value no rule foresaw: the row's fault, not the loop's.
+        raise BadInput(
+            f"invalid payload: it could not be read ({type(error).__name__})",
+            reason="invalid_payload",
+        ) from error
+
+
+def _read_options(
+    options: Mapping[str, Any],
+    *,
+    default_timeout_seconds: float,
+    sealing_keys: SealingKeys | None,
+    default_block_resources: Sequence[str],
+) -> JobOptions:
     follow: FollowOptions | None = None
     if "follow" in options:
         raw = options["follow"]

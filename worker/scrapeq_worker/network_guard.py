@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
+from scrapeq_queue.urls import BAD_URL_REASON, target_problem
 
 from .errors import BlockedRequest, RetryLater
 
@@ -141,6 +142,10 @@ class NetworkGuard:
 
     def check_scheme(self, url: str) -> tuple[str, str, int]:
         """Return (scheme, host, port) of an http/https URL or raise BlockedRequest."""
+        # The rule a row's URL is held to at claim time, whatever a page's requests' length.
+        problem = target_problem(url, max_chars=None)
+        if problem is not None:
+            raise BlockedRequest(f"blocked request: {problem}", reason=BAD_URL_REASON)
         try:
             parts = urlsplit(url)
             port = parts.port

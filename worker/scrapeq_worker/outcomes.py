@@ -24,7 +24,7 @@ from scrapeq_queue import ClaimedJob, Completion, FollowUrl
 
 from .background import OnEnd
 from .errors import PermanentFailure, RetryLater
-from .following import followed_payload
+from .following import followed_rows
 from .http_status import SERVER_ERROR_REASONS
 from .metrics import WorkerMetrics
 from .queue_gateway import QueueGateway
@@ -82,10 +82,9 @@ class OutcomeReporter:
     async def succeeded(self, job: ClaimedJob, scraped: ScrapeResult, duration: float) -> None:
         if not self._still_ours(job):
             return
-        follow_payload = (
-            followed_payload(job.payload, scraped.follow) if scraped.follow is not None else None
+        follow = followed_rows(
+            job.payload, scraped.follow_urls, scraped.follow, owned=job.owner_uid is not None
         )
-        follow = [FollowUrl(url, payload=follow_payload) for url in scraped.follow_urls]
         try:
             current = await self._store_result(job, scraped, duration, follow)
         except Exception as error:

@@ -24,6 +24,7 @@ single read. Without the database (it is down) a process fetches the file itself
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -59,6 +60,9 @@ ROBOTS_USER_AGENT: Final = "scrapeq"
 DISALLOWED_REASON: Final = "robots_disallowed"
 UNAVAILABLE_REASON: Final = "robots_unavailable"
 
+# The problem stored with a lease given back after a failed fetch (a copy that has expired
+# already: nobody reads it, and the next row takes the lease).
+RELEASED: Final = "the fetch failed before the site answered"
 # Errors reading robots.txt that say nothing about the site (the pool's upstream proxy refused
 # the worker): the job fails with them as its page would, not as robots_unavailable.
 OWN_PROBLEMS: Final = frozenset({"upstream_proxy_error"})
@@ -82,7 +86,8 @@ class SharedRobots(Protocol):
         """The copy of `origin`'s file, or the lease to fetch it; None: no database."""
 
     async def store_robots_copy(self, origin: str, read: RobotsRead, ttl_seconds: float) -> None:
-        """Store what fetching `origin`'s file gave, for `ttl_seconds` (ends the lease)."""
+        """Store what fetching `origin`'s file gave, for `ttl_seconds` (ends the lease; with
+        0, only ends it)."""
 
 
 @dataclass(frozen=True)
@@ -196,7 +201,7 @@ class RobotsRules:
                     read = RobotsRead(copy.status, copy.body, copy.problem)
                     return self._from_read(read, copy.seconds_left), False
                 if copy.leased:
-                    read = await self._fetch_once(origin, fetch)
+                    read = await self._fetch_leased(origin, fetch, self._shared)
                     ttl = self._ttl if read.readable else self._unavailable_ttl
                     await self._shared.store_robots_copy(origin, read, ttl)
                     return self._from_read(read, ttl), True
@@ -205,6 +210,19 @@ class RobotsRules:
                 await asyncio.sleep(SHARED_POLL_SECONDS)
         read = await self._fetch_once(origin, fetch)
         return self._from_read(read, self._ttl if read.readable else self._unavailable_ttl), True
+
+    async def _fetch_leased(self, origin: str, fetch: Fetch, shared: SharedRobots) -> RobotsRead:
+        """Fetch the file while holding the cluster's lease on it. A fetch that ends in an
+        error of the job's own (the guard refused the target, the worker's upstream proxy
+        failed) says nothing about the site: the lease is given back at once, storing nothing
+        that lasts, so the next row of the origin fetches instead of waiting out the lease."""
+        try:
+            return await self._fetch_once(origin, fetch)
+        except Exception:
+            # Should the database not take it, the lease lapses on its own.
+            with contextlib.suppress(Exception):
+                await shared.store_robots_copy(origin, RobotsRead(None, problem=RELEASED), 0.0)
+            raise
 
     async def _fetch_once(self, origin: str, fetch: Fetch) -> RobotsRead:
         self.fetches += 1

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from .browser import BrowserPool
 from .extraction import PageOutcome, cap_result
-from .following import select_links
+from .following import FollowPlan, follow_dropped, plan_follow, select_links
 from .http_engine import HttpEngine
 from .job_options import FollowOptions, JobOptions
 from .metrics import WorkerMetrics
@@ -102,14 +102,20 @@ class Scraper:
             finally:
                 if gauge is not None:
                     gauge.dec()
-        follow_urls: list[str] = []
+        plan = FollowPlan(())
+        document = result_document(outcome, engine)
         if follow is not None and outcome.extracted is not None:
-            follow_urls = select_links(
+            chosen = select_links(
                 outcome.extracted.follow, follow, page_urls=(url, outcome.final_url or url)
             )
+            plan = plan_follow(chosen, follow, owned=owner is not None)
+            link_cap = self.browser.settings.max_links if options.render else self.http.max_links
+            dropped = follow_dropped(len(outcome.extracted.follow), link_cap, plan.dropped)
+            if dropped:
+                document["follow_dropped"] = dropped
         return ScrapeResult(
-            result=cap_result(result_document(outcome, engine), self.max_result_bytes),
-            follow_urls=tuple(follow_urls),
+            result=cap_result(document, self.max_result_bytes),
+            follow_urls=plan.urls,
             follow=follow,
         )
 

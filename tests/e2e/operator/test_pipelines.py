@@ -396,3 +396,40 @@ def test_a_payload_the_worker_would_refuse_fails_the_job_before_anything_is_queu
     assert "unknown payload option 'colour'" in ready["message"]
     assert "follow.include[0] '(unclosed' is not a valid regular expression" in ready["message"]
     assert rows_of(empty_database_url, uid_of(kubectl, "invalid", namespace)) == []
+
+
+@pytest.mark.timeout(120)
+def test_a_payload_past_a_bound_fails_the_job_with_the_words_a_worker_would_use(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+    shop: str,
+) -> None:
+    operator_factory(empty_database_url)
+    nested: object = []
+    for _ in range(40):
+        nested = [nested]
+    hostile = scrapejob(
+        "hostile",
+        url=shop + "/",
+        payload={"headers": {"X-A": "one\r\nX-B: two", "Bad Name": "v"}, "deep": nested},
+    )
+    apply_all(kubectl, namespace, hostile)
+
+    wait_for_phase(kubectl, namespace, ["hostile"], "Failed", timeout=60)
+    ready = condition(kubectl, "hostile", namespace, "Ready")
+    assert ready["reason"] == "InvalidSpec"
+    assert ready["message"] == "payload nests objects and arrays deeper than 32 levels"
+    assert rows_of(empty_database_url, uid_of(kubectl, "hostile", namespace)) == []
+
+    shallow = scrapejob(
+        "headers", url=shop + "/", payload={"headers": {"X-A": "one\r\nX-B: two", "Bad Name": "v"}}
+    )
+    apply_all(kubectl, namespace, shallow)
+    wait_for_phase(kubectl, namespace, ["headers"], "Failed", timeout=60)
+    message = condition(kubectl, "headers", namespace, "Ready")["message"]
+    assert (
+        "header 'X-A' must have a value of at most 8192 characters without line breaks" in message
+    )
+    assert "header name 'Bad Name' must be 1-256 letters, digits" in message

@@ -153,11 +153,6 @@ async def test_a_plain_insert_with_only_the_classic_columns_is_processed(
 @pytest.mark.parametrize(
     ("payload_sql", "expected"),
     [
-        (
-            '\'"{\\"render\\": false}"\'',
-            "payload must be a JSON object of options, got a JSON string",
-        ),
-        ("'[1, 2]'", "payload must be a JSON object of options, got a JSON array"),
         ("'{\"rendr\": true}'", "unknown payload option 'rendr'"),
         ('\'{"timeoutSeconds": "soon"}\'', "timeoutSeconds must be a number"),
     ],
@@ -495,6 +490,41 @@ async def test_followed_links_become_children_once_per_owner(async_connection: C
         "https://e.test/item/1": {"render": False},
         "https://e.test/item/2": {"render": True},
     }
+
+
+async def test_links_past_the_jobs_max_pages_are_dropped_and_the_result_says_how_many(
+    async_connection: Connection,
+) -> None:
+    owner = queue.Owner(uid="uid-cap", namespace="ns", name="job")
+    await queue.enqueue_for_owner(
+        async_connection, owner, ["https://e.test/a", "https://e.test/b"], payload={}
+    )
+    first, second = await claim_jobs(
+        async_connection, worker_id="w", queues=["default"], limit=2, lease_seconds=30
+    )
+    offered = [queue.FollowUrl(f"https://e.test/item/{n}") for n in range(5)]
+
+    for parent in (first, second):
+        assert await queue.complete_job(
+            async_connection,
+            parent.id,
+            parent.attempt,
+            result={"fields": {}},
+            duration_seconds=1,
+            follow_urls=[*offered, queue.FollowUrl(f"https://e.test/only-from/{parent.id}")],
+            follow_limit=3,
+        )
+
+    first_row = await fetch_row(async_connection, first.id)
+    second_row = await fetch_row(async_connection, second.id)
+    # Three of the first page's six links were queued; the second page's link of its own
+    # found the job's three pages taken (its five others were queued already or dropped).
+    assert first_row["result"] == {"fields": {}, "follow_dropped": {"max_pages": 3}}
+    assert second_row["result"] == {"fields": {}, "follow_dropped": {"max_pages": 3}}
+    cursor = await async_connection.execute(
+        "SELECT count(*) FROM scraping_jobs WHERE owner_uid = 'uid-cap' AND depth = 1"
+    )
+    assert await cursor.fetchone() == (3,)
 
 
 async def test_a_fenced_completion_adds_no_children(async_connection: Connection) -> None:

@@ -121,6 +121,7 @@ class HostileSite(ThreadedServer):
         app.router.add_get("/page/{name}", self._registered)
         app.router.add_get("/script/{name}", self._script)
         app.router.add_get("/redirect", self._redirect)
+        app.router.add_get("/redirect-loop", self._redirect_loop)
         app.router.add_get("/asset/{name}", self._asset)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
@@ -250,6 +251,11 @@ class HostileSite(ThreadedServer):
         """A same-site redirect to wherever `to` says."""
         self._count(request)
         raise web.HTTPFound(request.query["to"])
+
+    async def _redirect_loop(self, request: web.Request) -> web.Response:
+        """A redirect to itself, forever."""
+        self._count(request)
+        raise web.HTTPFound("/redirect-loop")
 
     async def _to_metadata(self, request: web.Request) -> web.Response:
         self._count(request)

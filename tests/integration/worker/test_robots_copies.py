@@ -156,3 +156,29 @@ async def test_a_robots_txt_with_nul_bytes_is_shared_without_them(database_url: 
                 await each.check(f"{ORIGIN}/private/1")
             await each.check(f"{ORIGIN}/public")
     assert site.fetches == 1
+
+
+class RefusedSite(Site):
+    """An origin the worker may not reach: every fetch fails at once, as the guard refuses."""
+
+    async def fetch(self, url: str) -> tuple[int, str]:
+        self.fetches += 1
+        raise PermanentFailure(f"{url} is a link-local address", reason="blocked_address")
+
+
+async def test_a_fetch_that_fails_gives_the_lease_back_so_the_next_row_does_not_wait(
+    database_url: str, async_connection: psycopg.AsyncConnection[Any]
+) -> None:
+    site = RefusedSite()
+    loop = asyncio.get_running_loop()
+    async with workers(database_url, site, 2) as (first, second):
+        started = loop.time()
+        for each in (first, second):  # one row each, one after the other
+            with pytest.raises(PermanentFailure, match="link-local"):
+                await each.check(f"{ORIGIN}/page")
+        elapsed = loop.time() - started
+    # Each row fetched and failed on its own; neither waited for the other's lease (15 s).
+    assert site.fetches == 2
+    assert elapsed < 2.0, f"the second row waited {elapsed:.1f}s"
+    copy = await queue.robots_copy(async_connection, ORIGIN, lease_seconds=0.5)
+    assert (copy.held, copy.leased) == (False, True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from scrapeq_queue import payload
 
 CRD_PATH = Path(__file__).resolve().parents[3] / "crds" / "scrapejobs.scrapeq.io.yaml"
 
@@ -84,3 +85,25 @@ def test_every_spec_field_but_the_operational_ones_is_guarded_by_the_immutabilit
         assert clause in rule, name
     for name in MUTABLE_SPEC_FIELDS:
         assert f"self.{name}" not in rule
+
+
+def test_the_crd_bounds_every_payload_field_as_the_queue_does() -> None:
+    """What kubectl refuses at apply time is what a worker would refuse in a row: the same
+    ranges (the CRD may be stricter: maxDepth starts at 1 there)."""
+    spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
+    follow = spec[".spec.follow"]["properties"]
+    assert follow["maxDepth"]["maximum"] == payload.MAX_FOLLOW_DEPTH
+    assert follow["maxPages"]["maximum"] == payload.MAX_FOLLOW_PAGES
+    assert follow["maxPages"]["default"] == payload.DEFAULT_FOLLOW_MAX_PAGES
+    assert follow["selector"]["maxLength"] == payload.MAX_SELECTOR_CHARS
+    assert spec[".spec.timeoutSeconds"]["maximum"] == payload.MAX_TIMEOUT_SECONDS
+    for extract in (spec[".spec.extract"], spec[".spec.follow.extract"]):
+        assert extract["maxProperties"] == payload.MAX_EXTRACT_FIELDS
+        field = extract["additionalProperties"]["properties"]
+        assert field["selector"]["maxLength"] == payload.MAX_SELECTOR_CHARS
+        assert field["attribute"]["maxLength"] == payload.MAX_ATTRIBUTE_CHARS
+        rule = extract["x-kubernetes-validations"][0]["rule"]
+        assert f"{{0,{payload.MAX_FIELD_NAME_CHARS - 1}}}" in rule
+    for patterns in (follow["include"], follow["exclude"]):
+        assert patterns["maxItems"] == payload.MAX_FOLLOW_PATTERNS
+        assert patterns["items"]["maxLength"] == payload.MAX_FOLLOW_PATTERN_CHARS

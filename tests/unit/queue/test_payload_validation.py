@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from scrapeq_queue import PAYLOAD_OPTIONS, validate_payload
+from scrapeq_queue.payload import UnreadablePayload, load_payload
 from scrapeq_queue.sealed_credentials import Credentials, SealingKeys
 
 
@@ -63,7 +64,7 @@ def test_an_unknown_option_is_reported_with_the_known_ones() -> None:
     ("payload", "fragment"),
     [
         ({"render": "yes"}, "render must be true or false"),
-        ({"waitFor": ""}, "waitFor must be a non-empty CSS selector"),
+        ({"waitFor": ""}, "waitFor must be a CSS selector string of 1-1024 characters"),
         ({"waitUntil": "idle"}, "waitUntil must be one of"),
         ({"timeoutSeconds": 0}, "timeoutSeconds must be a number above 0"),
         ({"timeoutSeconds": True}, "timeoutSeconds must be a number above 0"),
@@ -71,8 +72,11 @@ def test_an_unknown_option_is_reported_with_the_known_ones() -> None:
         ({"extract": {}}, "extract must be a non-empty object"),
         ({"extract": {"title": {"css": "h1"}}}, "extract.title has unknown keys: css"),
         ({"extract": {"title": 3}}, "extract.title must be a selector string"),
-        ({"follow": {"maxDepth": 1}}, "follow.selector must be a non-empty string"),
-        ({"follow": {"selector": "a", "maxPages": 0}}, "follow.maxPages must be an integer >= 1"),
+        ({"follow": {"maxDepth": 1}}, "follow.selector must be a string of 1-1024 characters"),
+        (
+            {"follow": {"selector": "a", "maxPages": 0}},
+            "follow.maxPages must be an integer from 1 to 100000",
+        ),
         ({"follow": {"selector": "a", "sameDomain": "yes"}}, "follow.sameDomain must be true"),
         ({"follow": {"selector": "a", "include": "/p/"}}, "follow.include must be a list"),
         (
@@ -118,3 +122,108 @@ def test_a_follow_pattern_python_accepts_but_re2_refuses_is_reported_with_the_re
 
 def test_a_pattern_that_backtracks_exponentially_in_python_is_accepted_for_re2() -> None:
     assert validate_payload({"follow": {"selector": "a", "include": ["(a+)+$"]}}) == []
+
+
+def _nested(levels: int) -> str:
+    return '{"extract": ' + "[" * levels + "]" * levels + "}"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('{"timeoutSeconds": 1' + "0" * 400 + "}", "a number of 401 digits"),
+        ('{"timeoutSeconds": ' + "9" * 5000 + "}", "a number of 5000 digits"),
+        ('{"timeoutSeconds": -' + "9" * 5000 + "}", "a number of 5000 digits"),
+        ('{"timeoutSeconds": 1e400}', "a number too large to represent"),
+        ('{"timeoutSeconds": NaN}', "NaN, which is not a JSON number"),
+        ('{"timeoutSeconds": Infinity}', "Infinity, which is not a JSON number"),
+        (_nested(3000), "deeper than 32 levels"),
+        (_nested(40), "deeper than 32 levels"),
+        ('{"headers": {"X": "' + "a" * 300_000 + '"}}', "at most 262144 are allowed"),
+        ("{not json", "payload is not readable JSON"),
+    ],
+)
+def test_a_payload_no_worker_could_load_is_read_as_a_problem_never_an_exception(
+    text: str, fragment: str
+) -> None:
+    loaded = load_payload(text.encode())
+    assert isinstance(loaded, UnreadablePayload)
+    (problem,) = validate_payload(loaded)
+    assert fragment in problem
+
+
+def test_a_payload_within_the_bounds_loads_as_its_value() -> None:
+    text = '{"timeoutSeconds": 12.5, "follow": {"selector": "a", "maxPages": 100000}}'
+    assert load_payload(text.encode()) == {
+        "timeoutSeconds": 12.5,
+        "follow": {"selector": "a", "maxPages": 100000},
+    }
+    assert load_payload(memoryview(b"null")) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "fragment"),
+    [
+        ({"timeoutSeconds": 10**5000}, "a number above 1e+15 in magnitude"),
+        ({"timeoutSeconds": 10**20}, "a number of 21 digits; numbers are at most 1e+15"),
+        ({"timeoutSeconds": float("inf")}, "too large to represent"),
+        ({"timeoutSeconds": float("nan")}, "NaN, which is not a JSON number"),
+        ({"timeoutSeconds": -5}, "timeoutSeconds must be a number above 0"),
+        ({"politeness": {"delaySeconds": 10**12}}, "delaySeconds must be a number from 0"),
+        ({"politeness": {"delaySeconds": -1}}, "delaySeconds must be a number from 0"),
+        ({"politeness": {"maxConcurrentPerHost": 10**12}}, "maxConcurrentPerHost must be"),
+        (
+            {"follow": {"selector": "a", "maxDepth": 1000}},
+            "follow.maxDepth must be an integer from 0 to 5",
+        ),
+        (
+            {"follow": {"selector": "a", "maxDepth": -1}},
+            "follow.maxDepth must be an integer from 0 to 5",
+        ),
+        (
+            {"follow": {"selector": "a", "maxPages": 10**9}},
+            "follow.maxPages must be an integer from 1 to 100000",
+        ),
+        ({"extract": {"x" * 5000: "h1"}}, "must have 1-63 characters"),
+        ({"extract": {"t": "h" * 2000}}, "extract.t must be a selector of 1-1024 characters"),
+        ({"extract": {"t": {"selector": "h1", "attribute": "a" * 300}}}, "at most 256 characters"),
+        ({"headers": {"X-A": "one\r\nX-Injected: two"}}, "without line breaks or NUL"),
+        ({"headers": {"X-A": "nul\x00"}}, "without line breaks or NUL"),
+        ({"headers": {"Bad Name": "v"}}, "must be 1-256 letters, digits"),
+        ({"headers": {"": "v"}}, "must be 1-256 letters, digits"),
+        ({"headers": {f"X-{n}": "v" for n in range(51)}}, "at most 50 header name"),
+        (
+            {
+                "extract": ["h1"] * 3,
+                "deep": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
+            },
+            "deeper than 32",
+        ),
+        ({"headers": {"X": "a" * 300_000}}, "at most 262144 are allowed"),
+        ({"render": {1, 2}}, "only JSON values"),
+        ({"extract": {1: "h1"}}, "only JSON values"),
+        ({"politeness": {None: 1}}, "only JSON values"),
+    ],
+)
+def test_every_number_size_and_depth_in_a_payload_is_bounded(
+    payload: dict[str, object], fragment: str
+) -> None:
+    problems = validate_payload(payload)
+    assert any(fragment in problem for problem in problems), problems
+
+
+def test_extract_fields_are_bounded_in_number_and_total_size() -> None:
+    (too_many,) = validate_payload({"extract": {f"f{n}": "h1" for n in range(10_000)}})
+    assert too_many == "extract has 10000 fields; at most 50 are allowed"
+    wide = {f"f{n}": "div > " * 60 for n in range(50)}  # 50 selectors of 360 characters
+    problems = validate_payload({"extract": wide, "follow": {"selector": "a", "extract": wide}})
+    assert any("at most 16384 are allowed" in problem for problem in problems), problems
+    assert validate_payload({"extract": {f"f{n}": "h1" for n in range(50)}}) == []
+
+
+def test_a_payload_with_thousands_of_problems_names_a_bounded_number_of_them() -> None:
+    problems = validate_payload({f"unknown{n}": n for n in range(5000)})
+    assert len(problems) == 21
+    assert problems[-1] == "and 4980 more problems"
+    (long_name,) = validate_payload({"x" * 100_000: 1})
+    assert len(long_name) < 300

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from scrapeq_queue import InvalidJob, normalise_url
+from scrapeq_queue.urls import target_problem
 
 
 @pytest.mark.parametrize(
@@ -29,3 +30,43 @@ def test_path_case_and_query_order_are_kept_because_sites_may_care() -> None:
 def test_a_blank_url_is_rejected() -> None:
     with pytest.raises(InvalidJob):
         normalise_url("   ")
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("http://[::1/", "cannot be parsed: Invalid IPv6 URL"),
+        ("http://shop.example:0/", "has port 0"),
+        ("http://shop.example:25/", "uses port 25, another protocol's port"),
+        ("https://shop.example:6667/", "uses port 6667"),
+        ("http://shop.example:99999/", "Port out of range"),
+        ("http://shop.example:eighty/", "Port could not be cast"),
+        ("http:///path", "has no host"),
+        ("https://shop..example/", "is not a valid DNS name"),
+        ("https://" + "x" * 64 + ".example/", "is not a valid DNS name"),
+        ("https://\u2024.example/", "is not a valid DNS name"),
+        ("https://shop.example/a\r\nb", "contains control characters"),
+        ("https://shop.example/" + "a" * 9000, "at most 8192 are allowed"),
+    ],
+)
+def test_a_url_no_engine_can_fetch_is_named_with_its_problem(url: str, fragment: str) -> None:
+    problem = target_problem(url)
+    assert problem is not None
+    assert fragment in problem
+    assert len(problem) < 400
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://shop.example/",
+        "https://shop.example./fully-qualified",
+        "https://bücher.example/",
+        "http://127.0.0.2:8080/x",
+        "http://[fe80::1]/",
+        "https://shop.example:65535/",
+        "file:///etc/passwd",  # the network guard's to refuse (blocked_scheme)
+    ],
+)
+def test_a_url_an_engine_may_try_has_no_problem(url: str) -> None:
+    assert target_problem(url) is None

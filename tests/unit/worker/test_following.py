@@ -7,7 +7,15 @@ import time
 import pytest
 from scrapeq_queue.payload import compile_url_pattern
 from scrapeq_worker.errors import BadInput
-from scrapeq_worker.following import followed_payload, select_links
+from scrapeq_worker.following import (
+    FollowPlan,
+    follow_dropped,
+    followed_payload,
+    followed_rows,
+    page_budgets,
+    plan_follow,
+    select_links,
+)
 from scrapeq_worker.job_options import FollowOptions, options_from_payload
 
 LINKS = [
@@ -113,3 +121,68 @@ def test_a_pattern_re2_cannot_run_is_refused_as_bad_input_naming_the_reason(
     assert refused_for in message
     assert "RE2 syntax" in message
     assert caught.value.reason == "invalid_payload"
+
+
+def test_a_budget_is_split_as_evenly_as_it_goes_and_adds_up() -> None:
+    assert page_budgets(3, 10) == [4, 3, 3]
+    assert page_budgets(4, 2) == [1, 1, 0, 0]
+    assert page_budgets(2, 0) == [0, 0]
+    assert page_budgets(0, 5) == []
+
+
+def test_a_row_without_an_owner_queues_at_most_its_max_pages_links_and_says_how_many_not() -> None:
+    links = [f"https://shop.example/{n}" for n in range(30)]
+    plan = plan_follow(links, follow(max_pages=12), owned=False)
+    assert plan == FollowPlan(tuple(links[:12]), dropped=18)
+    # A ScrapeJob's rows offer every link: the queue counts the job's pages as a whole.
+    assert plan_follow(links, follow(max_pages=12), owned=True) == FollowPlan(tuple(links))
+
+
+def test_a_page_that_fills_the_link_cap_or_the_budget_says_so_in_its_result() -> None:
+    assert follow_dropped(12, 500, 0) == {}
+    assert follow_dropped(500, 500, 0) == {"link_cap": 500}
+    assert follow_dropped(500, 500, 7) == {"link_cap": 500, "max_pages": 7}
+
+
+def test_a_classic_crawl_30_links_wide_and_5_deep_queues_exactly_its_max_pages() -> None:
+    # Every page links to 30 new pages; the crawl may go 5 deep and queue 100 pages in all.
+    root = {"follow": {"selector": "a", "maxDepth": 5, "maxPages": 100}, "extract": {"t": "h1"}}
+    pending: list[tuple[dict[str, object], int]] = [(root, 0)]
+    queued = 0
+    counter = iter(range(10**6))
+    while pending:
+        payload, depth = pending.pop()
+        options = options_from_payload(payload, default_timeout_seconds=30)
+        if options.follow is None or depth >= options.follow.max_depth:
+            continue
+        links = [f"https://shop.example/{next(counter)}" for _ in range(30)]
+        plan = plan_follow(links, options.follow, owned=False)
+        rows = followed_rows(payload, plan.urls, options.follow, owned=False)
+        queued += len(rows)
+        pending.extend((dict(row.payload or payload), depth + 1) for row in rows)
+    assert queued == 100
+
+
+def test_followed_rows_of_a_classic_row_carry_what_is_left_of_the_budget() -> None:
+    payload = {"follow": {"selector": "a", "maxPages": 7, "extract": {"n": "h1"}}}
+    options = options_from_payload(payload, default_timeout_seconds=30)
+    assert options.follow is not None
+    rows = followed_rows(
+        payload, ["https://a.example/1", "https://a.example/2"], options.follow, owned=False
+    )
+    assert [row.payload for row in rows] == [
+        {
+            "follow": {"selector": "a", "maxPages": 3, "extract": {"n": "h1"}},
+            "extract": {"n": "h1"},
+        },
+        {
+            "follow": {"selector": "a", "maxPages": 2, "extract": {"n": "h1"}},
+            "extract": {"n": "h1"},
+        },
+    ]
+    last = followed_rows(
+        payload, [f"https://a.example/{n}" for n in range(7)], options.follow, owned=False
+    )
+    assert all(row.payload == {"extract": {"n": "h1"}} for row in last)
+    owned = followed_rows(payload, ["https://a.example/1"], options.follow, owned=True)
+    assert owned[0].payload == {**payload, "extract": {"n": "h1"}}

@@ -87,3 +87,24 @@ async def test_a_name_is_judged_by_the_addresses_it_resolves_to() -> None:
 def test_a_malformed_allow_list_names_the_bad_entry() -> None:
     with pytest.raises(ValueError, match=r"'10\.0\.0\.0/33'"):
         parse_networks("127.0.0.0/8,10.0.0.0/33")
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("http://[::1/", "Invalid IPv6 URL"),
+        ("http://shop.example:0/", "has port 0"),
+        ("https://shop..example/img.png", "is not a valid DNS name"),
+    ],
+)
+def test_a_redirect_hop_or_request_no_engine_can_fetch_is_a_bad_url(
+    url: str, fragment: str
+) -> None:
+    with pytest.raises(BlockedRequest, match=fragment) as refused:
+        NetworkGuard().check_scheme(url)
+    assert refused.value.reason == "bad_url"
+
+
+def test_a_pages_own_long_request_is_not_held_to_a_rows_length() -> None:
+    url = "https://shop.example/pixel?" + "a" * 20_000
+    assert NetworkGuard().check_scheme(url) == ("https", "shop.example", 443)

@@ -13,6 +13,7 @@ from scrapeq_worker.http_status import (
     MAX_RETRY_AFTER_SECONDS,
     check_status,
     is_html,
+    navigation_failure,
     parse_retry_after,
 )
 from scrapeq_worker.job_options import options_from_payload
@@ -156,3 +157,23 @@ def test_a_row_that_says_nothing_about_waiting_waits_for_network_idle_like_the_c
     payload: object, wait_until: str
 ) -> None:
     assert options_from_payload(payload, default_timeout_seconds=30).wait_until == wait_until
+
+
+@pytest.mark.parametrize(
+    ("error_text", "kind", "reason"),
+    [
+        (
+            "net::ERR_TOO_MANY_REDIRECTS at http://a.example/",
+            PermanentFailure,
+            "too_many_redirects",
+        ),
+        ("net::ERR_INVALID_URL at http://a.example/", PermanentFailure, "bad_url"),
+        ("net::ERR_CONNECTION_REFUSED at http://a.example/", RetryLater, "network_error"),
+    ],
+)
+def test_a_failed_navigation_gets_the_kind_and_reason_the_plain_http_engine_gives(
+    error_text: str, kind: type, reason: str
+) -> None:
+    error = navigation_failure("http://a.example/", error_text)
+    assert type(error) is kind
+    assert error.reason == reason

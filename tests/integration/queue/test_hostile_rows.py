@@ -1,0 +1,187 @@
+"""Rows written by plain SQL that no worker could load fail alone; their neighbours are claimed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+import scrapeq_queue as queue
+
+pytestmark = pytest.mark.postgres
+
+Connection = psycopg.AsyncConnection[Any]
+
+# Payloads PostgreSQL stores without complaint and that each broke a whole claim once.
+HOSTILE_PAYLOADS = {
+    "a number PostgreSQL prints with 401 digits": (
+        """'{"timeoutSeconds": 1e400}'""",
+        "a number of 401 digits",
+    ),
+    "a 5,000-digit integer": (
+        "('{\"timeoutSeconds\": ' || repeat('9', 5000) || '}')",
+        "a number of 5000 digits",
+    ),
+    "a negative 5,000-digit delay": (
+        "('{\"politeness\": {\"delaySeconds\": -' || repeat('9', 5000) || '}}')",
+        "a number of 5000 digits",
+    ),
+    "a timeout of a million seconds": (
+        """'{"timeoutSeconds": 1000000}'""",
+        "timeoutSeconds must be a number above 0 and at most 600",
+    ),
+    "a crawl 1000 links deep": (
+        """'{"follow": {"selector": "a", "maxDepth": 1000, "maxPages": 30}}'""",
+        "follow.maxDepth must be an integer from 0 to 5",
+    ),
+    "a header value with a line break": (
+        """'{"headers": {"X-A": "one\\r\\nX-B: two"}}'""",
+        "without line breaks or NUL",
+    ),
+}
+
+
+async def insert_row(connection: Connection, url: str, payload_sql: str) -> int:
+    cursor = await connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
+        f"VALUES (%s, 'p', {payload_sql}::jsonb) RETURNING id",
+        (url,),
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def failure_of(connection: Connection, job_id: int) -> tuple[str, str | None, str | None]:
+    cursor = await connection.execute(
+        "SELECT status::text, last_error_reason, last_error FROM scraping_jobs WHERE id = %s",
+        (job_id,),
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return row[0], row[1], row[2]
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_PAYLOADS))
+async def test_a_row_no_worker_could_load_fails_alone_and_its_neighbours_are_claimed(
+    async_connection: Connection, case: str
+) -> None:
+    payload_sql, fragment = HOSTILE_PAYLOADS[case]
+    before = await queue.enqueue(async_connection, "https://e.test/before")
+    hostile = await insert_row(async_connection, "https://e.test/hostile", payload_sql)
+    after = await queue.enqueue(async_connection, "https://e.test/after")
+
+    jobs = await queue.claim_jobs(
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=10,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
+    )
+
+    assert sorted(job.id for job in jobs) == sorted([before, after])
+    status, reason, error = await failure_of(async_connection, hostile)
+    assert (status, reason) == ("failed", "invalid_payload")
+    assert error is not None
+    assert fragment in error
+    assert len(error) < 1000
+
+
+async def test_a_row_nested_deeper_than_the_bound_fails_alone_when_it_predates_the_check(
+    async_connection: Connection,
+) -> None:
+    # Migration 0010 refuses such a payload at INSERT; a row written before it is still read.
+    await async_connection.execute(
+        "ALTER TABLE scraping_jobs DROP CONSTRAINT scrapeq_jobs_payload_bounded"
+    )
+    healthy = await queue.enqueue(async_connection, "https://e.test/healthy")
+    deep = await insert_row(
+        async_connection,
+        "https://e.test/deep",
+        "('{\"extract\": ' || repeat('[', 3000) || repeat(']', 3000) || '}')",
+    )
+
+    jobs = await queue.claim_jobs(
+        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+    )
+
+    assert [job.id for job in jobs] == [healthy]
+    status, reason, error = await failure_of(async_connection, deep)
+    assert (status, reason) == ("failed", "invalid_payload")
+    assert error == "invalid payload: payload nests objects and arrays deeper than 32 levels"
+
+
+async def test_a_row_due_since_minus_infinity_is_claimed_like_any_other(
+    async_connection: Connection,
+) -> None:
+    cursor = await async_connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, run_at) "
+        "VALUES ('https://e.test/always', 'p', '-infinity') RETURNING id"
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    healthy = await queue.enqueue(async_connection, "https://e.test/healthy")
+
+    jobs = await queue.claim_jobs(
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=10,
+        lease_seconds=30,
+        politeness=queue.NO_HOST_LIMIT,
+    )
+
+    assert sorted(job.id for job in jobs) == sorted([row[0], healthy])
+    (ancient,) = [job for job in jobs if job.id == row[0]]
+    assert ancient.run_at.year == 1
+
+
+def nested_payload_sql(containers: int) -> str:
+    """A payload whose `extract` holds arrays nested so that `containers` levels of objects
+    and arrays exist, the payload itself counted."""
+    inner = containers - 1
+    return f"('{{\"extract\": ' || repeat('[', {inner}) || repeat(']', {inner}) || '}}')"
+
+
+@pytest.mark.parametrize(
+    ("payload_sql", "constraint", "problem"),
+    [
+        ("'[1, 2]'", "scrapeq_jobs_payload_is_object", "got a JSON array"),
+        ("'\"render\"'", "scrapeq_jobs_payload_is_object", "got a JSON string"),
+        (
+            "('{\"headers\": {\"X\": \"' || repeat('a', 262144) || '\"}}')",
+            "scrapeq_jobs_payload_bounded",
+            "at most 262144 are allowed",
+        ),
+        (nested_payload_sql(33), "scrapeq_jobs_payload_bounded", "deeper than 32 levels"),
+        (nested_payload_sql(3000), "scrapeq_jobs_payload_bounded", "deeper than 32 levels"),
+    ],
+)
+async def test_the_table_refuses_at_insert_a_payload_the_claim_would_fail(
+    async_connection: Connection, payload_sql: str, constraint: str, problem: str
+) -> None:
+    cursor = await async_connection.execute(f"SELECT {payload_sql}::jsonb::text")
+    row = await cursor.fetchone()
+    assert row is not None
+    (validated,) = queue.validate_payload(queue.load_payload(row[0]))
+    assert problem in validated
+
+    with pytest.raises(psycopg.errors.CheckViolation, match=constraint):
+        await insert_row(async_connection, "https://e.test/refused", payload_sql)
+
+
+async def test_the_table_and_the_claim_draw_the_depth_bound_at_the_same_level(
+    async_connection: Connection,
+) -> None:
+    deepest = await insert_row(async_connection, "https://e.test/32", nested_payload_sql(32))
+    cursor = await async_connection.execute(
+        "SELECT payload::text FROM scraping_jobs WHERE id = %s", (deepest,)
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    problems = queue.validate_payload(queue.load_payload(row[0]))
+    assert problems  # extract is not an object...
+    assert not any("deeper" in problem for problem in problems), problems  # ...but not too deep
+    with pytest.raises(psycopg.errors.CheckViolation):
+        await insert_row(async_connection, "https://e.test/33", nested_payload_sql(33))

@@ -1,0 +1,93 @@
+"""No payload, however large, deep or malformed, makes the worker raise anything but its own
+errors: `options_from_payload` either returns options or says what is wrong with the row."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from scrapeq_queue.payload import PAYLOAD_OPTIONS, load_payload
+from scrapeq_queue.sealed_credentials import SealingKeys
+from scrapeq_worker.errors import BadInput, WorkerError
+from scrapeq_worker.job_options import JobOptions, options_from_payload
+
+HOSTILE_VALUES: list[object] = [
+    10**5000,
+    -(10**5000),
+    10**16,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+    -1,
+    0,
+    1.5,
+    True,
+    None,
+    "",
+    " ",
+    "x" * 300_000,
+    "\r\n",
+    "\x00",
+    [],
+    [[[[]]]],
+    [{}],
+    [10**5000],
+    {},
+    {"": ""},
+    {"selector": 10**5000},
+    {"selector": "a", "maxDepth": 10**5000, "maxPages": float("inf")},
+    {"selector": "a", "maxDepth": 1000, "maxPages": 30},
+    {"selector": "a", "include": ["(a+)+$", "\\1"], "extract": {"t": {"selector": []}}},
+    {"maxConcurrentPerHost": float("nan"), "delaySeconds": -(10**5000)},
+    {"t": {"selector": "h1", "attribute": 10**5000, "all": "yes"}},
+    {"X-Header": "v\r\nInjected: 1"},
+    {f"f{n}": "h1" for n in range(10_000)},
+]
+
+KEYS = SealingKeys.from_text(SealingKeys.generate())
+
+
+@pytest.mark.parametrize("option", sorted(PAYLOAD_OPTIONS))
+def test_every_option_with_any_hostile_value_gives_options_or_a_worker_error(
+    option: str,
+) -> None:
+    outcomes: list[object] = []
+    for value in HOSTILE_VALUES:
+        try:
+            outcomes.append(
+                options_from_payload({option: value}, default_timeout_seconds=30, sealing_keys=KEYS)
+            )
+        except WorkerError as error:
+            outcomes.append(error)
+    assert all(isinstance(outcome, JobOptions | WorkerError) for outcome in outcomes)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        *(value for value in HOSTILE_VALUES if value not in ({}, None)),
+        {f"option{n}": n for n in range(5000)},
+        dict(itertools.islice(zip(PAYLOAD_OPTIONS, HOSTILE_VALUES, strict=False), 20)),
+    ],
+    ids=lambda payload: type(payload).__name__,
+)
+def test_a_hostile_payload_as_a_whole_is_bad_input_with_a_bounded_message(
+    payload: object,
+) -> None:
+    with pytest.raises(BadInput) as raised:
+        options_from_payload(payload, default_timeout_seconds=30, sealing_keys=KEYS)
+    assert raised.value.reason == "invalid_payload"
+    assert len(raised.value.message) < 5000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"timeoutSeconds": ' + b"9" * 5000 + b"}",
+        b'{"follow": ' + b"[" * 3000 + b"]" * 3000 + b"}",
+        b'{"timeoutSeconds": 1' + b"0" * 400 + b"}",
+    ],
+)
+def test_a_row_the_queue_could_not_load_is_bad_input_for_the_worker(text: bytes) -> None:
+    with pytest.raises(BadInput, match="invalid payload: payload "):
+        options_from_payload(load_payload(text), default_timeout_seconds=30)
