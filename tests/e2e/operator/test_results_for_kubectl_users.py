@@ -19,10 +19,10 @@ from tests.e2e.operator.operator_parts import (
     REPOSITORY_ROOT,
     Kubectl,
     OperatorProcess,
-    poll,
     scrapejob,
     work_rows,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -45,15 +45,15 @@ def test_a_succeeded_jobs_results_stream_as_json_lines_from_the_operators_enviro
     manifest = scrapejob("laptops", urls=urls)
     manifest["metadata"]["namespace"] = namespace
     kubectl.create(manifest)
-    poll(
+    eventually_blocking(
         lambda: (
             len(work_rows(database_url)) == 0
             and kubectl.get("scrapejob", "laptops", namespace).get("status", {}).get("phase")
             == "Succeeded"
         ),
-        timeout=60,
+        within=60,
         what="the job to be worked and Succeeded",
-        interval=0.5,
+        every=0.5,
     )
 
     # The documented command, as `kubectl exec deploy/scrapeq-operator -- scrapeq export

@@ -13,7 +13,9 @@ from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 from websockets.client import connect as websocket_connect
 
-from .conftest import Connection, eventually, job_row, run_burst
+from tests.waiting import eventually
+
+from .conftest import Connection, job_row, run_burst
 from .site import HostileSite
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium]
