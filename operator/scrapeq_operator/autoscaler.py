@@ -71,6 +71,19 @@ class _PoolState:
     bad_policy: str | None = None
 
 
+def backlog_states(backlog: QueueBacklog) -> dict[str, int]:
+    """A queue's live rows by the backlog gauge's states. They do not overlap, so a sum over
+    them counts every live row once: the due rows are startable + throttled (held back by
+    their site's limit or delay), the pending rest is delayed, and processing is apart."""
+    startable = min(backlog.startable, backlog.due_pending)
+    return {
+        "startable": startable,
+        "throttled": backlog.due_pending - startable,
+        "delayed": backlog.delayed_pending,
+        "processing": backlog.processing,
+    }
+
+
 class Autoscaler:
     """Scale every worker pool to its backlog; `run` loops, `scale_round` is one pass."""
 
@@ -130,10 +143,8 @@ class Autoscaler:
         for queue in [*served, *self._reported_queues]:
             backlog.setdefault(queue, QueueBacklog(0, 0, 0, None))
         for queue, numbers in backlog.items():
-            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "due").set(numbers.due_pending)
-            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "startable").set(numbers.startable)
-            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "delayed").set(numbers.delayed_pending)
-            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "processing").set(numbers.processing)
+            for state, count in backlog_states(numbers).items():
+                metrics.QUEUE_BACKLOG_JOBS.labels(queue, state).set(count)
             metrics.QUEUE_OLDEST_DUE_AGE_SECONDS.labels(queue).set(
                 numbers.oldest_due_age_seconds or 0.0
             )
@@ -233,18 +244,18 @@ class Autoscaler:
         decision = decide_replicas(
             current=deployment.replicas, work=work, now=now, policy=policy, memory=state.memory
         )
-        pool = f"{deployment.namespace}/{deployment.name}"
-        metrics.POOL_CURRENT_REPLICAS.labels(pool).set(decision.current)
-        metrics.POOL_DESIRED_REPLICAS.labels(pool).set(decision.desired)
-        metrics.POOL_MAX_REPLICAS.labels(pool).set(policy.max_replicas)
+        pool = (deployment.namespace, deployment.name)
+        metrics.POOL_CURRENT_REPLICAS.labels(*pool).set(decision.current)
+        metrics.POOL_DESIRED_REPLICAS.labels(*pool).set(decision.desired)
+        metrics.POOL_MAX_REPLICAS.labels(*pool).set(policy.max_replicas)
 
         if decision.changes_replicas:
             if decision.desired < decision.current:
                 await self._mark_idle_pods(deployment, queues)
             await cluster.scale_deployment(deployment.namespace, deployment.name, decision.desired)
             logger.info(
-                "scaled %s from %d to %d (%s, work=%s)",
-                pool,
+                "scaled %s/%s from %d to %d (%s, work=%s)",
+                *pool,
                 decision.current,
                 decision.desired,
                 decision.reason,

@@ -108,8 +108,16 @@ def test_replicas_follow_the_backlog_up_down_to_zero_and_hold_during_an_outage(
     _enqueue(database_url, 4, "second")
     _wait_for_replicas(kubectl, namespace, 2)
     metrics = operator.metrics()
-    assert f'scrapeq_operator_pool_desired_replicas{{pool="{namespace}/scrapers"}} 2.0' in metrics
-    assert f'scrapeq_operator_queue_backlog_jobs{{queue="{QUEUE}",state="due"}} 4.0' in metrics
+    pool = f'deployment="scrapers",namespace="{namespace}"'
+    assert f"scrapeq_operator_pool_desired_replicas{{{pool}}} 2.0" in metrics
+    # Each row is of a site of its own: all four are startable, none throttled, and the states
+    # add up to the live rows.
+    assert (
+        f'scrapeq_operator_queue_backlog_jobs{{queue="{QUEUE}",state="startable"}} 4.0' in metrics
+    )
+    assert (
+        f'scrapeq_operator_queue_backlog_jobs{{queue="{QUEUE}",state="throttled"}} 0.0' in metrics
+    )
 
     restartable_postgres.stop_server("immediate")
     eventually_blocking(

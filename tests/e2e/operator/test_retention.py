@@ -105,9 +105,9 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
     )
     expected_pruned = len(ROWS) - len(KEPT)
     eventually_blocking(
-        lambda: pruned_metric(operator, "rows") == expected_pruned,
+        lambda: pruned_metric(operator, "jobs") == expected_pruned,
         within=10,
-        what=f"scrapeq_operator_retention_pruned_rows_total to reach {expected_pruned}",
+        what=f"scrapeq_operator_retention_pruned_jobs_total to reach {expected_pruned}",
     )
     eventually_blocking(
         lambda: known_hosts(empty_database_url) == {"e.test", "recent.test"},

@@ -105,7 +105,9 @@ def test_a_job_on_a_queue_no_pool_serves_is_reported_until_a_pool_appears(
     assert "queue shop" in events[0]["message"]
 
     metrics = operator.metrics()
-    assert _metric(metrics, "scrapeq_operator_queue_backlog_jobs", queue="shop", state="due") == 1
+    backlog = "scrapeq_operator_queue_backlog_jobs"
+    assert _metric(metrics, backlog, queue="shop", state="startable") == 1
+    assert _metric(metrics, backlog, queue="shop", state="throttled") == 0
     assert _metric(metrics, "scrapeq_operator_queue_worker_pools", queue="shop") == 0
     assert "queue shop has 1 due rows and no worker pool serves it" in operator.log_tail(50_000)
 
