@@ -1,6 +1,6 @@
 """Results for a user with only Kubernetes access: `kubectl exec deploy/<release>-operator --
-scrapeq export -n NAMESPACE NAME` runs `scrapeq export` in the operator's pod, with nothing but the pod's
-environment (DATABASE_URL from the chart's Secret, no kubeconfig, no namespace). The real node
+scrapeq export -n NAMESPACE NAME` runs `scrapeq export` in the operator's pod, with nothing but
+the pod's environment (DATABASE_URL from the chart's Secret, no kubeconfig). The real node
 test runs it through kubectl exec; here the same command runs with the same environment on the
 real parts (kube-apiserver, PostgreSQL, the operator process), after a ScrapeJob succeeded.
 """
