@@ -12,7 +12,7 @@ from typing import Any, Final, Protocol
 
 import re2
 
-from scrapeq_queue.politeness import MAX_CONCURRENT_PER_HOST_LIMIT, MAX_DELAY_SECONDS
+from scrapeq_queue.politeness import site_delay_problem, site_limit_problem
 from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
 
 WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "networkidle2")
@@ -184,23 +184,12 @@ def _check_politeness(value: object) -> list[str]:
     unknown = sorted(set(value) - POLITENESS_KEYS)
     if unknown:
         problems.append(f"politeness has unknown keys: {', '.join(unknown)}")
-    if "maxConcurrentPerHost" in value:
-        limit = value["maxConcurrentPerHost"]
-        if (
-            not isinstance(limit, int)
-            or isinstance(limit, bool)
-            or not 1 <= limit <= MAX_CONCURRENT_PER_HOST_LIMIT
-        ):
-            problems.append(
-                "politeness.maxConcurrentPerHost must be an integer from 1 to "
-                f"{MAX_CONCURRENT_PER_HOST_LIMIT}"
-            )
-    if "delaySeconds" in value:
-        delay = value["delaySeconds"]
-        if not _is_number(delay) or not 0 <= float(delay) <= MAX_DELAY_SECONDS:
-            problems.append(
-                f"politeness.delaySeconds must be a number from 0 to {MAX_DELAY_SECONDS:g}"
-            )
+    for key, check in (
+        ("maxConcurrentPerHost", site_limit_problem),
+        ("delaySeconds", site_delay_problem),
+    ):
+        if key in value and (problem := check(value[key])):
+            problems.append(f"politeness.{key} {problem}")
     if "respectRobotsTxt" in value and not isinstance(value["respectRobotsTxt"], bool):
         problems.append("politeness.respectRobotsTxt must be true or false")
     return problems

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from scrapeq_queue import DatabaseUnavailable, inspection
+from scrapeq_queue.options import parse_names
 from scrapeq_queue.rows import QueueBacklog
 
 from scrapeq_operator import metrics
@@ -58,9 +59,7 @@ DEFAULT_QUEUE = "default"
 def queues_of(deployment: WorkerDeployment) -> tuple[str, ...]:
     """The queues a pool serves: its scrapeq.io/queue annotation (comma-separated, as the
     chart writes a pool's queue list), else `default`."""
-    raw = deployment.annotations.get(QUEUE_ANNOTATION) or ""
-    queues = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
-    return queues or (DEFAULT_QUEUE,)
+    return parse_names(deployment.annotations.get(QUEUE_ANNOTATION) or "") or (DEFAULT_QUEUE,)
 
 
 @dataclass

@@ -83,7 +83,8 @@ RETENTION_PRUNED_JOBS_TOTAL = Counter(
 )
 RETENTION_PRUNED_HOSTS_TOTAL = Counter(
     "scrapeq_operator_retention_pruned_hosts_total",
-    "Hosts whose politeness state the periodic retention deleted after they were idle for long.",
+    "Sites whose politeness state (a row of scrapeq_hosts) the periodic retention deleted after "
+    "they were idle for long.",
     registry=REGISTRY,
 )
 

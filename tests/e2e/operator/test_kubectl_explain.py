@@ -32,3 +32,17 @@ def test_kubectl_explain_describes_the_field(kubectl: Kubectl, field: str) -> No
     )
     description = result.stdout.split("DESCRIPTION:", 1)[1].strip()
     assert len(description.split()) >= 4, f"{field} has no real description:\n{result.stdout}"
+
+
+def test_kubectl_explain_says_what_a_site_s_limit_counts(kubectl: Kubectl) -> None:
+    field = "scrapejob.spec.politeness.maxConcurrentPerHost"
+    result = eventually_blocking(
+        lambda: (answer := kubectl.run("explain", field, check=False)).returncode == 0 and answer,
+        within=60,
+        what=f"kubectl explain {field}",
+        every=1,
+    )
+    description = " ".join(result.stdout.split("DESCRIPTION:", 1)[1].split())
+    assert "one site" in description
+    assert "across every worker of the cluster (1-1000)" in description
+    assert "A site is a registrable domain" in description
