@@ -32,14 +32,16 @@ class Panel:
 PANELS = (
     Panel(
         "Backlog by queue and state",
-        "Rows waiting (due now, delayed by backoff or schedule) and running, per queue.",
+        "Live jobs per queue by state: startable now, throttled (due, held back by their site's "
+        "limit or delay), delayed (by backoff or schedule) and processing. The states do not "
+        "overlap: stacked, they are the whole backlog.",
         (("{{queue}} {{state}}", f"sum by (queue, state) (scrapeq_operator_queue_backlog_jobs{{{QUEUE_FILTER}}})"),),
     ),
     Panel(
         "Due vs delayed",
-        "Pending rows that can run now against those waiting for their run_at.",
+        "Pending jobs that are due (startable or throttled) against those waiting for their run_at.",
         (
-            ("due", f'sum(scrapeq_operator_queue_backlog_jobs{{{QUEUE_FILTER}, state="due"}})'),
+            ("due", f'sum(scrapeq_operator_queue_backlog_jobs{{{QUEUE_FILTER}, state=~"startable|throttled"}})'),
             ("delayed", f'sum(scrapeq_operator_queue_backlog_jobs{{{QUEUE_FILTER}, state="delayed"}})'),
         ),
     ),
@@ -80,10 +82,10 @@ PANELS = (
     ),
     Panel(
         "Worker replicas: desired vs current",
-        "What the autoscaler wants per pool against what the Deployment has.",
+        "What the autoscaler wants per pool against what the Deployment has; a pool's namespace is its Deployment's.",
         (
-            ("desired {{pool}}", f"sum by (pool) (scrapeq_operator_pool_desired_replicas{{{NAMESPACE_FILTER}}})"),
-            ("current {{pool}}", f"sum by (pool) (scrapeq_operator_pool_current_replicas{{{NAMESPACE_FILTER}}})"),
+            ("desired {{namespace}}/{{deployment}}", f"sum by (namespace, deployment) (scrapeq_operator_pool_desired_replicas{{{NAMESPACE_FILTER}}})"),
+            ("current {{namespace}}/{{deployment}}", f"sum by (namespace, deployment) (scrapeq_operator_pool_current_replicas{{{NAMESPACE_FILTER}}})"),
         ),
     ),
     Panel(
@@ -106,9 +108,9 @@ PANELS = (
         unit="ops",
     ),
     Panel(
-        "Rows pruned by retention",
-        "Finished rows the operator's retention deleted (completed past their age, failed beyond the newest N per queue).",
-        (("pruned", f"sum(increase(scrapeq_operator_retention_pruned_rows_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),),
+        "Jobs pruned by retention",
+        "Finished jobs the operator's retention deleted (completed past their age, failed beyond the newest N per queue).",
+        (("pruned", f"sum(increase(scrapeq_operator_retention_pruned_jobs_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),),
     ),
 )  # fmt: skip
 

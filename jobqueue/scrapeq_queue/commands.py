@@ -11,7 +11,7 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Final, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from scrapeq_queue.connections import Connection, current_schema_connection, describe_conninfo
 from scrapeq_queue.dead_jobs import failed_jobs, retry_failed
@@ -25,6 +25,7 @@ from scrapeq_queue.exports import (
     write_jsonl,
 )
 from scrapeq_queue.inspection import database_now, latest_failures, queue_stats
+from scrapeq_queue.kubectl_context import current_namespace
 from scrapeq_queue.maintenance import prune_finished, prune_idle_hosts
 from scrapeq_queue.migrations import SCHEMA_VERSION, migrate
 from scrapeq_queue.output_files import AtomicFile
@@ -33,9 +34,6 @@ from scrapeq_queue.producers import enqueue_many
 from scrapeq_queue.rows import FailedJob
 
 _T = TypeVar("_T")
-
-# Where a ScrapeJob named without a namespace lives, as with kubectl.
-DEFAULT_NAMESPACE: Final = "default"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,8 +111,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=(
             "Export the completed pages of a ScrapeJob, found by its rows' owner (no Kubernetes "
             "access needed). SCRAPEJOB (NAME or NAMESPACE/NAME) means the most recently "
-            "created ScrapeJob of that name; --owner NAMESPACE/NAME exports the rows of every "
-            "ScrapeJob that ever had that name."
+            "created ScrapeJob of that name; NAME alone is looked up in the current namespace, "
+            "as kubectl does (the kubeconfig's context, else the pod's own namespace, else "
+            "default), or with --all-namespaces in the one namespace that has it. --owner "
+            "NAMESPACE/NAME exports the rows of every ScrapeJob that ever had that name."
         ),
     )
     _add_database_url(export_parser)
@@ -129,10 +129,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "-n",
         "--namespace",
         default=None,
-        help=(
-            f"namespace of SCRAPEJOB (default: {DEFAULT_NAMESPACE}, or the only namespace where "
-            "a ScrapeJob of that name has rows)"
-        ),
+        help="namespace of SCRAPEJOB (default: the current namespace, as with kubectl)",
+    )
+    export_parser.add_argument(
+        "-A",
+        "--all-namespaces",
+        action="store_true",
+        help="look for SCRAPEJOB (a NAME) in every namespace; it must have rows in only one",
     )
     _add_owner(export_parser, required=False)
     export_parser.add_argument("--queue", default=None, help="only rows of this queue")
@@ -412,12 +415,12 @@ def _run_retry(args: argparse.Namespace) -> int:
 
 def _export_target(args: argparse.Namespace) -> tuple[str | None, str, bool] | str:
     """(namespace, name, resolve to the latest uid) from the arguments, or an error message.
-    The namespace is None when none was given: the rows decide (see _namespace_of)."""
+    The namespace is None with --all-namespaces: the rows decide (see _namespace_of)."""
     if args.scrapejob is not None and args.owner is not None:
         return "give either SCRAPEJOB or --owner, not both"
     if args.owner is not None:
-        if args.namespace is not None:
-            return "--namespace goes with SCRAPEJOB; --owner already names the namespace"
+        if args.namespace is not None or args.all_namespaces:
+            return "--owner already names the namespace (no -n or --all-namespaces with it)"
         namespace, name = args.owner
         return namespace, name, False
     if args.scrapejob is None:
@@ -429,23 +432,38 @@ def _export_target(args: argparse.Namespace) -> tuple[str | None, str, bool] | s
         return f"expected NAME or NAMESPACE/NAME, got {args.scrapejob!r}"
     if slash and args.namespace is not None and args.namespace != given_namespace:
         return f"{args.scrapejob!r} is in namespace {given_namespace}, not {args.namespace}"
-    namespace = given_namespace if slash else args.namespace
+    if args.all_namespaces and (slash or args.namespace is not None):
+        return "--all-namespaces goes with NAME alone, not with a namespace"
+    if args.all_namespaces:
+        return None, name, True
+    namespace = given_namespace if slash else args.namespace or current_namespace()
     return namespace, name, True
 
 
 async def _namespace_of(connection: Any, name: str) -> str:
-    """The namespace of a ScrapeJob named without one: `default` if it has rows there, else the
-    only namespace where a ScrapeJob of that name has rows (run in the operator's pod, no
-    kubectl context says which); QueueError when several do."""
+    """The one namespace where a ScrapeJob named `name` has rows (--all-namespaces); QueueError
+    when none or several do."""
     namespaces = await owner_namespaces_named(connection, name=name)
-    if not namespaces or DEFAULT_NAMESPACE in namespaces:
-        return DEFAULT_NAMESPACE
+    if not namespaces:
+        raise QueueError(f"no rows of a ScrapeJob named {name} in any namespace of this database")
     if len(namespaces) > 1:
         raise QueueError(
             f"ScrapeJobs named {name} have rows in namespaces {', '.join(namespaces)}: "
             f"name one with NAMESPACE/{name} or -n NAMESPACE"
         )
     return namespaces[0]
+
+
+async def _elsewhere(connection: Any, name: str, namespace: str) -> str:
+    """A hint for a ScrapeJob not found in `namespace`: where that name has rows instead."""
+    named = await owner_namespaces_named(connection, name=name)
+    others = [other for other in named if other != namespace]
+    if not others:
+        return "check the name and namespace: -n NAMESPACE or NAMESPACE/NAME"
+    return (
+        f"ScrapeJobs named {name} have rows in namespaces {', '.join(others)}: "
+        "-n NAMESPACE, NAMESPACE/NAME or --all-namespaces"
+    )
 
 
 def _run_export(args: argparse.Namespace) -> int:
@@ -476,9 +494,9 @@ def _export(args: argparse.Namespace, target: tuple[str | None, str, bool], outp
         if resolve:
             owners = await owners_named(connection, namespace=namespace, name=name)
             if not owners:
+                hint = await _elsewhere(connection, name, namespace)
                 print(
-                    f"error: no rows of a ScrapeJob {namespace}/{name} in this database "
-                    "(check the name and namespace: -n NAMESPACE or NAMESPACE/NAME)",
+                    f"error: no rows of a ScrapeJob {namespace}/{name} in this database ({hint})",
                     file=sys.stderr,
                 )
                 return 1

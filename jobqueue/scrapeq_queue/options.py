@@ -261,5 +261,7 @@ def parse_positive_float(text: str) -> float:
 
 
 def parse_names(text: str) -> tuple[str, ...]:
-    """A comma-separated list of names, blanks dropped."""
-    return tuple(item.strip() for item in text.split(",") if item.strip())
+    """A comma-separated list of names, blanks and repeats dropped, in their first order. The
+    one place a list of names (queues of a worker or a pool, namespaces) loses its repeats: a
+    repeated queue would be claimed from, and counted, twice."""
+    return tuple(dict.fromkeys(item.strip() for item in text.split(",") if item.strip()))

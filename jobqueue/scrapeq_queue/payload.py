@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 
 import re2
 
-from scrapeq_queue.politeness import MAX_CONCURRENT_PER_HOST_LIMIT, MAX_DELAY_SECONDS
+from scrapeq_queue.politeness import site_delay_problem, site_limit_problem
 from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
 
 WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "networkidle2")
@@ -397,14 +397,12 @@ def _check_politeness(value: object) -> list[str]:
     unknown = sorted(set(value) - POLITENESS_KEYS)
     if unknown:
         problems.append(f"politeness has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
-    limit = value.get("maxConcurrentPerHost", 1)
-    if not _is_integer(limit, 1, MAX_CONCURRENT_PER_HOST_LIMIT):
-        problems.append(
-            "politeness.maxConcurrentPerHost must be an integer from 1 to "
-            f"{MAX_CONCURRENT_PER_HOST_LIMIT}"
-        )
-    if not _in_range(value.get("delaySeconds", 0), 0, MAX_DELAY_SECONDS):
-        problems.append(f"politeness.delaySeconds must be a number from 0 to {MAX_DELAY_SECONDS:g}")
+    for key, check in (
+        ("maxConcurrentPerHost", site_limit_problem),
+        ("delaySeconds", site_delay_problem),
+    ):
+        if key in value and (problem := check(value[key])):
+            problems.append(f"politeness.{key} {problem}")
     if "respectRobotsTxt" in value and not isinstance(value["respectRobotsTxt"], bool):
         problems.append("politeness.respectRobotsTxt must be true or false")
     return problems

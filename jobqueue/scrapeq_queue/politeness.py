@@ -25,13 +25,60 @@ DEFAULT_MAX_CONCURRENT_PER_HOST: Final = 2
 DEFAULT_DELAY_SECONDS: Final = 0.0
 # robots.txt is read and obeyed unless a job or the pool turns it off.
 DEFAULT_RESPECT_ROBOTS_TXT: Final = True
-# Bounds of the per-row values (the claim clamps to them too).
+# Bounds of a site's limit and delay: the one source. Every check in Python calls
+# site_limit_problem / site_delay_problem; the copies a user meets first (the CRD's and the
+# chart's schemas) and the database's clamp (scrapeq_payload_max_per_host,
+# scrapeq_payload_delay_seconds) are tested against these constants.
 MAX_CONCURRENT_PER_HOST_LIMIT: Final = 1000
 MAX_DELAY_SECONDS: Final = 3600.0
 # Repeated server errors pause a host: after this many 5xx (or 429 without Retry-After) in a
 # row, the host gets no request for SERVER_ERROR_PAUSE_SECONDS; a completion resets the run.
 SERVER_ERROR_THRESHOLD: Final = 3
 SERVER_ERROR_PAUSE_SECONDS: Final = 30.0
+
+
+def site_limit_problem(value: object) -> str | None:
+    """Why `value` cannot be a site's limit (pages in flight at once), or None when it can."""
+    if not isinstance(value, bool) and isinstance(value, int):
+        return None if 1 <= value <= MAX_CONCURRENT_PER_HOST_LIMIT else _limit_bounds()
+    return _limit_bounds()
+
+
+def _limit_bounds() -> str:
+    return f"must be an integer from 1 to {MAX_CONCURRENT_PER_HOST_LIMIT}"
+
+
+def site_delay_problem(value: object) -> str | None:
+    """Why `value` cannot be a site's delay in seconds, or None when it can."""
+    if not isinstance(value, bool) and isinstance(value, int | float):
+        return None if 0 <= value <= MAX_DELAY_SECONDS else _delay_bounds()
+    return _delay_bounds()
+
+
+def _delay_bounds() -> str:
+    return f"must be a number from 0 to {MAX_DELAY_SECONDS:g}"
+
+
+def parse_site_limit(text: str) -> int:
+    """A site's limit from a flag, variable or annotation; ValueError saying the bounds."""
+    try:
+        value: object = int(text)
+    except ValueError:
+        value = text
+    if problem := site_limit_problem(value):
+        raise ValueError(f"{problem}, got {text!r}")
+    return int(text)
+
+
+def parse_site_delay(text: str) -> float:
+    """A site's delay in seconds from a flag or variable; ValueError saying the bounds."""
+    try:
+        value: object = float(text)
+    except ValueError:
+        value = text
+    if problem := site_delay_problem(value):
+        raise ValueError(f"{problem}, got {text!r}")
+    return float(text)
 
 
 @dataclass(frozen=True)
@@ -43,12 +90,10 @@ class HostPoliteness:
     respect_robots_txt: bool = DEFAULT_RESPECT_ROBOTS_TXT
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_concurrent_per_host <= MAX_CONCURRENT_PER_HOST_LIMIT:
-            raise ValueError(
-                f"maxConcurrentPerHost must be between 1 and {MAX_CONCURRENT_PER_HOST_LIMIT}"
-            )
-        if not 0 <= self.delay_seconds <= MAX_DELAY_SECONDS:
-            raise ValueError(f"delaySeconds must be between 0 and {MAX_DELAY_SECONDS:g}")
+        if problem := site_limit_problem(self.max_concurrent_per_host):
+            raise ValueError(f"maxConcurrentPerHost {problem}")
+        if problem := site_delay_problem(self.delay_seconds):
+            raise ValueError(f"delaySeconds {problem}")
 
 
 DEFAULT_POLITENESS: Final = HostPoliteness()

@@ -117,6 +117,9 @@ async def claim_jobs(
 ) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs from `queues` for `worker_id`, best first.
 
+    `queues` names each queue once (options.parse_names drops repeats; a repeated name is a
+    ValueError, as it would scan and lock the same rows twice).
+
     Order: priority (highest first), then run_at, then id. One statement; concurrent claimers
     never get the same row. Each claimed row is `processing` with a fresh attempt number and a
     lease of `lease_seconds` that the worker must renew (renew_leases) until it finishes.
@@ -136,6 +139,8 @@ async def claim_jobs(
     producers said nothing. A host with a delay takes one request at a time. An empty answer
     may also mean that every due row's host is busy.
     """
+    if len(set(queues)) != len(queues):
+        raise ValueError(f"queues must name each queue once, got {list(queues)}")
     if limit <= 0 or not queues:
         return []
     stale_rounds = 0
@@ -146,8 +151,7 @@ async def claim_jobs(
             await cursor.execute(
                 statements.JOB_CLAIM,
                 {
-                    # Each queue once: a repeated name would scan (and lock) the same rows twice.
-                    "queues": list(dict.fromkeys(queues)),
+                    "queues": list(queues),
                     "limit": limit,
                     "worker_id": worker_id,
                     "lease_seconds": float(lease_seconds),

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from scrapeq_queue import DatabaseUnavailable, inspection
+from scrapeq_queue.options import parse_names
 from scrapeq_queue.rows import QueueBacklog
 
 from scrapeq_operator import metrics
@@ -58,9 +59,7 @@ DEFAULT_QUEUE = "default"
 def queues_of(deployment: WorkerDeployment) -> tuple[str, ...]:
     """The queues a pool serves: its scrapeq.io/queue annotation (comma-separated, as the
     chart writes a pool's queue list), else `default`."""
-    raw = deployment.annotations.get(QUEUE_ANNOTATION) or ""
-    queues = tuple(dict.fromkeys(name.strip() for name in raw.split(",") if name.strip()))
-    return queues or (DEFAULT_QUEUE,)
+    return parse_names(deployment.annotations.get(QUEUE_ANNOTATION) or "") or (DEFAULT_QUEUE,)
 
 
 @dataclass
@@ -69,6 +68,19 @@ class _PoolState:
     # Whether the last recorded decision was a hold; entering and leaving a hold is recorded.
     holding: bool = False
     bad_policy: str | None = None
+
+
+def backlog_states(backlog: QueueBacklog) -> dict[str, int]:
+    """A queue's live rows by the backlog gauge's states. They do not overlap, so a sum over
+    them counts every live row once: the due rows are startable + throttled (held back by
+    their site's limit or delay), the pending rest is delayed, and processing is apart."""
+    startable = min(backlog.startable, backlog.due_pending)
+    return {
+        "startable": startable,
+        "throttled": backlog.due_pending - startable,
+        "delayed": backlog.delayed_pending,
+        "processing": backlog.processing,
+    }
 
 
 class Autoscaler:
@@ -130,10 +142,8 @@ class Autoscaler:
         for queue in [*served, *self._reported_queues]:
             backlog.setdefault(queue, QueueBacklog(0, 0, 0, None))
         for queue, numbers in backlog.items():
-            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "due").set(numbers.due_pending)
-            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "startable").set(numbers.startable)
-            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "delayed").set(numbers.delayed_pending)
-            metrics.QUEUE_BACKLOG_JOBS.labels(queue, "processing").set(numbers.processing)
+            for state, count in backlog_states(numbers).items():
+                metrics.QUEUE_BACKLOG_JOBS.labels(queue, state).set(count)
             metrics.QUEUE_OLDEST_DUE_AGE_SECONDS.labels(queue).set(
                 numbers.oldest_due_age_seconds or 0.0
             )
@@ -233,18 +243,18 @@ class Autoscaler:
         decision = decide_replicas(
             current=deployment.replicas, work=work, now=now, policy=policy, memory=state.memory
         )
-        pool = f"{deployment.namespace}/{deployment.name}"
-        metrics.POOL_CURRENT_REPLICAS.labels(pool).set(decision.current)
-        metrics.POOL_DESIRED_REPLICAS.labels(pool).set(decision.desired)
-        metrics.POOL_MAX_REPLICAS.labels(pool).set(policy.max_replicas)
+        pool = (deployment.namespace, deployment.name)
+        metrics.POOL_CURRENT_REPLICAS.labels(*pool).set(decision.current)
+        metrics.POOL_DESIRED_REPLICAS.labels(*pool).set(decision.desired)
+        metrics.POOL_MAX_REPLICAS.labels(*pool).set(policy.max_replicas)
 
         if decision.changes_replicas:
             if decision.desired < decision.current:
                 await self._mark_idle_pods(deployment, queues)
             await cluster.scale_deployment(deployment.namespace, deployment.name, decision.desired)
             logger.info(
-                "scaled %s from %d to %d (%s, work=%s)",
-                pool,
+                "scaled %s/%s from %d to %d (%s, work=%s)",
+                *pool,
                 decision.current,
                 decision.desired,
                 decision.reason,

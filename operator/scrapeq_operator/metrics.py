@@ -1,7 +1,9 @@
 """The operator's Prometheus metrics, served on /metrics.
 
-Labels are low-cardinality on purpose: a queue name, a pool (namespace/deployment), a state, an
-outcome or a component — never a URL or a ScrapeJob.
+Labels are low-cardinality on purpose: a queue name, a worker pool's namespace and deployment
+(the labels kube-state-metrics gives a Deployment, so the two join `on (namespace, deployment)`),
+a state, an outcome or a component — never a URL or a ScrapeJob. A "job" in a name is one row
+of the queue table (one URL to scrape), as in the worker's metrics; a ScrapeJob is many.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 
 QUEUE_BACKLOG_JOBS = Gauge(
     "scrapeq_operator_queue_backlog_jobs",
-    "Rows in a queue by state: due (pending and runnable now), startable (the due rows the "
-    "per-host limits let start now), delayed (pending, waiting for run_at) and processing.",
+    "Live rows of a queue by state; the states do not overlap, so their sum is every live "
+    "row: startable (due, and its site's limit and delay let it start now), throttled (due, "
+    "held back by its site's limit or delay), delayed (pending, waiting for run_at) and "
+    "processing. Due rows are startable + throttled.",
     ["queue", "state"],
     registry=REGISTRY,
 )
@@ -32,20 +36,20 @@ QUEUE_WORKER_POOLS = Gauge(
 )
 POOL_DESIRED_REPLICAS = Gauge(
     "scrapeq_operator_pool_desired_replicas",
-    "Replicas the autoscaler wants for a worker pool (namespace/deployment).",
-    ["pool"],
+    "Replicas the autoscaler wants for a worker pool (its Deployment).",
+    ["namespace", "deployment"],
     registry=REGISTRY,
 )
 POOL_CURRENT_REPLICAS = Gauge(
     "scrapeq_operator_pool_current_replicas",
     "Replicas a worker pool's Deployment asked for when the autoscaler last looked.",
-    ["pool"],
+    ["namespace", "deployment"],
     registry=REGISTRY,
 )
 POOL_MAX_REPLICAS = Gauge(
     "scrapeq_operator_pool_max_replicas",
     "The most replicas a worker pool may have (its policy); alerts compare it with current.",
-    ["pool"],
+    ["namespace", "deployment"],
     registry=REGISTRY,
 )
 SCALING_DECISIONS_TOTAL = Counter(
@@ -68,18 +72,19 @@ STATUS_PATCHES_TOTAL = Counter(
     registry=REGISTRY,
 )
 JOBS_ENQUEUED_TOTAL = Counter(
-    "scrapeq_operator_enqueued_rows_total",
+    "scrapeq_operator_jobs_enqueued_total",
     "Rows the operator inserted for ScrapeJobs (rows that already existed are not counted).",
     registry=REGISTRY,
 )
-RETENTION_PRUNED_ROWS_TOTAL = Counter(
-    "scrapeq_operator_retention_pruned_rows_total",
+RETENTION_PRUNED_JOBS_TOTAL = Counter(
+    "scrapeq_operator_retention_pruned_jobs_total",
     "Finished rows (with their attempts) the periodic retention deleted from the queue table.",
     registry=REGISTRY,
 )
 RETENTION_PRUNED_HOSTS_TOTAL = Counter(
     "scrapeq_operator_retention_pruned_hosts_total",
-    "Hosts whose politeness state the periodic retention deleted after they were idle for long.",
+    "Sites whose politeness state (a row of scrapeq_hosts) the periodic retention deleted after "
+    "they were idle for long.",
     registry=REGISTRY,
 )
 

@@ -77,7 +77,7 @@ class Retention:
                 completed_older_than=timedelta(days=self.settings.retain_completed_days),
                 keep_failed_last=keep_last if keep_last > 0 else None,
             )
-            metrics.RETENTION_PRUNED_ROWS_TOTAL.inc(deleted)
+            metrics.RETENTION_PRUNED_JOBS_TOTAL.inc(deleted)
             hosts = 0
             if idle_days > 0:
                 hosts = await scrapeq_queue.prune_idle_hosts(

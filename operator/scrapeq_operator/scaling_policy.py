@@ -22,7 +22,7 @@ from enum import StrEnum
 
 from scrapeq_queue.politeness import (
     DEFAULT_MAX_CONCURRENT_PER_HOST,
-    MAX_CONCURRENT_PER_HOST_LIMIT,
+    site_limit_problem,
 )
 
 from scrapeq_operator.errors import ConfigurationError
@@ -105,11 +105,8 @@ class PoolPolicy:
                 )
             ),
         )
-        if not 1 <= policy.max_concurrent_per_host <= MAX_CONCURRENT_PER_HOST_LIMIT:
-            raise ConfigurationError(
-                f"annotation {MAX_CONCURRENT_PER_HOST_ANNOTATION} must be between 1 and "
-                f"{MAX_CONCURRENT_PER_HOST_LIMIT}"
-            )
+        if problem := site_limit_problem(policy.max_concurrent_per_host):
+            raise ConfigurationError(f"annotation {MAX_CONCURRENT_PER_HOST_ANNOTATION} {problem}")
         if policy.jobs_per_replica < 1:
             raise ConfigurationError(f"annotation {JOBS_PER_REPLICA_ANNOTATION} must be >= 1")
         if policy.min_replicas > policy.max_replicas:

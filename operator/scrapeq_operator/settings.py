@@ -23,9 +23,11 @@ from scrapeq_queue.options import (
     parse_names,
     parse_non_negative_int,
     parse_positive_float,
-    parse_positive_int,
 )
-from scrapeq_queue.politeness import DEFAULT_MAX_CONCURRENT_PER_HOST
+from scrapeq_queue.politeness import (
+    DEFAULT_MAX_CONCURRENT_PER_HOST,
+    parse_site_limit,
+)
 from scrapeq_queue.sealed_credentials import SealingKeys
 
 from scrapeq_operator.errors import ConfigurationError
@@ -86,10 +88,10 @@ class AutoscalerDefaults:
     max_concurrent_per_host: int = option(
         DEFAULT_MAX_CONCURRENT_PER_HOST,
         env=_env("max_concurrent_per_host"),
-        parse=parse_positive_int,
-        help="The worker pools' per-host limit for rows that set none (per pool: annotation "
+        parse=parse_site_limit,
+        help="The worker pools' per-site limit for rows that set none (per pool: annotation "
         "scrapeq.io/max-concurrent-per-host): the autoscaler counts only the due rows the "
-        "per-host limits let start.",
+        "sites' limits let start.",
     )
 
 

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Starts the local single-node cluster, installs scrapeq with Helm (operator, "
             "workers and PostgreSQL as Pods), a demo shop and Prometheus, applies examples/demo "
             "with kubectl and shows the jobs finishing and the worker pods scaling. Where the "
-            "node cannot run it uses local processes instead. Ctrl-C stops everything it started."
+            "node cannot run it uses local processes instead. Ctrl-C, SIGTERM or a closed "
+            "terminal (SIGHUP) stops everything it started."
         ),
     )
     parser.add_argument(

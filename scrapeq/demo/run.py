@@ -5,11 +5,17 @@ the demo shop, the operator and workers, then applies the ScrapeJobs in examples
 kubectl and shows them progressing until they finish. There is no kubelet, so this process
 stands in for one: it runs one local `scrapeq worker` process per replica that the operator's
 autoscaler sets on the worker Deployment.
+
+Every part runs in a session of its own, so a Ctrl-C at the terminal or a closed terminal reaches
+only this process; it handles SIGINT, SIGTERM and SIGHUP itself and stops everything it started
+before it exits, whatever the signal's disposition was when it started (a shell starts a
+background job with SIGINT ignored).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -43,6 +49,14 @@ EXPECTED_PHASES = {
     "demo-crawl": "Succeeded",
 }
 TERMINAL_PHASES = {"Succeeded", "Failed", "Cancelled"}
+# The signals that stop the demo: Ctrl-C, a polite stop (kill, systemd, a CI runner) and a
+# closed terminal.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNAL_NAMES = {
+    signal.SIGINT: "Ctrl-C (SIGINT)",
+    signal.SIGTERM: "SIGTERM",
+    signal.SIGHUP: "SIGHUP (the terminal closed)",
+}
 # A demo should show scaling within a minute, not the production defaults of minutes.
 DEMO_OPERATOR_ENVIRONMENT = {
     "SCRAPEQ_OPERATOR_AUTOSCALER_INTERVAL_SECONDS": "1",
@@ -79,13 +93,24 @@ class DemoError(RuntimeError):
     """A step of the demo failed; the message says what to do."""
 
 
+class StopRequested(BaseException):
+    """One of STOP_SIGNALS arrived. A BaseException, like KeyboardInterrupt, so that no step
+    that handles its own errors can swallow it on the way to the demo's cleanup."""
+
+    def __init__(self, stop_signal: signal.Signals) -> None:
+        super().__init__(STOP_SIGNAL_NAMES[stop_signal])
+        self.signal = stop_signal
+
+
 def _without_age(table: str) -> str:
     """A `kubectl get scrapejobs` table without its AGE column, which changes every second."""
     return "\n".join(line.rsplit(None, 1)[0] for line in table.splitlines())
 
 
 def say(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+    # The terminal may be gone (SIGHUP, a closed pipe): the demo must still stop its parts.
+    with contextlib.suppress(OSError):
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
 @dataclass
@@ -100,6 +125,7 @@ class Demo:
     )
     _cleanups: list[Callable[[], None]] = field(default_factory=list)
     _workers: list[tuple[subprocess.Popen[bytes], int]] = field(default_factory=list)
+    _stopping: bool = False
     kubeconfig: Path | None = None
     database_url: str = ""
     prometheus: LocalPrometheus | None = None
@@ -344,7 +370,16 @@ class Demo:
             raise DemoError(f"kubectl {' '.join(arguments)} failed: {result.stderr.strip()}")
         return result.stdout
 
+    def _on_stop_signal(self, signum: int, _frame: object) -> None:
+        if self._stopping:
+            # The first signal's cleanup is under way; stopping it halfway would leave orphans.
+            say(f"{STOP_SIGNAL_NAMES[signal.Signals(signum)]}: already stopping, please wait")
+            return
+        self._stopping = True
+        raise StopRequested(signal.Signals(signum))
+
     def stop(self) -> None:
+        self._stopping = True
         say("stopping everything the demo started …")
         for cleanup in reversed(self._cleanups):
             try:
@@ -355,6 +390,12 @@ class Demo:
         say("stopped.")
 
     def run(self) -> int:
+        """Start everything, run the examples, keep running unless `once`; stop everything
+        started on every way out. Returns the exit status: 0 when every example ended as
+        expected (an interactive demo ends with a stop signal), 1 when one did not or a step
+        failed, 128 + the signal's number when a stop signal cut the examples short."""
+        previous = {number: signal.signal(number, self._on_stop_signal) for number in STOP_SIGNALS}
+        examples_done = False
         try:
             self.start_database()
             self.start_cluster()
@@ -379,6 +420,7 @@ class Demo:
                 )
                 return 1
             say("every example ScrapeJob ended as expected.")
+            examples_done = True
             if self.once:
                 return 0
             say(
@@ -387,14 +429,18 @@ class Demo:
             while True:
                 self.follow_replicas()
                 time.sleep(1)
-        except KeyboardInterrupt:
-            say("Ctrl-C")
-            return 0
+        except StopRequested as stop:
+            say(str(stop))
+            return 0 if examples_done else 128 + stop.signal
         except (DemoError, LocalPartError) as error:
+            # From here on a stop signal must not interrupt the way out; stop() follows.
+            self._stopping = True
             say(f"error: {error}")
             return 1
         finally:
             self.stop()
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
 
 async def _owner_previews(database_url: str, uids: list[str]) -> dict[str, list[dict[str, Any]]]:

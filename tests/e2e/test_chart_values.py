@@ -516,6 +516,18 @@ def test_the_release_label_follows_the_value_or_is_left_out(helm_binary: Path) -
         assert "release" not in manifest["metadata"]["labels"]
 
 
+def test_the_operator_s_pool_metrics_keep_the_pool_s_namespace_and_the_workers_keep_theirs(
+    helm_binary: Path,
+) -> None:
+    monitors = {
+        monitor["metadata"]["name"]: monitor["spec"]["endpoints"]
+        for monitor in of_kind(rendered(helm_binary, {}, monitoring=True), "ServiceMonitor")
+    }
+    # A pool's namespace label joins kube-state-metrics only if Prometheus keeps it.
+    assert [endpoint.get("honorLabels") for endpoint in monitors["scrapeq-operator"]] == [True]
+    assert [endpoint.get("honorLabels") for endpoint in monitors["scrapeq-workers"]] == [None]
+
+
 def promtool(directory: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
     binary = shutil.which("promtool")
     if binary is None:

@@ -1,5 +1,6 @@
-"""One job's page, start to finish: pick the engine, respect the per-domain limit, build the
-capped JSON result and the links to follow.
+"""One job's page, start to finish: pick the engine, build the capped JSON result and the links
+to follow. How many pages of one site are fetched at once is the claim's business (a row of a
+site at its limit is not handed out, whichever worker asks), so nothing here counts per site.
 
 The loop knows nothing about browsers and the engines know nothing about the queue; this
 module is where a `ClaimedJob`'s URL and options meet an engine.
@@ -7,12 +8,8 @@ module is where a `ClaimedJob`'s URL and options meet an engine.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from .browser import BrowserPool
 from .extraction import PageOutcome, cap_result
@@ -32,35 +29,6 @@ class ScrapeResult:
     follow: FollowOptions | None = None
 
 
-class DomainLimiter:
-    """At most `limit` pages of one host at once across the whole process.
-
-    Semaphores exist only while a host has pages in flight, so the map stays as small as the
-    set of hosts being fetched right now.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._slots: dict[str, tuple[asyncio.Semaphore, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, host: str) -> AsyncIterator[None]:
-        semaphore, users = self._slots.get(host, (asyncio.Semaphore(self._limit), 0))
-        self._slots[host] = (semaphore, users + 1)
-        try:
-            async with semaphore:
-                yield
-        finally:
-            semaphore, users = self._slots[host]
-            if users <= 1:
-                del self._slots[host]
-            else:
-                self._slots[host] = (semaphore, users - 1)
-
-    def hosts(self) -> int:
-        return len(self._slots)
-
-
 class Scraper:
     """Scrapes one URL with the right engine and returns its capped result."""
 
@@ -69,13 +37,11 @@ class Scraper:
         browser: BrowserPool,
         http: HttpEngine,
         *,
-        per_domain_concurrency: int,
         max_result_bytes: int,
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self.browser = browser
         self.http = http
-        self.domains = DomainLimiter(per_domain_concurrency)
         self.max_result_bytes = max_result_bytes
         self._metrics = metrics
 
@@ -87,21 +53,19 @@ class Scraper:
         follow = options.follow if options.follow and depth < options.follow.max_depth else None
         follow_selector = follow.selector if follow else None
         engine = "browser" if options.render else "http"
-        host = (urlsplit(url).hostname or "").lower()
-        async with self.domains.hold(host):
-            gauge = self._metrics.pages_in_flight.labels(engine) if self._metrics else None
+        gauge = self._metrics.pages_in_flight.labels(engine) if self._metrics else None
+        if gauge is not None:
+            gauge.inc()
+        try:
+            if options.render:
+                outcome = await self.browser.render(
+                    url, options, follow_selector=follow_selector, owner=owner
+                )
+            else:
+                outcome = await self.http.fetch(url, options, follow_selector=follow_selector)
+        finally:
             if gauge is not None:
-                gauge.inc()
-            try:
-                if options.render:
-                    outcome = await self.browser.render(
-                        url, options, follow_selector=follow_selector, owner=owner
-                    )
-                else:
-                    outcome = await self.http.fetch(url, options, follow_selector=follow_selector)
-            finally:
-                if gauge is not None:
-                    gauge.dec()
+                gauge.dec()
         plan = FollowPlan(())
         document = result_document(outcome, engine)
         if follow is not None and outcome.extracted is not None:

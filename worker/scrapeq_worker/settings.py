@@ -32,9 +32,9 @@ from scrapeq_queue.politeness import (
     DEFAULT_DELAY_SECONDS,
     DEFAULT_MAX_CONCURRENT_PER_HOST,
     DEFAULT_RESPECT_ROBOTS_TXT,
-    MAX_CONCURRENT_PER_HOST_LIMIT,
-    MAX_DELAY_SECONDS,
     HostPoliteness,
+    parse_site_delay,
+    parse_site_limit,
 )
 
 from .egress_proxy import UpstreamProxy
@@ -69,20 +69,6 @@ def _contact_url(text: str) -> str:
     ):
         raise ValueError(f"must not contain spaces, control characters, '(', ')' or ';': {text!r}")
     return url
-
-
-def _host_limit(text: str) -> int:
-    value = parse_positive_int(text)
-    if value > MAX_CONCURRENT_PER_HOST_LIMIT:
-        raise ValueError(f"must be at most {MAX_CONCURRENT_PER_HOST_LIMIT}, got {value}")
-    return value
-
-
-def _host_delay(text: str) -> float:
-    value = float(text)
-    if not 0 <= value <= MAX_DELAY_SECONDS:
-        raise ValueError(f"must be between 0 and {MAX_DELAY_SECONDS:g}, got {value:g}")
-    return value
 
 
 def _version() -> str:
@@ -147,22 +133,14 @@ class WorkerSettings:
         help="Most jobs claimed in one statement; the worker holds at most concurrency + one "
         "batch (a batch waits for page slots, so no slot waits for a claim).",
     )
-    # Scrapy's default per domain. Politeness across pods is the operator's replica count.
-    per_domain_concurrency: int = option(
-        8,
-        flag="--per-domain-concurrency",
-        env="SCRAPEQ_PER_DOMAIN_CONCURRENCY",
-        parse=parse_positive_int,
-        help="Most pages of one host name fetched at once by this process.",
-    )
     # Per-host politeness, enforced by the claim for the whole cluster; a site's producers
     # (payload.politeness, ScrapeJob spec.politeness) override them. Why these values:
-    # docs/worker.md#per-host-politeness.
+    # docs/worker.md#per-site-politeness.
     max_concurrent_per_host: int = option(
         DEFAULT_MAX_CONCURRENT_PER_HOST,
         flag="--max-concurrent-per-host",
         env="SCRAPEQ_MAX_CONCURRENT_PER_HOST",
-        parse=_host_limit,
+        parse=parse_site_limit,
         help="Most rows of one site (registrable domain) in flight across every worker of "
         "every pool, for sites whose rows set no politeness.maxConcurrentPerHost.",
     )
@@ -170,7 +148,7 @@ class WorkerSettings:
         DEFAULT_DELAY_SECONDS,
         flag="--host-delay-seconds",
         env="SCRAPEQ_HOST_DELAY_SECONDS",
-        parse=_host_delay,
+        parse=parse_site_delay,
         help="Seconds between the end of one request to a site and the start of the next (a "
         "delay makes the site one request at a time), for sites whose rows set no "
         "politeness.delaySeconds.",

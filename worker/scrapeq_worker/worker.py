@@ -140,7 +140,6 @@ class Worker:
         self.scraper = Scraper(
             self.browser,
             self.http,
-            per_domain_concurrency=settings.per_domain_concurrency,
             max_result_bytes=settings.max_result_bytes,
             metrics=self.metrics,
         )

@@ -17,12 +17,8 @@ from scrapeq.local.release import (  # noqa: F401 - re-exported for the node tes
     product_page,
     uninstall_release,
 )
-from tests.e2e.operator.operator_parts import poll, scrapejob
-
-
-def wait_for(condition: Callable[[], Any], *, timeout: float, what: str) -> Any:
-    """Poll `condition` every half second until it returns something true; return that."""
-    return poll(condition, timeout=timeout, what=what, interval=0.5)
+from tests.e2e.operator.operator_parts import scrapejob
+from tests.waiting import eventually_blocking
 
 
 def slow_pages(
@@ -76,10 +72,11 @@ def completed_attempts(release: Release, name: str) -> dict[str, int]:
 
 
 def succeeded(release: Release, name: str, timeout: float = 300) -> None:
-    wait_for(
+    eventually_blocking(
         lambda: release.scrapejob_status(name).get("phase") == "Succeeded",
-        timeout=timeout,
+        within=timeout,
         what=f"ScrapeJob {name} to succeed",
+        every=0.5,
     )
 
 

@@ -16,25 +16,27 @@ from tests.e2e.node.node_parts import (
     delete_job,
     slow_pages,
     succeeded,
-    wait_for,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.node, pytest.mark.helm, pytest.mark.timeout(900)]
 
 
 def test_a_scrapejob_scales_worker_pods_up_from_zero_and_back_to_zero(release: Release) -> None:
-    wait_for(
+    eventually_blocking(
         lambda: not release.pods("worker"),
-        timeout=300,
+        within=300,
         what="the worker pool to be at zero before the job",
+        every=0.5,
     )
     with pod_network_site(product_page) as (site, requested):
         urls = [f"{site}/product-{number}" for number in range(12)]
         apply_job(release, "scale-from-zero", urls)
-        workers = wait_for(
+        workers = eventually_blocking(
             lambda: release.ready_pods("worker"),
-            timeout=120,
+            within=120,
             what="worker pods to scale up from zero and become Ready",
+            every=0.5,
         )
         assert workers
         succeeded(release, "scale-from-zero")
@@ -51,10 +53,11 @@ def test_a_scrapejob_scales_worker_pods_up_from_zero_and_back_to_zero(release: R
         assert all(row[1].startswith(release.worker_deployment + "-") for row in rows), rows
         assert sorted(row[2] for row in rows) == sorted(url.rsplit("/", 1)[1] for url in urls)
         assert sorted(set(requested)) == sorted(f"/product-{number}" for number in range(12))
-    wait_for(
+    eventually_blocking(
         lambda: not release.all_pods("worker"),
-        timeout=240,
+        within=240,
         what="the worker pods to be gone after the cool-down",
+        every=0.5,
     )
     delete_job(release, "scale-from-zero")
 
@@ -69,10 +72,11 @@ def test_helm_upgrade_leaves_the_replicas_of_a_pool_the_operator_scaled_up(
             release, "busy-during-upgrade", [f"{site}/slow-{n}" for n in range(8)],
             timeoutSeconds=120,
         )  # fmt: skip
-        wait_for(
+        eventually_blocking(
             lambda: deployment_replicas(release) == 2,
-            timeout=120,
+            within=120,
             what="the operator to scale the pool to 2 for an 8-row backlog",
+            every=0.5,
         )
         release.helm_command(
             "upgrade", release.name, str(CHART), "-n", release.namespace, "--reuse-values",

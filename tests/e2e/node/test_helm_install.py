@@ -10,7 +10,7 @@ import pytest
 
 from scrapeq.local.node import LocalNode
 from scrapeq.local.release import Release, install_release, pod_ready, uninstall_release
-from tests.e2e.node.node_parts import wait_for
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.node, pytest.mark.helm, pytest.mark.timeout(900)]
 
@@ -36,7 +36,9 @@ def test_a_helm_install_runs_ready_pods_passes_helm_test_and_uninstalls_cleanly(
         left = json.loads(own.kubectl("get", "pods", "-n", own.namespace, "-o", "json").stdout)
         return not left["items"]
 
-    wait_for(no_pods_left, timeout=120, what="every pod of the uninstalled release to be gone")
+    eventually_blocking(
+        no_pods_left, within=120, what="every pod of the uninstalled release to be gone", every=0.5
+    )
     # crds.keep: the CRD (and so every ScrapeJob) outlives a release.
     assert own.kubectl("get", "crd", "scrapejobs.scrapeq.io", check=False).returncode == 0
     uninstall_release(own)

@@ -10,8 +10,8 @@ import pytest
 from scrapeq.local.prometheus import LocalPrometheus
 from scrapeq.local.release import Release, pod_network_site, pod_ready
 from scripts.dashboard import PANEL_VARIABLES, PANELS
-from tests.e2e.node.node_parts import apply_job, delete_job, slow_pages, wait_for
-from tests.e2e.operator.operator_parts import poll
+from tests.e2e.node.node_parts import apply_job, delete_job, slow_pages
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.node, pytest.mark.helm, pytest.mark.prometheus, pytest.mark.timeout(600)]
 
@@ -34,15 +34,17 @@ def test_prometheus_scrapes_the_pods_and_the_backlog_and_throughput_panels_have_
             pods = release.pods("worker")
             return pods if pods and all(pod_ready(pod) for pod in pods) else []
 
-        workers = wait_for(every_worker_ready, timeout=180, what="every worker pod Ready")
+        workers = eventually_blocking(
+            every_worker_ready, within=180, what="every worker pod Ready", every=0.5
+        )
         operator = release.pods("operator")[0]
         targets = [f"{operator['status']['podIP']}:9102"] + [
             f"{pod['status']['podIP']}:9100" for pod in workers
         ]
         prometheus.set_targets(targets)
-        poll(
+        eventually_blocking(
             lambda: len(prometheus.query("up == 1")) == len(targets),
-            timeout=60,
+            within=60,
             what=f"Prometheus to scrape every pod: {targets}",
         )
         for panel in PANELS:

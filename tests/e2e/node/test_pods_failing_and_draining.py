@@ -19,8 +19,8 @@ from tests.e2e.node.node_parts import (
     rows_of,
     slow_pages,
     succeeded,
-    wait_for,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.node, pytest.mark.helm, pytest.mark.timeout(900)]
 
@@ -47,26 +47,28 @@ def test_scale_in_deletes_the_idle_pod_and_spares_the_busy_one(release: Release)
     with pod_network_site(answer) as (site, _requested):
         urls = [f"{site}/slow-0"] + [f"{site}/medium-{number}" for number in range(7)]
         apply_job(release, "scale-in", urls, timeoutSeconds=120)
-        wait_for(
+        eventually_blocking(
             lambda: len(release.ready_pods("worker")) == 2,
-            timeout=180,
+            within=180,
             what="two Ready worker pods for an 8-row backlog",
+            every=0.5,
         )
-        busy = wait_for(
+        busy = eventually_blocking(
             lambda: next(
                 (row[2] for row in rows_of(release, "scale-in") if row[1] == "processing"
                  and row[0].endswith("/slow-0")),
                 None,
             ),
-            timeout=120,
+            within=120,
             what="a pod to hold the slow page",
-        )  # fmt: skip
+        every=0.5,)  # fmt: skip
         both_ready.set()
         # The quick pages finish; the backlog is the one slow row, so the pool scales to 1.
-        remaining = wait_for(
+        remaining = eventually_blocking(
             lambda: (pods := release.pods("worker")) and len(pods) == 1 and pods,
-            timeout=120,
+            within=120,
             what="the pool to scale in to one pod",
+            every=0.5,
         )
         assert remaining[0]["metadata"]["name"] == busy, (
             "the busy pod was deleted, not the idle one"
@@ -85,12 +87,13 @@ def test_a_pod_deleted_mid_page_drains_within_its_grace_period_and_loses_nothing
     with pod_network_site(slow_pages("/slow", 110, until=pod_gone)) as (site, _requested):
         urls = [f"{site}/slow-{number}" for number in range(2)]
         apply_job(release, "drain", urls, timeoutSeconds=120)
-        holder = wait_for(
+        holder = eventually_blocking(
             lambda: next(
                 (row[2] for row in rows_of(release, "drain") if row[1] == "processing"), None
             ),
-            timeout=180,
+            within=180,
             what="a pod to start a slow page",
+            every=0.5,
         )
         started = time.monotonic()
         release.kubectl(
@@ -115,12 +118,13 @@ def test_a_killed_worker_container_restarts_and_its_rows_come_back_through_lease
     with pod_network_site(slow_pages("/slow", 110, until=restarted)) as (site, _requested):
         urls = [f"{site}/slow-{number}" for number in range(4)]
         apply_job(release, "killed", urls, timeoutSeconds=120)
-        holder = wait_for(
+        holder = eventually_blocking(
             lambda: next(
                 (row[2] for row in rows_of(release, "killed") if row[1] == "processing"), None
             ),
-            timeout=180,
+            within=180,
             what="a pod to claim rows",
+            every=0.5,
         )
         before = get(release, "pod", holder)
         restarts = before["status"]["containerStatuses"][0]["restartCount"]
@@ -135,13 +139,14 @@ def test_a_killed_worker_container_restarts_and_its_rows_come_back_through_lease
             "            os.kill(int(pid), signal.SIGKILL)\n",
             check=False,
         )  # fmt: skip
-        wait_for(
+        eventually_blocking(
             lambda: (
                 get(release, "pod", holder)["status"]["containerStatuses"][0]["restartCount"]
                 > restarts
             ),
-            timeout=120,
+            within=120,
             what="the kubelet to restart the killed worker container",
+            every=0.5,
         )
         restarted.set()
         succeeded(release, "killed", timeout=400)
@@ -155,17 +160,19 @@ def test_a_replaced_operator_pod_continues_the_status_without_creating_rows_twic
     with pod_network_site(slow_pages("/slow", 3)) as (site, _requested):
         urls = [f"{site}/slow-{number}" for number in range(10)]
         apply_job(release, "operator-replaced", urls)
-        wait_for(
+        eventually_blocking(
             lambda: any(row[1] == "completed" for row in rows_of(release, "operator-replaced")),
-            timeout=180,
+            within=180,
             what="the first row to complete",
+            every=0.5,
         )
         operator = release.pods("operator")[0]["metadata"]["name"]
         release.kubectl("delete", "pod", operator, "-n", release.namespace, "--wait=true")
-        wait_for(
+        eventually_blocking(
             lambda: release.ready_pods("operator"),
-            timeout=180,
+            within=180,
             what="the new operator pod to be Ready",
+            every=0.5,
         )
         succeeded(release, "operator-replaced")
         status = release.scrapejob_status("operator-replaced")
@@ -179,10 +186,11 @@ def test_operator_and_workers_recover_by_themselves_when_the_postgresql_pod_rest
 ) -> None:
     database = release.pods("database")[0]["metadata"]["name"]
     release.kubectl("delete", "pod", database, "-n", release.namespace, "--wait=true")
-    wait_for(
+    eventually_blocking(
         lambda: release.ready_pods("database"),
-        timeout=180,
+        within=180,
         what="the PostgreSQL pod to come back",
+        every=0.5,
     )
     with pod_network_site(product_page) as (site, _requested):
         urls = [f"{site}/after-restart-{number}" for number in range(3)]
@@ -207,7 +215,9 @@ def test_tini_leaves_no_zombie_in_a_worker_pod_after_200_pages(release: Release)
                 return holder[0]
             return None
 
-        pod = wait_for(pages_done_and_holder, timeout=600, what="the 200 pages to be completed")
+        pod = eventually_blocking(
+            pages_done_and_holder, within=600, what="the 200 pages to be completed", every=0.5
+        )
         completed_by_pod = sum(
             1 for row in rows_of(release, "two-hundred") if row[2] == pod and row[1] == "completed"
         )

@@ -21,7 +21,7 @@ import pytest
 
 from scrapeq.local.node import POD_NETWORK, LocalNode
 from scrapeq.local.release import SitePage, pod_network_site
-from tests.e2e.node.node_parts import wait_for
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.node, pytest.mark.helm, pytest.mark.timeout(900)]
 
@@ -85,14 +85,15 @@ def test_the_readme_quick_start_runs_as_written_on_a_real_node(
                     manifest = manifest.replace("https://shop.example.com", site)
                     shell("kubectl apply -f -", stdin=manifest)
                 elif command == "kubectl get scrapejobs -w":
-                    table = wait_for(
+                    table = eventually_blocking(
                         lambda: (
                             (out := shell("kubectl get scrapejobs").stdout)
                             and re.search(r"laptops\s+Succeeded\s+3/3\s+0", out)
                             and out
                         ),
-                        timeout=300,
+                        within=300,
                         what="kubectl get scrapejobs to show laptops Succeeded 3/3",
+                        every=0.5,
                     )
                     assert table.split()[:7] == [
                         "NAME", "PHASE", "DONE", "FAILED", "REASON", "AGE", "MESSAGE"

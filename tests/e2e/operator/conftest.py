@@ -10,13 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.operator.operator_parts import (
-    CRD_PATH,
-    Kubectl,
-    OperatorProcess,
-    WorkerProcesses,
-    poll,
-)
+from tests.e2e.operator.operator_parts import CRD_PATH, Kubectl, OperatorProcess, WorkerProcesses
+from tests.waiting import eventually_blocking
 
 
 @pytest.fixture(scope="session")
@@ -31,9 +26,9 @@ def kubectl(kube_cluster: Any) -> Kubectl:
         "crd/scrapejobs.scrapeq.io",
     )
     # Discovery of the new group can lag the Established condition by a moment.
-    poll(
+    eventually_blocking(
         lambda: client.run("get", "scrapejobs", "-A", check=False).returncode == 0,
-        timeout=30,
+        within=30,
         what="the scrapejobs resource to be served",
     )
     return client

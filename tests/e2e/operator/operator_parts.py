@@ -15,7 +15,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
@@ -29,6 +28,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from scrapeq.local.processes import LocalPartError, free_port, terminate, wait_until
+from tests.waiting import eventually_blocking
 
 T = TypeVar("T")
 
@@ -95,21 +95,6 @@ class Kubectl:
         return bool(result.stdout.strip())
 
 
-def poll(condition: Callable[[], Any], *, timeout: float, what: str, interval: float = 0.2) -> Any:
-    """Call `condition` until it returns something truthy; return that, or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        last = condition()
-        if last:
-            return last
-        if time.monotonic() >= deadline:
-            raise AssertionError(
-                f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})"
-            )
-        time.sleep(interval)
-
-
 def wait_for_status(
     kubectl: Kubectl,
     namespace: str,
@@ -125,7 +110,7 @@ def wait_for_status(
         status = dict(kubectl.get("scrapejob", name, namespace).get("status") or {})
         return status if wanted(status) else None
 
-    found: dict[str, Any] = poll(status_if_wanted, timeout=timeout, what=what)
+    found: dict[str, Any] = eventually_blocking(status_if_wanted, within=timeout, what=what)
     return found
 
 

@@ -17,13 +17,8 @@ import pytest
 import scrapeq_queue
 
 from scrapeq.local.postgres import LocalPostgres
-from tests.e2e.operator.operator_parts import (
-    Kubectl,
-    OperatorProcess,
-    poll,
-    run_queue_call,
-    work_rows,
-)
+from tests.e2e.operator.operator_parts import Kubectl, OperatorProcess, run_queue_call, work_rows
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -75,11 +70,11 @@ def _decision(kubectl: Kubectl, namespace: str, name: str = "scrapers") -> dict[
 def _wait_for_replicas(
     kubectl: Kubectl, namespace: str, count: int, name: str = "scrapers"
 ) -> None:
-    poll(
+    eventually_blocking(
         lambda: _replicas(kubectl, namespace, name) == count,
-        timeout=30,
+        within=30,
         what=f"{count} replicas of {name}",
-        interval=0.1,
+        every=0.1,
     )
 
 
@@ -113,13 +108,21 @@ def test_replicas_follow_the_backlog_up_down_to_zero_and_hold_during_an_outage(
     _enqueue(database_url, 4, "second")
     _wait_for_replicas(kubectl, namespace, 2)
     metrics = operator.metrics()
-    assert f'scrapeq_operator_pool_desired_replicas{{pool="{namespace}/scrapers"}} 2.0' in metrics
-    assert f'scrapeq_operator_queue_backlog_jobs{{queue="{QUEUE}",state="due"}} 4.0' in metrics
+    pool = f'deployment="scrapers",namespace="{namespace}"'
+    assert f"scrapeq_operator_pool_desired_replicas{{{pool}}} 2.0" in metrics
+    # Each row is of a site of its own: all four are startable, none throttled, and the states
+    # add up to the live rows.
+    assert (
+        f'scrapeq_operator_queue_backlog_jobs{{queue="{QUEUE}",state="startable"}} 4.0' in metrics
+    )
+    assert (
+        f'scrapeq_operator_queue_backlog_jobs{{queue="{QUEUE}",state="throttled"}} 0.0' in metrics
+    )
 
     restartable_postgres.stop_server("immediate")
-    poll(
+    eventually_blocking(
         lambda: _decision(kubectl, namespace).get("reason") == "HoldDatabaseUnavailable",
-        timeout=30,
+        within=30,
         what="the autoscaler to hold",
     )
     # Observe the hold across three more autoscaler rounds (each one that cannot read the
@@ -130,7 +133,9 @@ def test_replicas_follow_the_backlog_up_down_to_zero_and_hold_during_an_outage(
         assert _replicas(kubectl, namespace) == 2
         return operator.metric(AUTOSCALER_ERRORS, component="autoscaler") >= failed_rounds + 3
 
-    poll(three_more_rounds_held, timeout=30, what="three autoscaler rounds during the outage")
+    eventually_blocking(
+        three_more_rounds_held, within=30, what="three autoscaler rounds during the outage"
+    )
     events = kubectl.run(
         "get",
         "events",
@@ -144,9 +149,9 @@ def test_replicas_follow_the_backlog_up_down_to_zero_and_hold_during_an_outage(
     assert events.strip()
 
     restartable_postgres.start()
-    poll(
+    eventually_blocking(
         lambda: _decision(kubectl, namespace).get("reason") != "HoldDatabaseUnavailable",
-        timeout=30,
+        within=30,
         what="the autoscaler to resume after the outage",
     )
     assert _replicas(kubectl, namespace) == 2

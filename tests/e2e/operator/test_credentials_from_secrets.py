@@ -30,11 +30,11 @@ from tests.e2e.operator.operator_parts import (
     Kubectl,
     OperatorProcess,
     owner_progress,
-    poll,
     scrapejob,
     wait_for_status,
     worker_command,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres, pytest.mark.timeout(240)]
 
@@ -261,9 +261,9 @@ def test_secret_headers_and_cookies_reach_the_site_and_appear_nowhere_else(
         f"--from-literal=session-cookie={SESSION}",
     )
     for uid in uids.values():
-        poll(
+        eventually_blocking(
             lambda uid=uid: owner_progress(empty_database_url, uid).total == 2,
-            timeout=30,
+            within=30,
             what="rows queued once the Secret exists",
         )
 

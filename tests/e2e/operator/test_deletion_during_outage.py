@@ -12,13 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from scrapeq.local.postgres import LocalPostgres
-from tests.e2e.operator.operator_parts import (
-    Kubectl,
-    OperatorProcess,
-    owner_progress,
-    poll,
-    scrapejob,
-)
+from tests.e2e.operator.operator_parts import Kubectl, OperatorProcess, owner_progress, scrapejob
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -30,9 +25,9 @@ def _create_queued_job(kubectl: Kubectl, namespace: str, database_url: str, name
     manifest["metadata"]["namespace"] = namespace
     kubectl.create(manifest)
     uid: str = kubectl.get("scrapejob", name, namespace)["metadata"]["uid"]
-    poll(
+    eventually_blocking(
         lambda: owner_progress(database_url, uid).total == len(URLS),
-        timeout=30,
+        within=30,
         what="rows",
     )
     return uid
@@ -64,9 +59,9 @@ def test_the_finalizer_waits_for_the_database_then_cancels_the_rows(
 
     restartable_postgres.stop_server("immediate")
     kubectl.run("delete", "scrapejob", "patient", "-n", namespace, "--wait=false")
-    poll(
+    eventually_blocking(
         lambda: _has_event(kubectl, namespace, "patient", "CancelPending"),
-        timeout=30,
+        within=30,
         what="a CancelPending event",
     )
 
@@ -79,12 +74,14 @@ def test_the_finalizer_waits_for_the_database_then_cancels_the_rows(
         failed = operator.metric("scrapeq_operator_reconcile_errors_total", component="cancel")
         return failed >= 3
 
-    poll(three_failed_cancels_survived, timeout=30, what="three failed cancel attempts")
+    eventually_blocking(
+        three_failed_cancels_survived, within=30, what="three failed cancel attempts"
+    )
 
     restartable_postgres.start()
-    poll(
+    eventually_blocking(
         lambda: not kubectl.exists("scrapejob", "patient", namespace),
-        timeout=60,
+        within=60,
         what="the ScrapeJob to go once its rows are cancelled",
     )
     progress = owner_progress(database_url, uid)
@@ -103,18 +100,18 @@ def test_the_force_delete_annotation_lets_a_job_go_while_the_database_is_down(
 
     restartable_postgres.stop_server("immediate")
     kubectl.run("delete", "scrapejob", "abandoned", "-n", namespace, "--wait=false")
-    poll(
+    eventually_blocking(
         lambda: _has_event(kubectl, namespace, "abandoned", "CancelPending"),
-        timeout=30,
+        within=30,
         what="a CancelPending event",
     )
     assert kubectl.exists("scrapejob", "abandoned", namespace)
     kubectl.run(
         "annotate", "scrapejob", "abandoned", "-n", namespace, "scrapeq.io/force-delete=true"
     )
-    poll(
+    eventually_blocking(
         lambda: not kubectl.exists("scrapejob", "abandoned", namespace),
-        timeout=30,
+        within=30,
         what="the forced deletion",
     )
 

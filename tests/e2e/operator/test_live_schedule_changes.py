@@ -13,16 +13,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tests.e2e.operator.operator_parts import (
-    Kubectl,
-    poll,
-    scrapejob,
-    wait_for_status,
-)
+from tests.e2e.operator.operator_parts import Kubectl, scrapejob, wait_for_status
 
 # The operator of test_schedules.py: schedules checked every second, and the namespace's
 # ScrapeJobs deleted while it still runs, so no schedule outlives the test.
 from tests.e2e.operator.test_schedules import operator  # noqa: F401
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -81,7 +77,9 @@ def test_a_suspended_schedule_is_resumed_and_suspended_again_on_the_live_object(
     since = datetime.fromisoformat(resumed["appliedSchedule"]["since"])
     # Fire times that passed while suspended are not caught up: the first run comes one
     # interval after the resume at the earliest.
-    names = poll(lambda: _runs(kubectl, namespace, "prices"), timeout=30, what="a first run")
+    names = eventually_blocking(
+        lambda: _runs(kubectl, namespace, "prices"), within=30, what="a first run"
+    )
     first = int(names[0].rsplit("-", 1)[1])
     assert first >= since.timestamp() + 5
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import psycopg
 import pytest
@@ -23,6 +22,7 @@ from tests.e2e.operator.operator_parts import (
     run_operator_command,
     run_queue_call,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = pytest.mark.postgres
 
@@ -68,11 +68,12 @@ def test_the_operator_waits_for_a_database_that_starts_after_it(
         assert "waiting up to 40 s for the database" in first_line
         restartable_postgres.start()
         # Past the wait the operator migrates, then goes on to Kubernetes (none here).
-        deadline = time.monotonic() + 30
-        while not _schema_is_current(restartable_postgres.dsn()):
+
+        def migrated() -> bool:
             assert operator.poll() is None, "the operator exited instead of waiting"
-            assert time.monotonic() < deadline, "the operator did not migrate within 30 s"
-            time.sleep(0.2)
+            return _schema_is_current(restartable_postgres.dsn())
+
+        eventually_blocking(migrated, within=30, what="the operator to migrate")
     finally:
         operator.kill()
         operator.communicate()

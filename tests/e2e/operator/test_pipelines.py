@@ -25,10 +25,10 @@ from tests.e2e.operator.operator_parts import (
     WorkerProcesses,
     loopback_site,
     owner_progress,
-    poll,
     scrapejob,
     work_rows,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres, pytest.mark.chromium]
 
@@ -148,9 +148,9 @@ def phase_of(kubectl: Kubectl, name: str, namespace: str) -> str:
 def wait_for_phase(
     kubectl: Kubectl, namespace: str, names: list[str], phase: str, *, timeout: float
 ) -> None:
-    poll(
+    eventually_blocking(
         lambda: {phase_of(kubectl, name, namespace) for name in names} == {phase},
-        timeout=timeout,
+        within=timeout,
         what=f"{', '.join(names)} {phase}",
     )
 
@@ -258,9 +258,9 @@ def test_a_dependent_job_waits_for_its_dependency_and_takes_its_extracted_urls(
     )
     # The dependents first: their dependency does not even exist yet.
     apply_all(kubectl, namespace, report, products)
-    blocked = poll(
+    blocked = eventually_blocking(
         lambda: condition(kubectl, "report", namespace, "Blocked"),
-        timeout=30,
+        within=30,
         what="report Blocked",
     )
     assert blocked["status"] == "True"
@@ -304,9 +304,9 @@ def test_a_dependency_cycle_is_rejected_and_a_job_cannot_depend_on_itself(
     first = scrapejob("first", url=shop + "/", render=False, dependsOn=["second"])
     second = scrapejob("second", url=shop + "/", render=False, dependsOn=["first"])
     apply_all(kubectl, namespace, first)
-    poll(
+    eventually_blocking(
         lambda: condition(kubectl, "first", namespace, "Blocked").get("status") == "True",
-        timeout=30,
+        within=30,
         what="first Blocked on second",
     )
     apply_all(kubectl, namespace, second)
@@ -353,7 +353,9 @@ def test_a_failed_dependency_fails_the_job_or_keeps_it_blocked_as_its_policy_say
     )
     apply_all(kubectl, namespace, upstream, strict, patient)
     uid = uid_of(kubectl, "upstream", namespace)
-    poll(lambda: owner_progress(empty_database_url, uid).total == 1, timeout=30, what="a row")
+    eventually_blocking(
+        lambda: owner_progress(empty_database_url, uid).total == 1, within=30, what="a row"
+    )
     # Act as the worker: the upstream page fails for good.
     work_rows(empty_database_url, fail_with="HTTP 500 from the shop")
     wait_for_phase(kubectl, namespace, ["upstream", "strict"], "Failed", timeout=60)
@@ -361,9 +363,9 @@ def test_a_failed_dependency_fails_the_job_or_keeps_it_blocked_as_its_policy_say
     ready = condition(kubectl, "strict", namespace, "Ready")
     assert ready["reason"] == "DependencyFailed"
     assert "upstream (Failed)" in ready["message"]
-    blocked = poll(
+    blocked = eventually_blocking(
         lambda: condition(kubectl, "patient", namespace, "Blocked"),
-        timeout=30,
+        within=30,
         what="patient Blocked",
     )
     assert blocked["status"] == "True"

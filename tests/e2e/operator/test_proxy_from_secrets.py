@@ -19,7 +19,6 @@ from tests.e2e.operator.operator_parts import (
     Kubectl,
     OperatorProcess,
     owner_progress,
-    poll,
     scrapejob,
     wait_for_status,
 )
@@ -31,6 +30,7 @@ from tests.e2e.operator.test_credentials_from_secrets import (
     run_worker_burst,
 )
 from tests.integration.worker.tinyproxy import Tinyproxy, running_tinyproxy, secrets_in
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres, pytest.mark.timeout(240)]
 
@@ -96,9 +96,9 @@ def test_a_job_s_pages_go_through_its_proxies_whose_credentials_appear_nowhere_e
     )  # fmt: skip
     uids = {name: kubectl.get("scrapejob", name, namespace)["metadata"]["uid"] for name in jobs}
     for uid in uids.values():
-        poll(
+        eventually_blocking(
             lambda uid=uid: owner_progress(empty_database_url, uid).total == 1,
-            timeout=60,
+            within=60,
             what="rows queued once the Secret is right",
         )
 

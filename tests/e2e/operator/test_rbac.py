@@ -28,11 +28,11 @@ from tests.e2e.operator.operator_parts import (
     Kubectl,
     OperatorProcess,
     owner_progress,
-    poll,
     run_queue_call,
     scrapejob,
     work_rows,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -175,7 +175,9 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
     failing["metadata"]["namespace"] = namespace
     kubectl.create(failing)
     uid = kubectl.get("scrapejob", "listed", namespace)["metadata"]["uid"]
-    poll(lambda: owner_progress(empty_database_url, uid).total == 2, timeout=30, what="rows")
+    eventually_blocking(
+        lambda: owner_progress(empty_database_url, uid).total == 2, within=30, what="rows"
+    )
     # spec.credentials: the operator reads the named Secret (get, never list).
     kubectl.run("create", "secret", "generic", "login", "-n", namespace, "--from-literal=t=x")
     signed_in = scrapejob(
@@ -187,40 +189,40 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
     signed_in["metadata"]["namespace"] = namespace
     kubectl.create(signed_in)
     signed_in_uid = kubectl.get("scrapejob", "signed-in", namespace)["metadata"]["uid"]
-    poll(
+    eventually_blocking(
         lambda: owner_progress(empty_database_url, signed_in_uid).total == 1,
-        timeout=30,
+        within=30,
         what="the row of the job with credentials",
     )
 
     # Backlog of three rows, one job per replica: the operator scales the pool to 3.
-    poll(
+    eventually_blocking(
         lambda: kubectl.get("deployment", "scrapers", namespace)["spec"]["replicas"] == 3,
-        timeout=30,
+        within=30,
         what="the pool to scale up",
     )
     for job in work_rows(empty_database_url, queue=QUEUE, hold=True):
         run_queue_call(empty_database_url, partial(_finish, job))
 
-    poll(
+    eventually_blocking(
         lambda: (
             kubectl.get("scrapejob", "listed", namespace).get("status", {}).get("phase")
             == "Succeeded"
         ),
-        timeout=30,
+        within=30,
         what="listed to succeed",
     )
-    poll(
+    eventually_blocking(
         lambda: (
             kubectl.get("scrapejob", "failing", namespace).get("status", {}).get("phase")
             == "Failed"
         ),
-        timeout=30,
+        within=30,
         what="failing to fail",
     )
-    poll(
+    eventually_blocking(
         lambda: kubectl.get("deployment", "scrapers", namespace)["spec"]["replicas"] < 3,
-        timeout=30,
+        within=30,
         what="the pool to scale down",
     )
     # A scheduled ScrapeJob creates its runs as ScrapeJobs, and deleting it deletes them.
@@ -235,9 +237,11 @@ def test_the_operator_does_its_whole_job_with_only_the_shipped_rbac(
         listed = kubectl.run("get", "scrapejobs", "-n", namespace, "-l", selector, "-o", "name")
         return listed.stdout.strip()
 
-    poll(runs, timeout=30, what="the scheduled job's first run")
+    eventually_blocking(runs, within=30, what="the scheduled job's first run")
     kubectl.run("delete", "scrapejob", "scheduled", "-n", namespace, "--timeout=30s")
-    poll(lambda: not runs(), timeout=30, what="the runs to be deleted with their schedule")
+    eventually_blocking(
+        lambda: not runs(), within=30, what="the runs to be deleted with their schedule"
+    )
     kubectl.run(
         "delete", "scrapejob", "listed", "failing", "signed-in", "-n", namespace, "--timeout=30s"
     )

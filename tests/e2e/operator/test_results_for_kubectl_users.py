@@ -1,6 +1,6 @@
 """Results for a user with only Kubernetes access: `kubectl exec deploy/<release>-operator --
-scrapeq export NAME` runs `scrapeq export` in the operator's pod, with nothing but the pod's
-environment (DATABASE_URL from the chart's Secret, no kubeconfig, no namespace). The real node
+scrapeq export -n NAMESPACE NAME` runs `scrapeq export` in the operator's pod, with nothing but
+the pod's environment (DATABASE_URL from the chart's Secret, no kubeconfig). The real node
 test runs it through kubectl exec; here the same command runs with the same environment on the
 real parts (kube-apiserver, PostgreSQL, the operator process), after a ScrapeJob succeeded.
 """
@@ -19,10 +19,10 @@ from tests.e2e.operator.operator_parts import (
     REPOSITORY_ROOT,
     Kubectl,
     OperatorProcess,
-    poll,
     scrapejob,
     work_rows,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -45,21 +45,22 @@ def test_a_succeeded_jobs_results_stream_as_json_lines_from_the_operators_enviro
     manifest = scrapejob("laptops", urls=urls)
     manifest["metadata"]["namespace"] = namespace
     kubectl.create(manifest)
-    poll(
+    eventually_blocking(
         lambda: (
             len(work_rows(database_url)) == 0
             and kubectl.get("scrapejob", "laptops", namespace).get("status", {}).get("phase")
             == "Succeeded"
         ),
-        timeout=60,
+        within=60,
         what="the job to be worked and Succeeded",
-        interval=0.5,
+        every=0.5,
     )
 
-    # The documented command, as `kubectl exec deploy/scrapeq-operator -- scrapeq export
-    # laptops` runs it: no namespace (the rows say which), JSON Lines to stdout.
+    # The documented command, as `kubectl exec deploy/scrapeq-operator -- scrapeq export -n
+    # NAMESPACE laptops` runs it (the pod's own namespace is the operator's, so the ScrapeJob's
+    # is named), JSON Lines to stdout.
     exported = subprocess.run(
-        [sys.executable, "-m", "scrapeq", "export", "laptops", "--output", "-"],
+        [sys.executable, "-m", "scrapeq", "export", "-n", namespace, "laptops", "--output", "-"],
         cwd=REPOSITORY_ROOT,
         env=_operator_pod_environment(database_url),
         capture_output=True,

@@ -14,7 +14,8 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from tests.e2e.operator.operator_parts import OperatorProcess, poll
+from tests.e2e.operator.operator_parts import OperatorProcess
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -97,25 +98,25 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
                 (host, days * 86400),
             )
 
-    poll(
+    eventually_blocking(
         lambda: remaining_urls(empty_database_url) == KEPT,
-        timeout=30,
+        within=30,
         what="the retention loop to delete the rows past retention",
     )
     expected_pruned = len(ROWS) - len(KEPT)
-    poll(
-        lambda: pruned_metric(operator, "rows") == expected_pruned,
-        timeout=10,
-        what=f"scrapeq_operator_retention_pruned_rows_total to reach {expected_pruned}",
+    eventually_blocking(
+        lambda: pruned_metric(operator, "jobs") == expected_pruned,
+        within=10,
+        what=f"scrapeq_operator_retention_pruned_jobs_total to reach {expected_pruned}",
     )
-    poll(
+    eventually_blocking(
         lambda: known_hosts(empty_database_url) == {"e.test", "recent.test"},
-        timeout=10,
+        within=10,
         what="the retention loop to delete the idle host's state",
     )
-    poll(
+    eventually_blocking(
         lambda: pruned_metric(operator, "hosts") == 1,
-        timeout=10,
+        within=10,
         what="scrapeq_operator_retention_pruned_hosts_total to reach 1",
     )
     assert "retention: deleted" in operator.log_tail(200_000)

@@ -28,11 +28,11 @@ from tests.e2e.operator.operator_parts import (
     PageAnswer,
     loopback_site,
     owner_progress,
-    poll,
     run_worker_until_idle,
     scrapejob,
     work_rows,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -77,11 +77,11 @@ def status_of(kubectl: Kubectl, namespace: str) -> dict[str, object]:
 
 
 def wait_for_phase(kubectl: Kubectl, namespace: str, phase: str) -> dict[str, object]:
-    status: dict[str, object] = poll(
+    status: dict[str, object] = eventually_blocking(
         lambda: (lambda status: status if status.get("phase") == phase else None)(
             status_of(kubectl, namespace)
         ),
-        timeout=30,
+        within=30,
         what=f"products to be {phase}",
     )
     return status
@@ -100,9 +100,9 @@ def a_failed_scrapejob(kubectl: Kubectl, namespace: str, database_url: str, site
     manifest["metadata"]["namespace"] = namespace
     kubectl.apply(manifest)
     uid = kubectl.get("scrapejob", "products", namespace)["metadata"]["uid"]
-    poll(
+    eventually_blocking(
         lambda: owner_progress(database_url, uid).total == len(PAGES),
-        timeout=30,
+        within=30,
         what="rows for products",
     )
     run_burst(database_url)
@@ -153,9 +153,9 @@ def test_the_retry_failed_annotation_requeues_failed_rows_once_and_they_complete
         )
         return RETRY_ANNOTATION not in annotations
 
-    poll(annotation_removed, timeout=30, what="the operator to remove the annotation")
-    events = poll(
-        partial(requeued_events, kubectl, namespace), timeout=30, what="a FailedRowsRequeued event"
+    eventually_blocking(annotation_removed, within=30, what="the operator to remove the annotation")
+    events = eventually_blocking(
+        partial(requeued_events, kubectl, namespace), within=30, what="a FailedRowsRequeued event"
     )
     assert len(events) == 1, events
     assert events[0]["type"] == "Normal"
@@ -223,24 +223,26 @@ def test_the_annotation_stays_while_the_database_is_down_and_is_acted_on_when_it
     manifest["metadata"]["namespace"] = namespace
     kubectl.apply(manifest)
     uid = kubectl.get("scrapejob", "products", namespace)["metadata"]["uid"]
-    poll(lambda: owner_progress(database_url, uid).total == 1, timeout=30, what="rows")
+    eventually_blocking(
+        lambda: owner_progress(database_url, uid).total == 1, within=30, what="rows"
+    )
     work_rows(database_url, fail_with="HTTP 500")
     wait_for_phase(kubectl, namespace, "Failed")
 
     restartable_postgres.stop_server("immediate")
     kubectl.run("annotate", "scrapejob", "products", "-n", namespace, f"{RETRY_ANNOTATION}=now")
-    poll(
+    eventually_blocking(
         lambda: has_event(kubectl, namespace, "RetryFailedPending"),
-        timeout=30,
+        within=30,
         what="a RetryFailedPending event",
     )
     annotations = kubectl.get("scrapejob", "products", namespace)["metadata"]["annotations"]
     assert RETRY_ANNOTATION in annotations
 
     restartable_postgres.start()
-    poll(
+    eventually_blocking(
         lambda: bool(requeued_events(kubectl, namespace)),
-        timeout=60,
+        within=60,
         what="the re-queue once the database is back",
     )
     assert "re-queued 1 failed row(s)" in str(requeued_events(kubectl, namespace)[0]["message"])

@@ -22,9 +22,9 @@ from tests.e2e.operator.operator_parts import (
     WorkerProcesses,
     loopback_site,
     owner_progress,
-    poll,
     scrapejob,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -131,7 +131,7 @@ def test_a_scheduled_job_runs_repeatedly_and_keeps_only_its_newest_successful_ru
                 succeeded[item["metadata"]["name"]] = item["metadata"]["uid"]
         return len(succeeded) >= 2
 
-    poll(two_runs_succeeded, timeout=60, interval=0.5, what="two runs to succeed")
+    eventually_blocking(two_runs_succeeded, within=60, every=0.5, what="two runs to succeed")
     first_name, first_uid = min(succeeded.items())
 
     def history_trimmed() -> bool:
@@ -140,7 +140,9 @@ def test_a_scheduled_job_runs_repeatedly_and_keeps_only_its_newest_successful_ru
         names = {item["metadata"]["name"] for item in listed}
         return first_name not in names and len(successful) == 1
 
-    poll(history_trimmed, timeout=30, interval=0.5, what="only the newest successful run left")
+    eventually_blocking(
+        history_trimmed, within=30, every=0.5, what="only the newest successful run left"
+    )
     assert owner_progress(empty_database_url, first_uid).total == 0
 
     # Each run was a ScrapeJob of its own, controlled by the parent, with the parent's spec
@@ -155,14 +157,14 @@ def test_a_scheduled_job_runs_repeatedly_and_keeps_only_its_newest_successful_ru
     assert newest["status"]["progress"] == "2/2"
     assert any("Page /price/" in item["result"] for item in newest["status"]["preview"])
 
-    status = poll(
+    status = eventually_blocking(
         lambda: (
             (s := kubectl.get("scrapejob", "prices", namespace).get("status", {})).get(
                 "lastSuccessfulTime"
             )
             and s
         ),
-        timeout=20,
+        within=20,
         what="the parent's lastSuccessfulTime",
     )
     assert status["phase"] == "Scheduled", operator.log_tail()
@@ -171,9 +173,9 @@ def test_a_scheduled_job_runs_repeatedly_and_keeps_only_its_newest_successful_ru
 
     # Deleting the schedule deletes its runs (there is no garbage collector in this cluster).
     kubectl.run("delete", "scrapejob", "prices", "-n", namespace, "--timeout=60s")
-    poll(
+    eventually_blocking(
         lambda: runs(kubectl, namespace, "prices") == [],
-        timeout=30,
+        within=30,
         what="the runs to be deleted with their schedule",
     )
 
@@ -191,15 +193,15 @@ def test_forbid_starts_no_second_run_while_the_first_is_active(
         namespace,
         scrapejob("stuck", url="https://stuck.example.com/", schedule="@every 5s"),
     )
-    (first,) = poll(
+    (first,) = eventually_blocking(
         lambda: runs(kubectl, namespace, "stuck"),
-        timeout=30,
+        within=30,
         what="the first run",
     )
     first_name = first["metadata"]["name"]
-    poll(
+    eventually_blocking(
         lambda: owner_progress(empty_database_url, first["metadata"]["uid"]).total == 1,
-        timeout=30,
+        within=30,
         what="the first run's row",
     )
 
@@ -215,7 +217,7 @@ def test_forbid_starts_no_second_run_while_the_first_is_active(
         }
         return len(skips) >= 2
 
-    poll(two_fire_times_skipped, timeout=30, interval=0.5, what="two skipped fire times")
+    eventually_blocking(two_fire_times_skipped, within=30, every=0.5, what="two skipped fire times")
 
     status = kubectl.get("scrapejob", "stuck", namespace)["status"]
     assert status["active"] == [first_name]
@@ -247,11 +249,13 @@ def test_replace_cancels_the_active_run_and_starts_a_new_one(
             concurrencyPolicy="Replace",
         ),
     )
-    (first,) = poll(lambda: runs(kubectl, namespace, "fresh"), timeout=30, what="the first run")
+    (first,) = eventually_blocking(
+        lambda: runs(kubectl, namespace, "fresh"), within=30, what="the first run"
+    )
     first_uid = first["metadata"]["uid"]
-    poll(
+    eventually_blocking(
         lambda: owner_progress(empty_database_url, first_uid).total == 1,
-        timeout=30,
+        within=30,
         what="the first run's row",
     )
 
@@ -260,16 +264,16 @@ def test_replace_cancels_the_active_run_and_starts_a_new_one(
         uids = {item["metadata"]["uid"] for item in listed}
         return listed if listed and first_uid not in uids else []
 
-    (second, *_) = poll(replaced, timeout=30, what="the first run to be replaced")
+    (second, *_) = eventually_blocking(replaced, within=30, what="the first run to be replaced")
     assert second["metadata"]["name"] > first["metadata"]["name"]
     progress = owner_progress(empty_database_url, first_uid)
     assert (progress.total, progress.cancelled) == (1, 1)
-    poll(
+    eventually_blocking(
         lambda: (
             second["metadata"]["name"]
             in (kubectl.get("scrapejob", "fresh", namespace).get("status", {}).get("active") or [])
         ),
-        timeout=20,
+        within=20,
         what="the new run to be the active one",
     )
     assert any(
@@ -296,7 +300,7 @@ def test_an_invalid_schedule_makes_the_job_not_ready_and_starts_no_run(
         ready = condition(status, "Ready")
         return ready if ready.get("reason") == "InvalidSchedule" else {}
 
-    ready = poll(not_ready, timeout=30, what="Ready=False InvalidSchedule")
+    ready = eventually_blocking(not_ready, within=30, what="Ready=False InvalidSchedule")
     assert ready["status"] == "False"
     assert "minute: 61 is out of range 0-59" in ready["message"]
     assert any(
@@ -327,13 +331,13 @@ def test_a_suspended_schedule_starts_no_run(
             concurrencyPolicy="Allow",
         ),
     )
-    status = poll(
+    status = eventually_blocking(
         lambda: (
             (s := kubectl.get("scrapejob", "paused", namespace).get("status", {})).get("phase")
             == "Suspended"
             and s
         ),
-        timeout=30,
+        within=30,
         what="phase Suspended",
     )
     assert condition(status, "Ready")["reason"] == "Suspended"
@@ -344,5 +348,7 @@ def test_a_suspended_schedule_starts_no_run(
         assert runs(kubectl, namespace, "paused") == []
         return len(runs(kubectl, namespace, "control")) >= 2
 
-    poll(control_ran_twice, timeout=30, interval=0.5, what="two runs of the control schedule")
+    eventually_blocking(
+        control_ran_twice, within=30, every=0.5, what="two runs of the control schedule"
+    )
     assert runs(kubectl, namespace, "paused") == []

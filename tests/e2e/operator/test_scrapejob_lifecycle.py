@@ -17,10 +17,10 @@ from tests.e2e.operator.operator_parts import (
     Kubectl,
     OperatorProcess,
     owner_progress,
-    poll,
     scrapejob,
     work_rows,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -41,17 +41,17 @@ def _status(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
 
 
 def _wait_for_rows(database_url: str, uid: str, count: int) -> None:
-    poll(
+    eventually_blocking(
         lambda: owner_progress(database_url, uid).total == count,
-        timeout=30,
+        within=30,
         what=f"{count} queue rows",
     )
 
 
 def _wait_for_phase(kubectl: Kubectl, namespace: str, name: str, phase: str) -> dict[str, Any]:
-    status: dict[str, Any] = poll(
+    status: dict[str, Any] = eventually_blocking(
         lambda: (found := _status(kubectl, namespace, name)).get("phase") == phase and found,
-        timeout=30,
+        within=30,
         what=f"phase {phase}",
     )
     return status
@@ -71,9 +71,9 @@ def test_an_applied_scrapejob_is_queued_completed_and_shown_succeeded(
 
     _wait_for_rows(empty_database_url, uid, len(URLS))
     assert len(work_rows(empty_database_url, limit=2)) == 2
-    running = poll(
+    running = eventually_blocking(
         lambda: (found := _status(kubectl, namespace, "laptops")).get("succeeded") == 2 and found,
-        timeout=30,
+        within=30,
         what="2 succeeded rows in status",
     )
     assert running["phase"] == "Running"
@@ -114,7 +114,7 @@ def test_a_failing_url_shows_failed_with_its_error_in_status_and_an_event(
     assert "HTTP 500 Internal Server Error" in status["lastError"]
     conditions = {condition["type"]: condition for condition in status["conditions"]}
     assert conditions["Failed"]["reason"] == "URLsFailed"
-    events = poll(
+    events = eventually_blocking(
         lambda: kubectl.run(
             "get",
             "events",
@@ -125,7 +125,7 @@ def test_a_failing_url_shows_failed_with_its_error_in_status_and_an_event(
             "-o",
             "name",
         ).stdout.strip(),
-        timeout=30,
+        within=30,
         what="a URLsFailed event",
     )
     assert events
@@ -159,9 +159,9 @@ def test_a_retry_pending_keeps_the_job_running(
             conn, job.id, job.attempt, error="timeout", reason="timeout", duration_seconds=1.0
         ),
     )
-    status = poll(
+    status = eventually_blocking(
         lambda: (found := _status(kubectl, namespace, "flaky")).get("retrying") == 1 and found,
-        timeout=30,
+        within=30,
         what="a retrying row in status",
     )
     assert status["phase"] == "Running"
@@ -222,9 +222,9 @@ def test_a_job_whose_configmap_is_missing_is_not_ready_until_it_appears(
         "listed",
         urlsFrom={"configMapKeyRef": {"name": "url-list", "key": "urls.txt"}},
     )
-    status = poll(
+    status = eventually_blocking(
         lambda: (found := _status(kubectl, namespace, "listed")).get("conditions") and found,
-        timeout=30,
+        within=30,
         what="a Ready condition",
     )
     (ready,) = status["conditions"]
@@ -234,7 +234,7 @@ def test_a_job_whose_configmap_is_missing_is_not_ready_until_it_appears(
         "ConfigMapNotFound",
     )
     assert "url-list" in ready["message"]
-    poll(
+    eventually_blocking(
         lambda: kubectl.run(
             "get",
             "events",
@@ -245,7 +245,7 @@ def test_a_job_whose_configmap_is_missing_is_not_ready_until_it_appears(
             "-o",
             "name",
         ).stdout.strip(),
-        timeout=30,
+        within=30,
         what="a ConfigMapNotFound event",
     )
 
@@ -258,12 +258,12 @@ def test_a_job_whose_configmap_is_missing_is_not_ready_until_it_appears(
         "--from-literal=urls.txt=" + "\n".join(["# shop", *URLS, ""]),
     )
     _wait_for_rows(empty_database_url, uid, len(URLS))
-    ready_again = poll(
+    ready_again = eventually_blocking(
         lambda: any(
             condition["type"] == "Ready" and condition["status"] == "True"
             for condition in _status(kubectl, namespace, "listed").get("conditions", [])
         ),
-        timeout=30,
+        within=30,
         what="Ready=True",
     )
     assert ready_again

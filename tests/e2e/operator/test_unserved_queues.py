@@ -13,13 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.operator.operator_parts import (
-    Kubectl,
-    OperatorProcess,
-    poll,
-    scrapejob,
-    wait_for_status,
-)
+from tests.e2e.operator.operator_parts import Kubectl, OperatorProcess, scrapejob, wait_for_status
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -90,7 +85,7 @@ def test_a_job_on_a_queue_no_pool_serves_is_reported_until_a_pool_appears(
     assert row.split()[:5] == ["laptops", "Pending", "0/1", "0", "NoWorkerPool"]
     assert "no worker pool serves queue shop" in row
 
-    events = poll(
+    events = eventually_blocking(
         lambda: json.loads(
             kubectl.run(
                 "get",
@@ -103,14 +98,16 @@ def test_a_job_on_a_queue_no_pool_serves_is_reported_until_a_pool_appears(
                 "json",
             ).stdout
         )["items"],
-        timeout=15,
+        within=15,
         what="a NoWorkerPool Event",
     )
     assert events[0]["type"] == "Warning"
     assert "queue shop" in events[0]["message"]
 
     metrics = operator.metrics()
-    assert _metric(metrics, "scrapeq_operator_queue_backlog_jobs", queue="shop", state="due") == 1
+    backlog = "scrapeq_operator_queue_backlog_jobs"
+    assert _metric(metrics, backlog, queue="shop", state="startable") == 1
+    assert _metric(metrics, backlog, queue="shop", state="throttled") == 0
     assert _metric(metrics, "scrapeq_operator_queue_worker_pools", queue="shop") == 0
     assert "queue shop has 1 due rows and no worker pool serves it" in operator.log_tail(50_000)
 
@@ -124,11 +121,11 @@ def test_a_job_on_a_queue_no_pool_serves_is_reported_until_a_pool_appears(
     )
     assert "reason" not in cleared
     assert "message" not in cleared
-    poll(
+    eventually_blocking(
         lambda: (
             _metric(operator.metrics(), "scrapeq_operator_queue_worker_pools", queue="shop") == 1
         ),
-        timeout=10,
+        within=10,
         what="the pool to be counted for queue shop",
     )
     assert "queue shop is served again" in operator.log_tail(50_000)

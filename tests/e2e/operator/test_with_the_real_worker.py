@@ -19,10 +19,10 @@ from tests.e2e.operator.operator_parts import (
     OperatorProcess,
     loopback_site,
     owner_progress,
-    poll,
     run_worker_until_idle,
     scrapejob,
 )
+from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
 
@@ -68,7 +68,9 @@ def test_the_real_worker_completes_the_rows_and_kubectl_shows_the_outcome(
         for name in ("products", "missing")
     ]
     for uid, count in zip(uids, (len(PAGES), 1), strict=True):
-        poll(partial(_has_rows, empty_database_url, uid, count), timeout=30, what="rows")
+        eventually_blocking(
+            partial(_has_rows, empty_database_url, uid, count), within=30, what="rows"
+        )
 
     worker = run_worker_until_idle(empty_database_url)
     assert worker.returncode == 0, worker.stderr[-3000:]
@@ -84,9 +86,9 @@ def test_the_real_worker_completes_the_rows_and_kubectl_shows_the_outcome(
         ).stdout
         return dict(line.split("=", 1) for line in listed.splitlines() if "=" in line)
 
-    poll(
+    eventually_blocking(
         lambda: phases() == {"products": "Succeeded", "missing": "Failed"},
-        timeout=30,
+        within=30,
         what="products Succeeded and missing Failed",
     )
     table = kubectl.run("get", "scrapejobs", "-n", namespace).stdout

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 import scrapeq_queue as queue
 
-from tests.integration.queue.deadlines import eventually
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.postgres
 
@@ -104,7 +104,7 @@ async def test_jobs_of_a_sigkilled_worker_are_rescued_and_completed_exactly_once
         completed.extend(done)
         return len(completed)
 
-    await eventually(work_until_all_done, until=lambda n: n == 20, timeout=30, what="all 20 jobs")
+    await eventually(work_until_all_done, until=lambda n: n == 20, within=30, what="all 20 jobs")
 
     assert len(set(completed)) == 20
     cursor = await async_connection.execute(

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 import scrapeq_queue as queue
+from scrapeq_queue import kubectl_context
 from scrapeq_queue.output_files import AtomicFile
 
 from tests.integration.queue.test_commands import run
@@ -31,6 +32,14 @@ PHONES = queue.Owner(uid="uid-phones", namespace="shop", name="phones")
 PEAK_RSS_LIMIT_MB = 150
 BIG_EXPORT_ROWS = 10_000
 BIG_FIELD_BYTES = 10_000
+
+
+@pytest.fixture(autouse=True)
+def current_namespace_is_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No kubeconfig and no pod: a NAME alone means `default`, whatever machine runs this."""
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(kubectl_context, "SERVICE_ACCOUNT_NAMESPACE", tmp_path / "no-pod")
 
 
 async def cli(*argv: str) -> int:
@@ -309,7 +318,7 @@ async def test_export_by_scrapejob_name_takes_the_most_recent_scrapejob_of_that_
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
-async def test_a_scrapejob_name_without_a_namespace_is_looked_up_in_default(
+async def test_a_scrapejob_name_without_a_namespace_is_looked_up_in_the_current_namespace(
     database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
 ) -> None:
     owner = queue.Owner(uid="uid-default-laptops", namespace="default", name="laptops")
@@ -325,13 +334,58 @@ async def test_a_scrapejob_name_without_a_namespace_is_looked_up_in_default(
     assert "exported 1 result(s) of default/laptops" in captured.err
 
 
-async def test_a_name_without_a_namespace_takes_the_only_namespace_that_has_it(
+async def test_the_current_namespace_is_the_kubeconfig_context_s(
+    database_url: str,
+    async_connection: Connection,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    owner = queue.Owner(uid="uid-default-laptops", namespace="default", name="laptops")
+    await completed_row(async_connection, "https://e.test/d", {"fields": {"v": 1}}, owner=owner)
+    await completed_row(async_connection, "https://e.test/shop", {"fields": {"v": 2}})
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        json.dumps(
+            {
+                "current-context": "shop",
+                "contexts": [{"name": "shop", "context": {"cluster": "c", "namespace": "shop"}}],
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(config))
+
+    assert await cli("export", "--database-url", database_url, "laptops", "--output", "-") == 0
+
+    captured = capsys.readouterr()
+    assert [json.loads(line)["url"] for line in captured.out.splitlines()] == [
+        "https://e.test/shop"
+    ]
+    assert "exported 1 result(s) of shop/laptops" in captured.err
+
+
+async def test_a_name_only_in_another_namespace_is_not_found_and_the_error_says_where_it_is(
+    database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await completed_row(async_connection, "https://e.test/shop", {"fields": {"v": 2}})
+
+    assert await cli("export", "--database-url", database_url, "laptops") == 1
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "no rows of a ScrapeJob default/laptops" in captured.err
+    assert "ScrapeJobs named laptops have rows in namespaces shop" in captured.err
+    assert "--all-namespaces" in captured.err
+
+
+async def test_all_namespaces_takes_the_only_namespace_that_has_the_name(
     database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await completed_row(async_connection, "https://e.test/shop", {"fields": {"v": 2}})
 
     # No --format: JSON Lines; `--output -` is stdout.
-    assert await cli("export", "--database-url", database_url, "laptops", "--output", "-") == 0
+    arguments = ("laptops", "--all-namespaces", "--output", "-")
+    assert await cli("export", "--database-url", database_url, *arguments) == 0
 
     captured = capsys.readouterr()
     (line,) = captured.out.splitlines()
@@ -339,14 +393,14 @@ async def test_a_name_without_a_namespace_takes_the_only_namespace_that_has_it(
     assert "exported 1 result(s) of shop/laptops" in captured.err
 
 
-async def test_a_name_without_a_namespace_found_in_several_namespaces_is_refused(
+async def test_all_namespaces_refuses_a_name_found_in_several_namespaces(
     database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
 ) -> None:
     news = queue.Owner(uid="uid-news-laptops", namespace="news", name="laptops")
     await completed_row(async_connection, "https://e.test/news", {"fields": {"v": 1}}, owner=news)
     await completed_row(async_connection, "https://e.test/shop", {"fields": {"v": 2}})
 
-    assert await cli("export", "--database-url", database_url, "laptops") == 1
+    assert await cli("export", "--database-url", database_url, "laptops", "-A") == 1
 
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -386,6 +440,9 @@ async def test_exporting_a_scrapejob_with_no_rows_is_an_error_and_writes_no_file
         (("shop/laptops", "-n", "news"), "is in namespace shop, not news"),
         (("a/b/c",), "expected NAME or NAMESPACE/NAME"),
         (("--owner", "shop/laptops", "-n", "shop"), "--owner already names the namespace"),
+        (("--owner", "shop/laptops", "-A"), "--owner already names the namespace"),
+        (("shop/laptops", "--all-namespaces"), "--all-namespaces goes with NAME alone"),
+        (("laptops", "-n", "shop", "-A"), "--all-namespaces goes with NAME alone"),
     ],
 )
 def test_export_refuses_an_unclear_target(

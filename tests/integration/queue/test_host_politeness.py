@@ -13,6 +13,8 @@ import pytest
 import scrapeq_queue as queue
 from scrapeq_queue import inspection, statements
 
+from tests.waiting import eventually
+
 Connection = psycopg.AsyncConnection[Any]
 
 pytestmark = pytest.mark.timeout(60)
@@ -138,11 +140,9 @@ async def test_a_delay_makes_a_host_take_one_request_at_a_time_spaced_by_the_del
     finished = asyncio.get_running_loop().time()
     assert await claim(async_connection) == []  # the delay runs from the end of the request
 
-    jobs: list[queue.ClaimedJob] = []
-    for _ in range(250):  # polls for at most about 5 s
-        if jobs := await claim(async_connection):
-            break
-        await asyncio.sleep(0.02)
+    jobs = await eventually(
+        lambda: claim(async_connection), within=5, what="the delay to pass", every=0.02
+    )
     assert len(jobs) == 1
     assert asyncio.get_running_loop().time() - finished >= 0.5 - 0.05
 

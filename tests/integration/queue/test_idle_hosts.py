@@ -5,7 +5,6 @@ leaves rows that no claim can see."""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -16,6 +15,7 @@ from scrapeq_queue import statements
 
 from tests.integration.queue.test_host_politeness import claim
 from tests.integration.queue.test_retention import cli
+from tests.waiting import eventually
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -61,18 +61,23 @@ async def idle_host(connection: Connection, host: str) -> None:
 
 async def wait_until_blocked(connection: Connection, application_name: str) -> None:
     """Poll pg_stat_activity until the named session waits for a lock (deadline: 10 s)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+
+    async def waiting_sessions() -> int:
         cursor = await connection.execute(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE application_name = %s AND wait_event_type = 'Lock'",
             (application_name,),
         )
         row = await cursor.fetchone()
-        if row is not None and row[0] == 1:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{application_name} never waited for a lock")
+        return 0 if row is None else int(row[0])
+
+    await eventually(
+        waiting_sessions,
+        until=lambda sessions: sessions == 1,
+        within=10,
+        what=f"{application_name} to wait for a lock",
+        every=0.02,
+    )
 
 
 async def test_only_hosts_idle_for_long_lose_their_state(async_connection: Connection) -> None:

@@ -247,12 +247,12 @@ async def test_a_stale_worker_cannot_complete_retry_or_fail_a_rescued_job(
 
 
 async def pytest_eventually_rescued(connection: Connection) -> None:
-    from tests.integration.queue.deadlines import eventually
+    from tests.waiting import eventually
 
     await eventually(
         lambda: queue.rescue_expired_leases(connection),
         until=lambda rescued: rescued == 1,
-        timeout=10,
+        within=10,
         what="the expired lease to be rescued",
     )
 

@@ -10,7 +10,7 @@ import pytest
 import scrapeq_queue as queue
 
 from scrapeq.local.postgres import LocalPostgres
-from tests.integration.queue.deadlines import eventually
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.postgres
 
@@ -88,7 +88,7 @@ async def test_clients_reconnect_after_a_restart_and_every_job_completes(
 
     tasks = [asyncio.create_task(work(w, f"pod-{n}")) for n, w in enumerate(workers)]
     try:
-        await eventually(completed, until=lambda n: n >= 40, timeout=30, what="some progress")
+        await eventually(completed, until=lambda n: n >= 40, within=30, what="some progress")
         await asyncio.to_thread(restartable_postgres.restart)
         await producer.run(
             lambda c: queue.enqueue_many(c, [f"https://e.test/b/{n}" for n in range(SECOND_WAVE)])
@@ -96,7 +96,7 @@ async def test_clients_reconnect_after_a_restart_and_every_job_completes(
         await eventually(
             completed,
             until=lambda n: n == FIRST_WAVE + SECOND_WAVE,
-            timeout=60,
+            within=60,
             what="every job to complete after the restart",
         )
     finally:

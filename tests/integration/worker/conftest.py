@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psycopg
@@ -80,27 +80,3 @@ async def job_row(connection: Connection, job_id: int | None) -> JobRow:
     assert row is not None, f"job {job_id} does not exist"
     attempts = await queue.job_attempts(connection, job_id)
     return JobRow(row[0], row[1], row[2], row[3], attempts)
-
-
-async def eventually(condition: Callable[[], bool], *, within: float, what: str) -> None:
-    """Poll `condition` until it holds; fail the test naming `what` at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        if condition():
-            return
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
-async def poll(
-    check: Callable[[], Awaitable[bool]], *, within: float, what: str, every: float = 0.02
-) -> None:
-    """Await `check` until it is true; fail naming `what` after `within` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not await check():
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
-        await asyncio.sleep(every)

@@ -16,8 +16,9 @@ from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 
 from scrapeq.local.postgres import LocalPostgres
+from tests.waiting import eventually
 
-from .conftest import eventually, job_row, poll
+from .conftest import job_row
 from .site import ALLOW_SITE, HostileSite
 
 pytestmark = [pytest.mark.postgres]
@@ -58,20 +59,16 @@ async def test_a_database_restart_is_ridden_out_without_losing_jobs(
     )
     run = asyncio.create_task(worker.run())
     try:
-        done = 0
-
-        async def count() -> None:
-            nonlocal done
-            done = await completed(dsn)
 
         async def wait_for_completed(number: int) -> None:
             """Poll (through fresh connections) until `number` jobs are completed."""
-            async with asyncio.timeout(60):
-                while True:
-                    await count()
-                    if done >= number:
-                        return
-                    await asyncio.sleep(0.1)
+            await eventually(
+                lambda: completed(dsn),
+                until=lambda done: done >= number,
+                within=60,
+                what=f"{number} completed jobs",
+                every=0.1,
+            )
 
         await wait_for_completed(5)
         await asyncio.to_thread(restartable_postgres.stop_server, "immediate")
@@ -144,11 +141,13 @@ async def test_work_resumes_within_2_s_after_a_15_s_outage_and_leases_held_survi
             async def done(job_id: int | None) -> bool:
                 return (await job_row(connection, job_id)).status == "completed"
 
-            await poll(lambda: done(due_during), within=30, what="the job due during the outage")
+            await eventually(
+                lambda: done(due_during), within=30, what="the job due during the outage"
+            )
             resumed = time.monotonic() - back
             assert resumed <= RESUME_WITHIN_SECONDS, f"work resumed {resumed:.1f}s after the outage"
 
-            await poll(lambda: done(held), within=30, what="the long page to complete")
+            await eventually(lambda: done(held), within=30, what="the long page to complete")
             row = await job_row(connection, held)
         # One attempt: the lease expired in the database's eyes during the outage, but no one
         # rescued it before its worker renewed it, so the page was not fetched a second time.

@@ -17,7 +17,9 @@ from scrapeq_worker.browser import BrowserPool, BrowserSettings
 from scrapeq_worker.job_options import options_from_payload
 from scrapeq_worker.network_guard import NetworkGuard, parse_networks
 
-from .conftest import Connection, eventually, job_row
+from tests.waiting import eventually
+
+from .conftest import Connection, job_row
 from .site import ALLOW_SITE, HostileSite
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium]

@@ -21,7 +21,9 @@ import scrapeq_queue as queue
 from scrapeq_worker.network_guard import parse_networks
 from scrapeq_worker.settings import WorkerSettings
 
-from .conftest import Connection, job_row, poll, run_burst
+from tests.waiting import eventually
+
+from .conftest import Connection, job_row, run_burst
 from .polite_site import ALLOW_HOSTS, PoliteSite, Robots, running_polite_site
 from .test_priorities_and_pools import scrapeq_worker
 
@@ -75,7 +77,7 @@ async def all_completed(connection: Connection, ids: list[int], within: float, w
     async def done() -> bool:
         return set(await statuses(connection, ids)) == {"completed"}
 
-    await poll(done, within=within, what=what, every=0.1)
+    await eventually(done, within=within, what=what, every=0.1)
 
 
 async def test_a_site_never_sees_more_than_its_limit_while_other_sites_keep_completing(
@@ -157,7 +159,7 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
         allow_networks=ALLOW_HOSTS,
         max_concurrent_per_host=None,
     ) as doomed:  # fmt: skip
-        await poll(host_full, within=30, what="the doomed worker holding both slots mid-page")
+        await eventually(host_full, within=30, what="the doomed worker holding both slots mid-page")
         os.killpg(doomed.pid, signal.SIGKILL)
         await doomed.wait()
 
@@ -256,7 +258,7 @@ async def test_crawl_delay_becomes_the_sites_delay(
         )
         return bool(claimed)
 
-    await poll(claimed_some, within=5, what="the delay after the first page to pass")
+    await eventually(claimed_some, within=5, what="the delay after the first page to pass")
     assert len(claimed) == 1
 
 

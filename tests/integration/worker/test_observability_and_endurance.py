@@ -15,6 +15,7 @@ from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 
 from scrapeq.local.processes import free_port, pid_alive
+from tests.waiting import eventually
 
 from .conftest import Connection, job_row
 from .site import HostileSite
@@ -49,16 +50,17 @@ async def test_metrics_count_exactly_what_a_known_run_did(
     run = asyncio.create_task(worker.run())
     base = f"http://127.0.0.1:{port}"
     try:
-        async with asyncio.timeout(60):
-            while True:
-                backlog = (await queue.queue_backlog(connection, ["default"]))["default"]
-                if (
-                    backlog.due_pending == 0
-                    and backlog.processing == 0
-                    and (backlog.delayed_pending == 1)
-                ):
-                    break
-                await asyncio.sleep(0.1)
+        await eventually(
+            lambda: queue.queue_backlog(connection, ["default"]),
+            until=lambda backlog: (
+                backlog["default"].due_pending == 0
+                and backlog["default"].processing == 0
+                and backlog["default"].delayed_pending == 1
+            ),
+            within=60,
+            what="the job to be back in the queue, delayed",
+            every=0.1,
+        )
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{base}/metrics") as response:
                 assert response.status == 200

@@ -28,7 +28,9 @@ from typing import Final, Literal
 import pytest
 import scrapeq_queue as queue
 
-from .conftest import Connection, poll
+from tests.waiting import eventually
+
+from .conftest import Connection
 from .site import ALLOW_SITE, HostileSite
 
 pytestmark = [pytest.mark.postgres]
@@ -242,7 +244,9 @@ async def test_a_high_priority_job_overtakes_a_flood_of_low_priority_jobs_within
         async def flood_under_way() -> bool:
             return (await rows_by_status(connection, "default", LOW))[1] >= 200
 
-        await poll(flood_under_way, within=60, what="the worker to complete 200 low-priority rows")
+        await eventually(
+            flood_under_way, within=60, what="the worker to complete 200 low-priority rows"
+        )
         requested_before = len(site.hits)
         high_url = site.url(f"/static/{FLOOD_PAGES + 1_000_000}")
         if producer == "enqueue":
@@ -255,7 +259,7 @@ async def test_a_high_priority_job_overtakes_a_flood_of_low_priority_jobs_within
             high_id = None if row is None else row[0]
         assert high_id is not None
         committed_by = await queue.database_now(connection)
-        await poll(
+        await eventually(
             lambda: completed(connection, high_id),
             within=10,
             what="the high-priority job to complete",
@@ -324,14 +328,14 @@ async def test_a_flooded_queue_does_not_starve_the_pool_of_another_queue(
             backlog = (await queue.queue_backlog(connection, ["bulk"]))["bulk"]
             return backlog.processing >= CONCURRENCY and site.slow_in_flight >= CONCURRENCY // 2
 
-        await poll(bulk_pool_busy, within=60, what="the bulk pool to be busy", every=0.1)
+        await eventually(bulk_pool_busy, within=60, what="the bulk pool to be busy", every=0.1)
         # The urgent worker started with the bulk one; give it the same chance to be up
         # (its /readyz is off here): a first row it must answer proves it listens.
         warm_up = await queue.enqueue(
             connection, site.url("/static/1"), payload={"render": False}, queue="urgent"
         )
         assert warm_up is not None
-        await poll(
+        await eventually(
             lambda: completed(connection, warm_up), within=60, what="the urgent pool to start"
         )
 
@@ -339,7 +343,7 @@ async def test_a_flooded_queue_does_not_starve_the_pool_of_another_queue(
             connection, site.url("/static/2"), payload={"render": False}, queue="urgent"
         )
         assert urgent_id is not None
-        await poll(
+        await eventually(
             lambda: completed(connection, urgent_id),
             within=URGENT_DEADLINE_SECONDS,
             what=f"the urgent job to complete\n{log_tail(urgent_log)}",
@@ -390,7 +394,7 @@ async def test_a_worker_serving_several_queues_claims_by_priority_across_them(
             backlog = (await queue.queue_backlog(connection, ["bulk"]))["bulk"]
             return backlog.processing >= CONCURRENCY
 
-        await poll(worker_busy, within=60, what="the shared worker to be busy", every=0.1)
+        await eventually(worker_busy, within=60, what="the shared worker to be busy", every=0.1)
         same_priority = await queue.enqueue(
             connection, site.url("/static/1"), payload={"render": False}, queue="urgent"
         )
@@ -404,7 +408,7 @@ async def test_a_worker_serving_several_queues_claims_by_priority_across_them(
         assert same_priority is not None
         assert high_id is not None
         committed_by = await queue.database_now(connection)
-        await poll(
+        await eventually(
             lambda: completed(connection, high_id),
             within=URGENT_DEADLINE_SECONDS,
             what=f"the high-priority urgent job to complete\n{log_tail(log_path)}",

@@ -21,8 +21,9 @@ from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 
 from scrapeq.local.processes import free_port
+from tests.waiting import eventually
 
-from .conftest import Connection, eventually, job_row, poll
+from .conftest import Connection, job_row
 from .site import HostileSite
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium]
@@ -117,13 +118,9 @@ async def running_worker(settings: WorkerSettings) -> AsyncIterator[RunningWorke
 async def wait_for_readyz(
     running: RunningWorker, check: Callable[[int, str], bool], *, what: str
 ) -> tuple[int, str]:
-    async with asyncio.timeout(30):
-        while True:
-            status, text = await running.readyz()
-            if check(status, text):
-                return status, text
-            await asyncio.sleep(0.05)
-    raise AssertionError(what)  # pragma: no cover - the timeout raises first
+    return await eventually(
+        running.readyz, until=lambda answer: check(*answer), within=30, what=f"/readyz {what}"
+    )
 
 
 async def enqueue_pages(connection: Connection, site: HostileSite, count: int) -> list[int]:
@@ -153,7 +150,7 @@ async def ready_again_and_completes(
 ) -> None:
     """The cause is gone: the worker becomes ready by itself and does the jobs."""
     await wait_for_readyz(running, lambda status, _: status == 200, what="ready again")
-    await poll(lambda: completed_all(connection, ids), within=60, what="every job completed")
+    await eventually(lambda: completed_all(connection, ids), within=60, what="every job completed")
 
 
 def repair_browser(chromium: Path, real: str) -> None:
@@ -260,7 +257,7 @@ async def test_a_browser_that_fails_to_launch_at_work_hands_its_jobs_back_unspen
             rows = [await job_row(connection, job_id) for job_id in ids]
             return all(row.status == "pending" and row.attempts for row in rows)
 
-        await poll(handed_back, within=30, what="every job handed back")
+        await eventually(handed_back, within=30, what="every job handed back")
         for job_id in ids:
             row = await job_row(connection, job_id)
             assert row.retry_count == 0

@@ -13,7 +13,9 @@ from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 from websockets.client import connect as websocket_connect
 
-from .conftest import Connection, eventually, job_row, run_burst
+from tests.waiting import eventually
+
+from .conftest import Connection, job_row, run_burst
 from .site import HostileSite
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium]
@@ -376,14 +378,14 @@ async def test_followed_links_become_child_jobs_down_to_the_maximum_depth(
 
 
 @pytest.mark.parametrize("limit", [1, 2])
-async def test_no_more_pages_of_one_host_than_the_per_domain_limit_load_at_once(
+async def test_a_worker_with_free_slots_loads_no_more_pages_of_one_site_than_its_limit(
     site: HostileSite, worker_settings: WorkerSettings, connection: Connection, limit: int
 ) -> None:
     ids = await enqueue_pages(
         connection, [site.url(f"/slow/{n}?ms=300") for n in range(6)], {"render": False}
     )
 
-    await run_burst(worker_settings, concurrency=4, per_domain_concurrency=limit)
+    await run_burst(worker_settings, concurrency=4, max_concurrent_per_host=limit)
 
     assert site.slow_in_flight_max == limit
     for job_id in ids:

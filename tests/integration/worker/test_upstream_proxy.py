@@ -15,7 +15,9 @@ from scrapeq_queue.sealed_credentials import SEALING_KEY_ENV, Credentials, Seali
 from scrapeq_worker.egress_proxy import UpstreamProxy
 from scrapeq_worker.settings import WorkerSettings
 
-from .conftest import Connection, JobRow, eventually, job_row, run_burst
+from tests.waiting import eventually
+
+from .conftest import Connection, JobRow, job_row, run_burst
 from .site import SITE_HOST, HostileSite
 from .tinyproxy import PASSWORD, USER, Tinyproxy, running_tinyproxy, secrets_in
 
@@ -144,7 +146,8 @@ async def test_a_job_s_own_proxies_carry_its_pages_in_turn_instead_of_the_pool_s
     tunnel = f"CONNECT {SITE_HOST}:{case.site.port}"
     for proxy in (case.tinyproxy, second_tinyproxy):
         await eventually(
-            lambda proxy=proxy: sum(tunnel in line for line in proxy.requests()) >= 1,  # type: ignore[misc]
+            proxy.requests,
+            until=lambda requests: any(tunnel in line for line in requests),
             within=5,
             what=f"tinyproxy on port {proxy.port} to log a tunnel of the job",
         )

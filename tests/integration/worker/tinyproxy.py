@@ -9,12 +9,12 @@ import contextlib
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import missing_part
+from tests.waiting import eventually_blocking
 
 USER = "scrapeq"
 PASSWORD = "s3cret-upstream-pw"
@@ -64,11 +64,12 @@ def running_tinyproxy(directory: Path) -> Iterator[Tinyproxy]:
             ["tinyproxy", "-d", "-c", str(config)], stdout=output, stderr=output
         )
     try:
-        deadline = time.monotonic() + 10
-        while not _listening(port):
+
+        def listening() -> bool:
             assert process.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "tinyproxy did not start listening within 10 s"
-            time.sleep(0.05)
+            return _listening(port)
+
+        eventually_blocking(listening, within=10, what="tinyproxy to listen", every=0.05)
         yield Tinyproxy(port, log)
     finally:
         process.terminate()

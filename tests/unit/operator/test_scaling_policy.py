@@ -130,7 +130,7 @@ def test_a_pool_can_name_its_workers_per_host_limit() -> None:
     assert PoolPolicy.from_annotations({}, defaults).max_concurrent_per_host == 2
     named = {"scrapeq.io/max-concurrent-per-host": "6"}
     assert PoolPolicy.from_annotations(named, defaults).max_concurrent_per_host == 6
-    for raw, message in [("0", "between 1 and 1000"), ("1001", "between 1 and 1000"), ("x", "not")]:
+    for raw, message in [("0", "from 1 to 1000"), ("1001", "from 1 to 1000"), ("x", "not")]:
         with pytest.raises(ConfigurationError, match=f"max-concurrent-per-host.*{message}"):
             PoolPolicy.from_annotations({"scrapeq.io/max-concurrent-per-host": raw}, defaults)
 

@@ -54,6 +54,12 @@ def test_repeated_queue_flags_add_up() -> None:
     assert settings_from(parse("--queue", "a", "--queue", "b"), environ={}).queues == ("a", "b")
 
 
+def test_a_queue_named_twice_is_served_once() -> None:
+    flags = parse("--queue", "a", "--queue", "b,a")
+    assert settings_from(flags, environ={}).queues == ("a", "b")
+    assert settings_from(parse(), environ={"SCRAPEQ_QUEUES": "b, a, b"}).queues == ("b", "a")
+
+
 def test_a_bad_value_names_where_it_came_from() -> None:
     with pytest.raises(SettingsError, match="SCRAPEQ_CONCURRENCY"):
         settings_from(parse(), environ={"SCRAPEQ_CONCURRENCY": "0"})
@@ -145,3 +151,20 @@ def test_the_user_agent_names_scrapeq_and_the_pools_contact_url() -> None:
 def test_a_contact_that_is_not_a_plain_http_url_is_refused(contact: str) -> None:
     with pytest.raises(SettingsError, match="--user-agent-contact"):
         settings_from(parse("--user-agent-contact", contact), environ={})
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-concurrent-per-host", "0", "from 1 to 1000"),
+        ("--max-concurrent-per-host", "1001", "from 1 to 1000"),
+        ("--max-concurrent-per-host", "2.5", "from 1 to 1000"),
+        ("--host-delay-seconds", "-1", "from 0 to 3600"),
+        ("--host-delay-seconds", "3601", "from 0 to 3600"),
+    ],
+)
+def test_a_site_s_limit_and_delay_have_the_bounds_a_row_has(
+    flag: str, value: str, message: str
+) -> None:
+    with pytest.raises(SettingsError, match=f"{flag}.*{message}"):
+        settings_from(parse(flag, value), environ={})
