@@ -20,7 +20,9 @@ import scrapeq_queue as queue
 from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 
-from .conftest import Connection, eventually, job_row
+from tests.waiting import eventually
+
+from .conftest import Connection, job_row
 from .site import SITE_HOST, HostileSite
 from .stalled_site import STALLS, StalledSite, running_stalled_site, sockets_to
 

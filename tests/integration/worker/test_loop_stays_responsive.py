@@ -25,8 +25,9 @@ from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 
 from scrapeq.local.processes import free_port
+from tests.waiting import eventually
 
-from .conftest import Connection, job_row, poll
+from .conftest import Connection, job_row
 from .site import HostileSite
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium, pytest.mark.timeout(150)]
@@ -106,7 +107,7 @@ async def test_hostile_pages_beside_healthy_rows_never_keep_healthz_waiting_a_se
     run = asyncio.create_task(worker.run())
     health = f"http://127.0.0.1:{port}/healthz"
     try:
-        await poll(lambda: asyncio.to_thread(answers, health), within=30, what="/healthz")
+        await eventually(lambda: asyncio.to_thread(answers, health), within=30, what="/healthz")
         with HealthProbe(health) as probe:
             nested = await enqueue(
                 connection,
