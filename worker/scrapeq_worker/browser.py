@@ -4,8 +4,10 @@ Launching a browser per job costs about 3 times a new tab in a warm browser (doc
 the worker keeps one Chromium running. This module is the pool's face: it launches, watches,
 recycles and stops the browser, and renders one page per call. Its parts:
 
-* chromium_process.py: the binary, its switches, and every process of a running browser;
-* tab_pool.py: browser contexts per owner (the ScrapeJob) and their warm tabs;
+* browser_settings.py: how Chromium is run (`BrowserSettings`);
+* chromium_process.py: the binary, its switches, every process of a running browser, and its
+  launch and kill;
+* tab_pool.py: browser contexts per owner (the ScrapeJob), their warm tabs and idle contexts;
 * request_checks.py: every request a tab makes is paused and checked before Chromium sends it,
   and the main document's response is looked at before it is rendered.
 
@@ -21,13 +23,6 @@ Everything a hostile or broken page can do is contained:
   job: pyppeteer's emitter raises on an unhandled `error` event, so each page gets a handler;
 * the browser is recycled after `recycle_after_pages` pages, when it stops answering, or when
   its processes use more than `max_memory_mb`; a retired browser finishes its open pages first.
-
-Chromium is started here rather than with `pyppeteer.launch`, then connected to with
-`pyppeteer.connect`: `launch` polls for the DevTools endpoint with a blocking `time.sleep`
-loop, installs its own SIGINT/SIGTERM handlers (which would defeat the worker's drain), and
-kills only the main process. Starting it ourselves puts the whole browser in its own process
-group with a private profile directory, so closing it can kill the group and sweep any process
-still running with that profile (the crash handler double-forks out of the group).
 """
 
 from __future__ import annotations
@@ -36,32 +31,24 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
-import pyppeteer
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
 
+from .browser_settings import BrowserSettings
 from .chromium_process import (
     CHROMIUM_FLAGS,
-    EGRESS_FLAGS,
     EXECUTABLE_CANDIDATES,
-    FORBIDDEN_EXTRA_ARGS,
     RunningChromium,
     browser_processes,
     find_chromium,
-    kill_group,
     memory_mb,
 )
-from .egress_proxy import EgressProxy, UpstreamProxy
+from .egress_proxy import EgressProxy
 from .errors import (
     BrowserUnavailable,
     PermanentFailure,
@@ -69,7 +56,6 @@ from .errors import (
 )
 from .extraction import (
     BROWSER_EXTRACT_SCRIPT,
-    DEFAULT_MAX_LINKS,
     ExtractedPage,
     FieldSpec,
     PageOutcome,
@@ -82,7 +68,6 @@ from .network_guard import NetworkGuard
 from .pyppeteer_compat import apply as _repair_pyppeteer
 from .pyppeteer_compat import retrieve_exception
 from .request_checks import PageWatch, RequestChecks
-from .settings import DEFAULT_USER_AGENT
 from .tab_pool import Tab, TabPool, terminate_scripts
 
 logger = logging.getLogger(__name__)
@@ -131,51 +116,6 @@ class _Landing:
 
 def _navigated_away(error: BaseException) -> bool:
     return any(text in str(error) for text in _NAVIGATED_AWAY)
-
-
-@dataclass(frozen=True)
-class BrowserSettings:
-    """How the pool runs Chromium. The 15 s timeouts follow Crawlee's pool (docs/worker.md)."""
-
-    executable: str | None = None
-    # Chromium leaks a little with every page; a fresh browser now and then keeps it bounded
-    # (see WorkerSettings.browser_recycle_pages for the cost/benefit of the default).
-    recycle_after_pages: int = 500
-    # Sum of the proportional memory (PSS) of every process of the browser.
-    max_memory_mb: int = 1500
-    launch_timeout_seconds: float = 15.0
-    # New tab, close tab, health probe: these take milliseconds when the browser is healthy.
-    operation_timeout_seconds: float = 15.0
-    # A fresh context for every job (~370 ms and ~51 MB per page: docs/worker.md, "Measured
-    # browser costs") instead of the owner's warm one.
-    isolate_pages: bool = False
-    # Jobs one tab serves before it is closed. A new tab costs a renderer process (~200 ms of
-    # wall time, ~360 ms CPU: docs/worker.md); navigating a warm tab costs ~80 ms.
-    # A tab is only reused after a clean success, and never with isolate_pages. 1 = a new tab
-    # for every job.
-    tab_reuse_pages: int = 100
-    # Everything one page downloads (document plus sub-resources).
-    max_response_bytes: int = 10 * 1024 * 1024
-    max_links: int = DEFAULT_MAX_LINKS
-    health_interval_seconds: float = 10.0
-    # Chromium's own sandbox cannot run as root and needs user namespaces otherwise.
-    no_sandbox: bool = False
-    # Sent by every tab (and navigator.userAgent) unless a job's headers set User-Agent; the
-    # same string as the plain-HTTP engine's (settings.user_agent).
-    user_agent: str = DEFAULT_USER_AGENT
-    extra_args: tuple[str, ...] = ()
-    # Browser contexts kept warm (with their tab) for later jobs of the same owner.
-    idle_contexts: int = 16
-    # An HTTP proxy the egress proxy chains to after its checks (the pool's, if any).
-    upstream_proxy: UpstreamProxy | None = None
-
-    def __post_init__(self) -> None:
-        for arg in self.extra_args:
-            if arg.split("=", 1)[0].startswith(FORBIDDEN_EXTRA_ARGS):
-                raise ValueError(
-                    f"Chromium argument {arg!r} is not allowed: the worker's egress proxy must "
-                    "stay the browser's only way out"
-                )
 
 
 class BrowserPool:
@@ -261,7 +201,7 @@ class BrowserPool:
         owned = list(self._retired) + ([self._current] if self._current else [])
         pids: list[int] = []
         for chromium in owned:
-            pids.extend(browser_processes(chromium.process.pid, str(chromium.profile_dir)))
+            pids.extend(chromium.process_ids())
         return pids
 
     async def _browser(self) -> RunningChromium:
@@ -313,112 +253,28 @@ class BrowserPool:
                 + "); install Debian's chromium or chromium-headless-shell",
                 reason="browser_missing",
             )
-        try:
-            workdir = Path(tempfile.mkdtemp(prefix="scrapeq-chromium-"))
-            profile = workdir / "profile"
-            profile.mkdir()
-        except OSError as error:
-            raise BrowserUnavailable(
-                f"cannot create Chromium's profile directory: {error}",
-                reason="temp_dir_unwritable",
-            ) from error
         # The default context serves no job: its route lets nothing out. Every job's context
         # gets a route of its own (tab_pool.py).
         default_route = await self.proxy.open_route(refuse_all=True)
-        args = [
-            self.executable,
-            *CHROMIUM_FLAGS,
-            *(["--no-sandbox"] if self.settings.no_sandbox or os.geteuid() == 0 else []),
-            *self.settings.extra_args,
-            f"--proxy-server={default_route.url}",
-            *EGRESS_FLAGS,
-            f"--user-agent={self.settings.user_agent}",
-            f"--user-data-dir={profile}",
-            "--remote-debugging-port=0",
-            "about:blank",
-        ]
-        stderr_path = workdir / "stderr.log"
-        started = time.monotonic()
-        stderr = await asyncio.to_thread(open, stderr_path, "wb")
         try:
-            # Its own session: the browser and its helpers form one process group we can kill.
-            process = await asyncio.create_subprocess_exec(
-                *args,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=stderr,
-                start_new_session=True,
+            chromium = await RunningChromium.launch(
+                self.executable,
+                self.settings,
+                default_route=default_route,
+                number=self._launches + 1,
             )
-        finally:
-            stderr.close()
-        try:
-            endpoint = await self._endpoint(process, profile, stderr_path)
-            async with asyncio.timeout(self.settings.launch_timeout_seconds):
-                browser = await pyppeteer.connect(browserWSEndpoint=endpoint, defaultViewport=None)
         except BaseException:
-            await kill_group(process, str(profile))
-            shutil.rmtree(workdir, ignore_errors=True)
             await default_route.close()
             raise
         self._launches += 1
-        chromium = RunningChromium(process, browser, workdir, self._launches)
-        chromium.default_route = default_route
-        logger.info(
-            "launched browser %d (%s, pid %d) in %.0f ms",
-            chromium.number,
-            self.executable,
-            process.pid,
-            (time.monotonic() - started) * 1000,
-        )
         return chromium
 
-    async def _endpoint(
-        self, process: asyncio.subprocess.Process, profile: Path, stderr_path: Path
-    ) -> str:
-        """Wait for Chromium to write DevToolsActivePort (port 0 = it picks a free one)."""
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + self.settings.launch_timeout_seconds
-        while time.monotonic() < deadline:
-            if process.returncode is not None:
-                break
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                lines = port_file.read_text().splitlines()
-                if len(lines) >= 2:
-                    return f"ws://127.0.0.1:{int(lines[0])}{lines[1]}"
-            await asyncio.sleep(0.01)
-        output = await asyncio.to_thread(stderr_path.read_bytes)
-        tail = output[-2000:].decode(errors="replace").strip()
-        state = (
-            f"exited with status {process.returncode}"
-            if process.returncode is not None
-            else f"did not start within {self.settings.launch_timeout_seconds:g}s"
-        )
-        raise BrowserUnavailable(
-            f"Chromium ({self.executable}) {state}: {tail or 'no output'}",
-            reason="browser_launch_failed",
-        )
-
     async def _stop(self, chromium: RunningChromium) -> None:
-        """Close the browser politely, then make sure no process of it is left."""
+        """Stop a browser and close the routes of its contexts."""
         if chromium.closed.is_set():
             return
-        chromium.closed.set()
-        connection = chromium.browser._connection
-        if chromium.alive:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(5.0):
-                    await connection.send("Browser.close")
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(2.0):
-                await connection.dispose()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(5.0):
-                await chromium.process.wait()
-        await kill_group(chromium.process, str(chromium.profile_dir))
-        shutil.rmtree(chromium.workdir, ignore_errors=True)
-        for context in list(chromium.idle_contexts):
-            await context.route.close()
-        chromium.idle_contexts.clear()
+        await chromium.stop()
+        await self.tabs.forget(chromium)
         if chromium.default_route is not None:
             await chromium.default_route.close()
         logger.info("closed browser %d after %d pages", chromium.number, chromium.pages_served)
@@ -443,7 +299,7 @@ class BrowserPool:
         except (TimeoutError, PyppeteerNetworkError, ConnectionError):
             self._retire(chromium, "unresponsive")
             return
-        used = memory_mb(browser_processes(chromium.process.pid, str(chromium.profile_dir)))
+        used = memory_mb(chromium.process_ids())
         if used > self.settings.max_memory_mb:
             logger.warning(
                 "browser %d uses %.0f MB (limit %d)",

@@ -9,7 +9,6 @@ Precedence: command-line flag, then environment variable, then default.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -39,6 +38,7 @@ from scrapeq_queue.politeness import (
 
 from .egress_proxy import UpstreamProxy
 from .network_guard import IPNetwork, parse_networks
+from .user_agent import DEFAULT_USER_AGENT, user_agent
 
 
 def _queues(text: str) -> tuple[str, ...]:
@@ -83,25 +83,6 @@ def _host_delay(text: str) -> float:
     if not 0 <= value <= MAX_DELAY_SECONDS:
         raise ValueError(f"must be between 0 and {MAX_DELAY_SECONDS:g}, got {value:g}")
     return value
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("scrapeq")
-    except importlib.metadata.PackageNotFoundError:  # running from a checkout, not installed
-        return "dev"
-
-
-def user_agent(contact_url: str | None) -> str:
-    """The User-Agent both engines send unless a job's `headers` override it: it names
-    scrapeq and, when the pool sets one, the URL where a site owner reaches its operator (the
-    `+URL` convention of Googlebot and bingbot). The `Mozilla/5.0 (compatible; …)` frame keeps
-    sites that sniff for browsers from refusing outright; everything after it is honest."""
-    contact = f"; +{contact_url}" if contact_url else ""
-    return f"Mozilla/5.0 (compatible; scrapeq/{_version()}{contact})"
-
-
-DEFAULT_USER_AGENT: Final = user_agent(None)
 
 
 def _default_worker_id() -> str:

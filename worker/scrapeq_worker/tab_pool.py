@@ -14,19 +14,17 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyppeteer.browser import BrowserContext
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 
+from .browser_settings import BrowserSettings
 from .chromium_process import PROXY_BYPASS, RunningChromium
 from .egress_proxy import EgressProxy, Route, UpstreamProxy
 from .errors import BrowserUnavailable, RetryLater
 from .request_checks import FETCH_PATTERNS, PageWatch, RequestChecks
-
-if TYPE_CHECKING:
-    from .browser import BrowserSettings
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +84,8 @@ class TabPool:
         # Retires a browser that cannot do a tab operation in time (the pool's lifecycle).
         self._retire = retire
         self._closing = closing
+        # Warm contexts per browser, least recently used first.
+        self._idle: dict[RunningChromium, dict[Context, None]] = {}
 
     async def _take_context(
         self,
@@ -100,9 +100,10 @@ class TabPool:
         brings its own `upstreams`)."""
         single_use = single_use or bool(upstreams)
         if not self.settings.isolate_pages and not single_use:
-            for context in reversed(chromium.idle_contexts):
+            idle = self._idle.get(chromium, {})
+            for context in reversed(idle):
                 if context.owner == owner:
-                    del chromium.idle_contexts[context]
+                    del idle[context]
                     return context
         route = await self.proxy.open_route(upstreams=upstreams)
         try:
@@ -136,11 +137,17 @@ class TabPool:
         ):
             await self.close_context(context)
             return
-        chromium.idle_contexts[context] = None
-        while len(chromium.idle_contexts) > self.settings.idle_contexts:
-            oldest = next(iter(chromium.idle_contexts))
-            del chromium.idle_contexts[oldest]
+        idle = self._idle.setdefault(chromium, {})
+        idle[context] = None
+        while len(idle) > self.settings.idle_contexts:
+            oldest = next(iter(idle))
+            del idle[oldest]
             await self.close_context(oldest)
+
+    async def forget(self, chromium: RunningChromium) -> None:
+        """Drop the idle contexts of a browser that has stopped, and close their routes."""
+        for context in self._idle.pop(chromium, {}):
+            await context.route.close()
 
     async def close_context(self, context: Context) -> None:
         """Close a context's tab, the context and its route. A browser on its way out takes
