@@ -64,6 +64,8 @@ from .extraction import (
 )
 from .http_status import check_status
 from .job_options import JobOptions
+from .memory_watch import MemoryWatch
+from .metrics import WorkerMetrics
 from .network_guard import NetworkGuard
 from .pyppeteer_compat import apply as _repair_pyppeteer
 from .pyppeteer_compat import retrieve_exception
@@ -128,8 +130,12 @@ class BrowserPool:
         *,
         on_restart: Callable[[str], None] | None = None,
         on_page_count: Callable[[int], None] | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
+        """`on_restart(reason)`: a browser was retired; `on_page_count(delta)`: pages open;
+        `metrics`: where dismissed dialogs and killed renderers are counted."""
         self.settings = settings
+        self._metrics = metrics
         self.guard = guard
         self._on_restart = on_restart
         self._on_page_count = on_page_count
@@ -138,6 +144,13 @@ class BrowserPool:
         self._launch_lock = asyncio.Lock()
         self._launches = 0
         self._health_task: asyncio.Task[None] | None = None
+        self._memory_task: asyncio.Task[None] | None = None
+        self.memory = MemoryWatch(
+            settings,
+            on_kill=(
+                (lambda reason: metrics.renderers_killed.labels(reason).inc()) if metrics else None
+            ),
+        )
         self._closing = False
         self._closers: set[asyncio.Task[None]] = set()
         self.executable = find_chromium(settings.executable)
@@ -149,6 +162,10 @@ class BrowserPool:
             self.checks,
             retire=self._retire,
             closing=lambda: self._closing,
+            on_dialog=(
+                (lambda kind: metrics.browser_dialogs.labels(kind).inc()) if metrics else None
+            ),
+            memory=self.memory,
         )
 
     async def __aenter__(self) -> BrowserPool:
@@ -167,11 +184,12 @@ class BrowserPool:
     async def close(self) -> None:
         """Close every browser this pool started and remove their profiles; idempotent."""
         self._closing = True
-        if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
-            self._health_task = None
+        for task in (self._health_task, self._memory_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._health_task = self._memory_task = None
         self.checks.cancel()
         browsers = list(self._retired) + ([self._current] if self._current else [])
         self._current = None
@@ -220,6 +238,8 @@ class BrowserPool:
             self._current = chromium
             if self._health_task is None:
                 self._health_task = asyncio.create_task(self._health_loop(), name="browser-health")
+            if self._memory_task is None:
+                self._memory_task = asyncio.create_task(self._memory_loop(), name="browser-memory")
             return chromium
 
     def _retire(self, chromium: RunningChromium, reason: str) -> None:
@@ -278,6 +298,15 @@ class BrowserPool:
         if chromium.default_route is not None:
             await chromium.default_route.close()
         logger.info("closed browser %d after %d pages", chromium.number, chromium.pages_served)
+
+    async def _memory_loop(self) -> None:
+        """Hold every renderer and browser under its ceiling (memory_watch.py)."""
+        while True:
+            await asyncio.sleep(self.settings.memory_watch_seconds)
+            owned = list(self._retired) + ([self._current] if self._current else [])
+            roots = [chromium.process.pid for chromium in owned if chromium.alive]
+            if roots:
+                await asyncio.to_thread(self.memory.look, roots)
 
     async def _health_loop(self) -> None:
         """Retire a browser that stops answering or outgrows its memory limit."""
@@ -488,6 +517,7 @@ class BrowserPool:
             wait_for_ms=max(0, int((deadline - time.monotonic()) * 1000) - 200),
             follow_selector=follow_selector,
             max_links=self.settings.max_links,
+            max_result_bytes=self.settings.max_result_bytes,
         )
         # One Runtime.evaluate round trip (pyppeteer's evaluate takes three).
         expression = f"({BROWSER_EXTRACT_SCRIPT.strip()})({json.dumps(argument)})"
@@ -569,10 +599,14 @@ class BrowserPool:
             raise watch.abort.result()
         # Until the server has answered the document there is no script of its to hang: a slow
         # server is a timeout to retry, never a page to give up on. (While a navigation is
-        # pending, a probe can go unanswered on a busy machine too.)
-        hung = watch.status is not None and not await self._answers(page)
-        if hung:
+        # pending, a probe can go unanswered on a busy machine too.) A renderer that does not
+        # answer is stuck in JavaScript only if stopping its JavaScript makes it answer; one
+        # still busy after that is laying out or painting a heavy page: a timeout too.
+        hung = False
+        if watch.status is not None and not await self._answers(page):
             await terminate_scripts(page)
+            hung = await self._answers(page)
+        if hung:
             raise PermanentFailure(
                 f"the page's JavaScript never yielded while trying to {step} {watch.url}; it "
                 "was stopped (Runtime.terminateExecution)",

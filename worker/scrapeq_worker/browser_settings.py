@@ -63,9 +63,18 @@ class BrowserSettings:
     extra_args: tuple[str, ...] = ()
     # Browser contexts kept warm (with their tab) for later jobs of the same owner.
     idle_contexts: int = 16
-    # The JavaScript heap (V8's old space) one page may use; past it V8 stops the page
-    # (docs/worker.md, "Containment").
-    js_heap_mb: int = 256
+    # The largest stored result (JSON bytes): the page script cuts every value to it before
+    # anything is copied out of the page (the exact cut is the result cap's, cap_result).
+    max_result_bytes: int = 256 * 1024
+    # What one renderer process (a page, its frames and workers) may use (PSS); past it the
+    # renderer is killed and its job fails `page_memory`. The memory watch looks every
+    # `memory_watch_seconds`; the browser as a whole is held under `max_memory_mb` the same
+    # way (its largest renderer goes first). Figures: docs/worker.md, "Containment".
+    renderer_max_memory_mb: int = 384
+    memory_watch_seconds: float = 0.25
+    # The JavaScript heap (V8's old space) of one renderer; past it V8 stops the renderer at
+    # once (a watch that samples could be outrun by a fast allocation).
+    js_heap_mb: int = 512
     # An HTTP proxy the egress proxy chains to after its checks (the pool's, if any).
     upstream_proxy: UpstreamProxy | None = None
 

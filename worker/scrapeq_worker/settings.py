@@ -36,6 +36,7 @@ from scrapeq_queue.politeness import (
     HostPoliteness,
 )
 
+from .browser_settings import BrowserSettings
 from .egress_proxy import UpstreamProxy
 from .network_guard import IPNetwork, parse_networks
 from .user_agent import DEFAULT_USER_AGENT, user_agent
@@ -219,7 +220,29 @@ class WorkerSettings:
         flag="--browser-max-memory-mb",
         env="SCRAPEQ_BROWSER_MAX_MEMORY_MB",
         parse=parse_positive_int,
-        help="Browser memory (PSS of all its processes) that triggers a replacement.",
+        help="Browser memory (all its processes): over it the largest page's renderer is "
+        "killed (browser_memory), and a browser whose PSS stays over it is replaced.",
+    )
+    # A page is one renderer process. 384 MB is several times what a heavy real page uses, and
+    # a pod's chart defaults (2 GiB, 4 pages at once) hold four such pages, the browser and
+    # the worker with room to spare (docs/worker.md, "Containment").
+    renderer_max_memory_mb: int = option(
+        384,
+        flag="--renderer-max-memory-mb",
+        env="SCRAPEQ_RENDERER_MAX_MEMORY_MB",
+        parse=parse_positive_int,
+        help="Memory one page's renderer may use (private memory, looked at every 0.25 s); a "
+        "renderer over it is killed and its job fails page_memory.",
+    )
+    # Above the renderer's ceiling, so that the watch, not a renderer lost in garbage
+    # collection near its heap limit, normally stops a page; it stops at once a heap that
+    # grows faster than the watch looks.
+    renderer_js_heap_mb: int = option(
+        512,
+        flag="--renderer-js-heap-mb",
+        env="SCRAPEQ_RENDERER_JS_HEAP_MB",
+        parse=parse_positive_int,
+        help="JavaScript heap limit of one renderer (V8's --max-old-space-size).",
     )
     # A new tab costs a renderer process (~360 ms CPU); navigating a warm one a fraction of
     # that. By default a tab serves 100 pages (its browser is recycled after 500).
@@ -355,6 +378,23 @@ class WorkerSettings:
     @property
     def user_agent(self) -> str:
         return user_agent(self.user_agent_contact)
+
+    def browser_settings(self) -> BrowserSettings:
+        """How the browser engine runs Chromium, from these options."""
+        return BrowserSettings(
+            executable=self.chromium,
+            no_sandbox=self.chromium_no_sandbox,
+            recycle_after_pages=self.browser_recycle_pages,
+            max_memory_mb=self.browser_max_memory_mb,
+            isolate_pages=self.isolate_pages,
+            tab_reuse_pages=self.tab_reuse_pages,
+            max_response_bytes=self.max_response_bytes,
+            max_result_bytes=self.max_result_bytes,
+            user_agent=self.user_agent,
+            upstream_proxy=self.upstream_proxy,
+            renderer_max_memory_mb=self.renderer_max_memory_mb,
+            js_heap_mb=self.renderer_js_heap_mb,
+        )
 
     @property
     def politeness(self) -> HostPoliteness:

@@ -4,8 +4,12 @@ time and kept warm with its tab for the owner's next job (or a fresh context per
 
 Each context has its own route through the egress proxy, so whatever the proxy refuses belongs
 to the job holding the context. Each tab has its CDP handlers attached once: a renderer crash
-fails only the job holding the tab, and its paused requests go to the request checks
-(request_checks.py) for that job.
+fails only the job holding the tab, its paused requests go to the request checks
+(request_checks.py) for that job, and its JavaScript dialogs are dismissed and counted.
+
+Nothing a page started outlives its job: when the job ends, every other target of its context
+(popups, shared and service workers) is closed, and a tab kept for the owner's next job is
+navigated to `about:blank` first, which ends its document with its timers, workers and frames.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from pyppeteer.browser import BrowserContext
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
@@ -23,7 +27,8 @@ from pyppeteer.errors import PageError as PyppeteerPageError
 from .browser_settings import BrowserSettings
 from .chromium_process import PROXY_BYPASS, RunningChromium
 from .egress_proxy import EgressProxy, Route, UpstreamProxy
-from .errors import BrowserUnavailable, RetryLater
+from .errors import BrowserUnavailable, PermanentFailure, RetryLater
+from .memory_watch import MemoryWatch
 from .request_checks import FETCH_PATTERNS, PageWatch, RequestChecks
 
 logger = logging.getLogger(__name__)
@@ -66,6 +71,16 @@ class Tab:
         self.watch: PageWatch | None = None
 
 
+# Targets of a context that run on their own once created. Dedicated workers and out-of-process
+# iframes ("worker", "iframe") belong to a document and end with it.
+_STRAY_TARGET_TYPES: Final = frozenset({"page", "shared_worker", "service_worker"})
+# How long a tab kept warm gets to leave its document for about:blank before it is closed
+# instead (milliseconds when the renderer is healthy).
+_BLANK_SECONDS: Final = 2.0
+# The dialogs Chromium reports (Page.javascriptDialogOpening), the metric's label values.
+DIALOG_TYPES: Final = ("alert", "confirm", "prompt", "beforeunload")
+
+
 class TabPool:
     """Hands out a tab of a context of an owner for one job and takes it back afterwards."""
 
@@ -77,6 +92,8 @@ class TabPool:
         *,
         retire: Callable[[RunningChromium, str], None],
         closing: Callable[[], bool],
+        on_dialog: Callable[[str], None] | None = None,
+        memory: MemoryWatch | None = None,
     ) -> None:
         self.settings = settings
         self.proxy = proxy
@@ -84,6 +101,9 @@ class TabPool:
         # Retires a browser that cannot do a tab operation in time (the pool's lifecycle).
         self._retire = retire
         self._closing = closing
+        self._on_dialog = on_dialog
+        # Explains a crash that was the memory watch's doing (or V8's heap limit).
+        self._memory = memory
         # Warm contexts per browser, least recently used first.
         self._idle: dict[RunningChromium, dict[Context, None]] = {}
 
@@ -128,13 +148,7 @@ class TabPool:
         beyond `idle_contexts` is closed."""
         chromium = context.chromium
         context.route.holder = None
-        if (
-            self.settings.isolate_pages
-            or context.single_use
-            or not chromium.alive
-            or chromium.retire_reason is not None
-            or self._closing()
-        ):
+        if not self._keeps(context):
             await self.close_context(context)
             return
         idle = self._idle.setdefault(chromium, {})
@@ -198,6 +212,7 @@ class TabPool:
         checks, client = self.checks, tab.client
         client.on("Fetch.requestPaused", lambda event: checks.on_paused(client, tab.watch, event))
         client.on("Network.dataReceived", lambda event: checks.on_data(client, tab.watch, event))
+        client.on("Page.javascriptDialogOpening", lambda event: self._dismiss(client, event))
         try:
             await self._operation(
                 chromium,
@@ -210,26 +225,108 @@ class TabPool:
         return tab
 
     async def give_back(self, tab: Tab, *, clean: bool) -> None:
-        """Keep a tab (in its context) for the owner's next job only after a clean success;
-        close it otherwise. The context goes back either way."""
+        """End everything the job started, then keep its tab (blank, in its context) for the
+        owner's next job only after a clean success; close it otherwise. The context goes
+        back either way, without popups or workers."""
         tab.watch = None
         context = tab.context
-        if not (
+        keep = (
             clean
             and not tab.crashed
             and tab.jobs < self.settings.tab_reuse_pages
             and tab.chromium.alive
-        ):
+        )
+        if keep and not await self._blank(tab):
+            keep = False
+        if not keep:
             await self._close_tab(tab)
+        if self._keeps(context):
+            await self._close_strays(context)
         await self._give_back_context(context)
+
+    def _keeps(self, context: Context) -> bool:
+        """Whether a context that goes back is kept warm (else it is closed, and everything
+        in it with it)."""
+        chromium = context.chromium
+        return not (
+            self.settings.isolate_pages
+            or context.single_use
+            or not chromium.alive
+            or chromium.retire_reason is not None
+            or self._closing()
+        )
+
+    async def _blank(self, tab: Tab) -> bool:
+        """Navigate a kept tab to about:blank: its document, timers, dedicated workers and
+        frames end now instead of running on until the owner's next job. False when the
+        renderer does not let go in time (the tab is then closed instead)."""
+        try:
+            async with asyncio.timeout(_BLANK_SECONDS):
+                await tab.client.send("Page.navigate", {"url": "about:blank"})
+        except (TimeoutError, PyppeteerNetworkError, PyppeteerPageError):
+            return False
+        return True
+
+    async def _close_strays(self, context: Context) -> None:
+        """Close every target of `context` that runs on its own other than its tab: popups
+        (and their popups), shared workers, service workers."""
+        chromium = context.chromium
+        keep = context.tab.page._target._targetId if context.tab is not None else None
+        try:
+            async with asyncio.timeout(self.settings.operation_timeout_seconds / 3):
+                answer = await chromium.browser._connection.send("Target.getTargets")
+        except (TimeoutError, PyppeteerNetworkError):
+            # A browser that cannot list its targets is not fit for the next job either.
+            self._retire(chromium, "unresponsive")
+            return
+        strays = [
+            info["targetId"]
+            for info in answer.get("targetInfos", ())
+            if info.get("browserContextId") == context.context._id
+            and info.get("type") in _STRAY_TARGET_TYPES
+            and info.get("targetId") != keep
+        ]
+        if not strays:
+            return
+        closes = [
+            chromium.browser._connection.send("Target.closeTarget", {"targetId": target})
+            for target in strays
+        ]
+        try:
+            async with asyncio.timeout(self.settings.operation_timeout_seconds / 3):
+                await asyncio.gather(*closes, return_exceptions=True)
+        except TimeoutError:
+            self._retire(chromium, "unresponsive")
 
     async def _close_tab(self, tab: Tab) -> None:
         if tab.context.tab is tab:
             tab.context.tab = None
         await self._close_page(tab.chromium, tab.page)
 
+    def _dismiss(self, client: Any, event: dict[str, Any]) -> None:
+        """Answer a JavaScript dialog at once, as a user who clicks it away: alert, confirm
+        and prompt are dismissed (confirm is false, prompt null); a beforeunload is accepted
+        (the page may be left). An open dialog stops the page's scripts and its load, so an
+        unanswered one would hold the job until its deadline."""
+        kind = event.get("type")
+        # The reply future is only watched (pyppeteer_compat marks its error retrieved): a tab
+        # that closes meanwhile has no dialog left to answer.
+        client.send("Page.handleJavaScriptDialog", {"accept": kind == "beforeunload"})
+        if self._on_dialog is not None:
+            self._on_dialog(kind if kind in DIALOG_TYPES else "other")
+
     def _on_crash(self, tab: Tab, error: object) -> None:
         tab.crashed = True
+        if tab.watch is None:
+            return
+        verdict = self._memory.explains_crash() if self._memory is not None else None
+        if verdict is not None:
+            reason, words = verdict
+            # Over its own ceiling a page fails for good; killed as the largest of several
+            # it may fit another time.
+            failure = PermanentFailure if reason == "page_memory" else RetryLater
+            tab.watch.fail(failure(f"{tab.watch.url} was stopped: {words}", reason=reason))
+            return
         if tab.watch is not None:
             tab.watch.fail(
                 RetryLater(
