@@ -245,7 +245,7 @@ def assert_contained(observed: Observed, healthy: list[int]) -> None:
 
 
 @pytest.mark.timeout(120)
-async def test_a_page_that_spins_and_opens_spinning_popups_leaves_nothing_running_after_its_row(
+async def test_a_page_that_spins_with_workers_and_popups_leaves_nothing_running_after_its_row(
     site: HostileSite, worker_settings: WorkerSettings, connection: Connection
 ) -> None:
     spin = (
@@ -253,9 +253,14 @@ async def test_a_page_that_spins_and_opens_spinning_popups_leaves_nothing_runnin
         " setTimeout(spin, 0); }, 0);"
     )
     site.pages["spin"] = page("<p>spinning</p>", spin)
+    # A dedicated and a shared worker that never stop, too.
+    workers = (
+        "var code = URL.createObjectURL(new Blob(['for (;;) {}'], {type: 'text/javascript'}));"
+        "new Worker(code); new SharedWorker(code);"
+    )
     site.pages["spin-and-open"] = page(
         "<p id=opened>opened</p>",
-        spin + "for (var i = 0; i < 3; i++) { window.open('/page/spin'); }"
+        spin + workers + "for (var i = 0; i < 3; i++) { window.open('/page/spin'); }"
         "for (var j = 0; j < 3; j++) { window.open('/page/spin', '', 'noopener'); }",
     )
     hostile, healthy = await enqueue_beside(
@@ -331,6 +336,8 @@ async def test_huge_values_are_cut_inside_the_page_before_they_reach_the_worker(
     fields = row.result["fields"]
     assert fields["hidden"].startswith("xxx")
     assert fields["hidden"].endswith(TRUNCATION_MARKER)
+    # Read after the budget was spent: the list says it was cut.
+    assert fields["nested"][-1] == TRUNCATION_MARKER
     assert len(json.dumps(row.result).encode()) <= worker_settings.max_result_bytes
     assert "fields.hidden" in row.result["truncated"]
     # What the worker's own process held never came near the page's gigabytes.
