@@ -18,11 +18,16 @@ Everything a hostile or broken page can do is contained:
   route, and UDP (WebRTC's non-proxied UDP, QUIC) is off; whatever the proxy refuses on a
   context's route is reported by the job holding that context;
 * every operation runs under a timeout; a page stuck in a JavaScript loop is stopped with CDP
-  `Runtime.terminateExecution`, a page that never finishes loading times out;
+  `Runtime.terminateExecution`, a page that never finishes loading (or laying out) times out;
+* nothing a page started outlives its job (tab_pool.py closes its popups and workers and
+  blanks or closes its tab), its dialogs are dismissed, its renderer is killed when it
+  outgrows its memory ceiling (memory_watch.py), and the extraction script copies no more out
+  of it than a result can hold (extraction.py);
 * a renderer crash (`Inspector.targetCrashed`, pyppeteer's page `error` event) fails only that
   job: pyppeteer's emitter raises on an unhandled `error` event, so each page gets a handler;
 * the browser is recycled after `recycle_after_pages` pages, when it stops answering, or when
-  its processes use more than `max_memory_mb`; a retired browser finishes its open pages first.
+  its processes still use more than `max_memory_mb` (PSS) after the memory watch did what it
+  could; a retired browser finishes its open pages first.
 """
 
 from __future__ import annotations
