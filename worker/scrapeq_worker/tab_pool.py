@@ -77,6 +77,8 @@ _STRAY_TARGET_TYPES: Final = frozenset({"page", "shared_worker", "service_worker
 # How long a tab kept warm gets to leave its document for about:blank before it is closed
 # instead (milliseconds when the renderer is healthy).
 _BLANK_SECONDS: Final = 2.0
+# Retirement reasons of a browser that may not answer a request to close a context.
+_UNANSWERING: Final = frozenset({"unresponsive", "crashed"})
 # The dialogs Chromium reports (Page.javascriptDialogOpening), the metric's label values.
 DIALOG_TYPES: Final = ("alert", "confirm", "prompt", "beforeunload")
 
@@ -164,12 +166,15 @@ class TabPool:
             await context.route.close()
 
     async def close_context(self, context: Context) -> None:
-        """Close a context's tab, the context and its route. A browser on its way out takes
-        its contexts with it: no waiting on one that may not answer."""
+        """Close a context's tab, the context (with whatever else runs in it: popups,
+        workers) and its route. A browser that stopped answering or is being closed takes its
+        contexts with it: no waiting on one that may not answer. One retired for its page
+        count or its memory still serves other jobs' pages until they end, so what this job
+        started is closed now."""
         if context.tab is not None:
             await self._close_tab(context.tab)
         chromium = context.chromium
-        if chromium.alive and chromium.retire_reason is None and not self._closing():
+        if chromium.alive and chromium.retire_reason not in _UNANSWERING and not self._closing():
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self.settings.operation_timeout_seconds):
                     await context.context.close()
