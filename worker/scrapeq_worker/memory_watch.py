@@ -130,6 +130,7 @@ class MemoryWatch:
         self.kills = [kill for kill in self.kills if now - kill.at < _KILL_EXPLAINS_SECONDS]
         done: list[MemoryKill] = []
         seen: dict[int, float] = {}
+        present: set[int] = set()
         for root in browsers:
             sizes: dict[int, float] = {}
             renderers: dict[int, float] = {}
@@ -138,23 +139,29 @@ class MemoryWatch:
                 if mb is None:
                     continue
                 sizes[pid] = mb
+                present.add(pid)
                 is_renderer = self._renderers.get(pid)
                 if is_renderer is None:
                     is_renderer = self._renderers[pid] = _is_renderer(pid)
                 if is_renderer:
                     renderers[pid] = mb
+            # A renderer killed moments ago may not have exited yet: it is not killed twice.
+            killed = self._killed()
             for pid, mb in renderers.items():
-                if mb > self.settings.renderer_max_memory_mb:
+                if mb > self.settings.renderer_max_memory_mb and pid not in killed:
                     done.append(self._kill(pid, mb, "renderer_limit", now))
-            total = sum(mb for pid, mb in sizes.items() if pid not in {k.pid for k in done})
+            killed = self._killed()
+            total = sum(mb for pid, mb in sizes.items() if pid not in killed)
             if total > self.settings.max_memory_mb:
-                alive = {pid: mb for pid, mb in renderers.items() if pid not in self._killed()}
+                alive = {pid: mb for pid, mb in renderers.items() if pid not in killed}
                 if alive:
                     pid = max(alive, key=alive.__getitem__)
                     done.append(self._kill(pid, alive[pid], "browser_limit", now))
             seen.update(renderers)
-        self._renderers = {pid: self._renderers[pid] for pid in self._renderers if pid in seen}
-        self.last = {pid: mb for pid, mb in seen.items() if pid not in self._killed()}
+        # Forget processes that are gone (a pid may come back as something else).
+        self._renderers = {pid: self._renderers[pid] for pid in self._renderers if pid in present}
+        killed = self._killed()
+        self.last = {pid: mb for pid, mb in seen.items() if pid not in killed}
         return done
 
     def _killed(self) -> set[int]:

@@ -332,13 +332,12 @@ class TabPool:
             failure = PermanentFailure if reason == "page_memory" else RetryLater
             tab.watch.fail(failure(f"{tab.watch.url} was stopped: {words}", reason=reason))
             return
-        if tab.watch is not None:
-            tab.watch.fail(
-                RetryLater(
-                    f"the page's renderer crashed while loading {tab.watch.url}: {error}",
-                    reason="renderer_crash",
-                )
+        tab.watch.fail(
+            RetryLater(
+                f"the page's renderer crashed while loading {tab.watch.url}: {error}",
+                reason="renderer_crash",
             )
+        )
 
     async def _operation(self, chromium: RunningChromium, awaitable: Any, what: str) -> Any:
         """Run a browser-level operation; a browser that cannot do it in time is retired."""
