@@ -199,6 +199,11 @@ class RunningChromium:
         return self.workdir / "profile"
 
     @property
+    def stderr_log(self) -> Path:
+        """Where the browser's (and its renderers') stderr goes."""
+        return self.workdir / "stderr.log"
+
+    @property
     def alive(self) -> bool:
         connection = self.browser._connection
         return self.process.returncode is None and bool(getattr(connection, "_connected", False))

@@ -1,7 +1,8 @@
 """The renderer memory watch: no page may grow a renderer, or the browser, past its ceiling.
 
 A page's memory is its renderer process's (with its frames and workers). V8's heap limit
-(`--js-flags=--max-old-space-size`, chromium_process.py) stops a JavaScript heap at once, but
+(`--js-flags=--max-old-space-size`, chromium_process.py) stops a JavaScript heap at once (the
+renderer crashes and says so on the browser's stderr), but
 it does not see array buffers, images, canvases or the DOM, and a renderer close to it spends
 its time collecting garbage instead of failing. So the pool also looks at every renderer every
 `memory_watch_seconds` and kills (SIGKILL) the one over `renderer_max_memory_mb`, and, while
@@ -23,6 +24,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 from .browser_settings import BrowserSettings
@@ -31,6 +33,11 @@ logger = logging.getLogger(__name__)
 
 # A crash of a tab this soon after the watch killed a renderer is that kill.
 _KILL_EXPLAINS_SECONDS: Final = 5.0
+# What Chromium writes to its stderr when a renderer runs out of memory (Blink's V8 OOM handler,
+# PartitionAlloc's).
+_OUT_OF_MEMORY_REPORTS: Final = (b"javascript OOM", b"process OOM", b"Out of memory")
+# The most of a browser's log read at one crash: a log that grows faster is not the browser's.
+_STDERR_READ_LIMIT: Final = 1024 * 1024
 # A renderer that vanished by itself (V8 stopping a heap that outran the watch between two
 # looks) counts as a memory death when it was last seen at this share of its ceiling or more.
 _VANISHED_SHARE: Final = 0.5
@@ -122,6 +129,8 @@ class MemoryWatch:
         # Renderer pid -> its private memory at the last look (MiB).
         self.last: dict[int, float] = {}
         self.kills: list[MemoryKill] = []
+        # How far each browser's stderr log has been read for out-of-memory reports.
+        self._stderr_offsets: dict[Path, int] = {}
 
     def look(self, browsers: Iterable[int]) -> list[MemoryKill]:
         """Measure the processes under each browser process in `browsers` and kill what is
@@ -164,6 +173,20 @@ class MemoryWatch:
         self.last = {pid: mb for pid, mb in seen.items() if pid not in killed}
         return done
 
+    def _reports_out_of_memory(self, stderr: Path) -> bool:
+        """Whether the browser's log has an out-of-memory report it did not have at the last
+        call. A renderer writes it before it dies, so before its crash is reported. Reads only
+        what was added since (the log is the browser's, a few kilobytes)."""
+        offset = self._stderr_offsets.get(stderr, 0)
+        try:
+            with open(stderr, "rb") as log:
+                log.seek(offset)
+                added = log.read(_STDERR_READ_LIMIT)
+                self._stderr_offsets[stderr] = log.tell()
+        except OSError:
+            return False
+        return any(report in added for report in _OUT_OF_MEMORY_REPORTS)
+
     def _killed(self) -> set[int]:
         return {kill.pid for kill in self.kills}
 
@@ -177,15 +200,22 @@ class MemoryWatch:
             self._on_kill(reason)
         return kill
 
-    def explains_crash(self) -> tuple[str, str] | None:
+    def explains_crash(self, stderr: Path | None = None) -> tuple[str, str] | None:
         """Why a renderer that just crashed died, as (reason, words), when memory explains
-        it: the watch killed one moments ago (`page_memory` or `browser_memory`), or one that
-        was large at the last look is gone (V8 stopped a heap that outran the watch:
-        `page_memory`). None when memory does not explain it."""
+        it: the watch killed one moments ago (`page_memory` or `browser_memory`), the
+        browser's `stderr` log has a new out-of-memory report (V8 stopped a heap at its limit,
+        or an allocation failed: `page_memory`), or a renderer that was large at the last look
+        is gone. None when memory does not explain it."""
         now = time.monotonic()
         recent = [kill for kill in self.kills if now - kill.at < _KILL_EXPLAINS_SECONDS]
         if recent:
             return recent[-1].verdict(self.settings)
+        if stderr is not None and self._reports_out_of_memory(stderr):
+            return "page_memory", (
+                f"its renderer ran out of memory (a page may use "
+                f"{self.settings.renderer_max_memory_mb} MB, {self.settings.js_heap_mb} MB of "
+                "it JavaScript heap)"
+            )
         threshold = self.settings.renderer_max_memory_mb * _VANISHED_SHARE
         for pid, mb in list(self.last.items()):
             if mb >= threshold and private_mb(pid) is None:

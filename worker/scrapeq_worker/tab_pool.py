@@ -71,9 +71,15 @@ class Tab:
         self.watch: PageWatch | None = None
 
 
-# Targets of a context that run on their own once created. Dedicated workers and out-of-process
-# iframes ("worker", "iframe") belong to a document and end with it.
+# Targets of a context that run on their own once created and are closed with the job.
+# Out-of-process iframes belong to a document and end with it; dedicated workers ("worker") do
+# too, but only seconds later when they never yield, so their scripts are stopped.
 _STRAY_TARGET_TYPES: Final = frozenset({"page", "shared_worker", "service_worker"})
+# Workers whose script is stopped before they are closed or left to end (a service worker only
+# runs to answer its pages' events: it is closed).
+_WORKER_TYPES: Final = frozenset({"worker", "shared_worker"})
+# How long ending one left-behind target may take (milliseconds when the browser is healthy).
+_END_SECONDS: Final = 1.0
 # How long a tab kept warm gets to leave its document for about:blank before it is closed
 # instead (milliseconds when the renderer is healthy).
 _BLANK_SECONDS: Final = 2.0
@@ -241,11 +247,15 @@ class TabPool:
             and tab.jobs < self.settings.tab_reuse_pages
             and tab.chromium.alive
         )
-        if keep and not await self._blank(tab):
-            keep = False
+        if keep:
+            # Its workers' scripts first: a document whose dedicated worker never yields is
+            # left only when Chromium ends that worker by force, seconds later.
+            await self._close_strays(context)
+            keep = await self._blank(tab)
         if not keep:
             await self._close_tab(tab)
         if self._keeps(context):
+            # Again after the blank: whatever the page opened in the meantime.
             await self._close_strays(context)
         await self._give_back_context(context)
 
@@ -274,7 +284,8 @@ class TabPool:
 
     async def _close_strays(self, context: Context) -> None:
         """Close every target of `context` that runs on its own other than its tab: popups
-        (and their popups), shared workers, service workers."""
+        (and their popups), shared workers, service workers; and stop the scripts of
+        dedicated workers whose document has gone."""
         chromium = context.chromium
         keep = context.tab.page._target._targetId if context.tab is not None else None
         try:
@@ -284,24 +295,19 @@ class TabPool:
             # A browser that cannot list its targets is not fit for the next job either.
             self._retire(chromium, "unresponsive")
             return
-        strays = [
-            info["targetId"]
+        mine = [
+            info
             for info in answer.get("targetInfos", ())
-            if info.get("browserContextId") == context.context._id
-            and info.get("type") in _STRAY_TARGET_TYPES
-            and info.get("targetId") != keep
+            if info.get("browserContextId") == context.context._id and info.get("targetId") != keep
         ]
-        if not strays:
-            return
-        closes = [
-            chromium.browser._connection.send("Target.closeTarget", {"targetId": target})
-            for target in strays
+        connection = chromium.browser._connection
+        endings = [
+            _end_target(connection, info)
+            for info in mine
+            if info.get("type") in _STRAY_TARGET_TYPES or info.get("type") in _WORKER_TYPES
         ]
-        try:
-            async with asyncio.timeout(self.settings.operation_timeout_seconds / 3):
-                await asyncio.gather(*closes, return_exceptions=True)
-        except TimeoutError:
-            self._retire(chromium, "unresponsive")
+        if endings:
+            await asyncio.gather(*endings)
 
     async def _close_tab(self, tab: Tab) -> None:
         if tab.context.tab is tab:
@@ -324,7 +330,11 @@ class TabPool:
         tab.crashed = True
         if tab.watch is None:
             return
-        verdict = self._memory.explains_crash() if self._memory is not None else None
+        verdict = (
+            self._memory.explains_crash(tab.chromium.stderr_log)
+            if self._memory is not None
+            else None
+        )
         if verdict is not None:
             reason, words = verdict
             # Over its own ceiling a page fails for good; killed as the largest of several
@@ -378,6 +388,28 @@ async def _close_target(page: Any) -> None:
         return
     await connection.send("Target.closeTarget", {"targetId": page._target._targetId})
     await asyncio.shield(page._target._isClosedPromise)
+
+
+async def _end_target(connection: Any, info: dict[str, Any]) -> None:
+    """End a target a job left behind. A worker's script is stopped first: Chromium asks a
+    worker to end and lets one that does not yield run on for seconds before it ends it by
+    force. A dedicated worker then ends with its document (`Target.closeTarget` does not apply
+    to it); the others are closed."""
+    kind = info.get("type")
+    if kind in _WORKER_TYPES:
+        # A worker on its way out may never answer the attach: it is then left to Chromium.
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_END_SECONDS):
+                session = await connection.createSession(info)
+                try:
+                    await session.send("Runtime.terminateExecution")
+                finally:
+                    with contextlib.suppress(Exception):
+                        await session.detach()
+    if kind in _STRAY_TARGET_TYPES:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_END_SECONDS):
+                await connection.send("Target.closeTarget", {"targetId": info["targetId"]})
 
 
 async def terminate_scripts(page: Any) -> None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from scrapeq_worker.browser_settings import BrowserSettings
@@ -123,3 +124,24 @@ def test_a_large_renderer_that_vanished_by_itself_is_taken_for_a_heap_limit(
     assert verdict is not None
     assert verdict[0] == "page_memory"
     assert "ran out of memory" in verdict[1]
+
+
+def test_an_out_of_memory_report_in_the_browsers_log_explains_the_next_crash_once(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "stderr.log"
+    log.write_bytes(b"DevTools listening on ws://127.0.0.1:1/devtools/browser/x\n")
+    watch = MemoryWatch(BrowserSettings(renderer_max_memory_mb=384, js_heap_mb=512))
+    assert watch.explains_crash(log) is None
+
+    with log.open("ab") as append:
+        append.write(
+            b"[1203/143243.196801:ERROR:v8_oom.cc(49)] V8 javascript OOM (Reached heap limit).\n"
+        )
+
+    verdict = watch.explains_crash(log)
+    assert verdict is not None
+    assert verdict[0] == "page_memory"
+    assert "512 MB of it JavaScript heap" in verdict[1]
+    # The report is read once: a later crash needs a report of its own.
+    assert watch.explains_crash(log) is None
