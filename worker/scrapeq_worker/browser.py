@@ -4,8 +4,10 @@ Launching a browser per job costs about 3 times a new tab in a warm browser (doc
 the worker keeps one Chromium running. This module is the pool's face: it launches, watches,
 recycles and stops the browser, and renders one page per call. Its parts:
 
-* chromium_process.py: the binary, its switches, and every process of a running browser;
-* tab_pool.py: browser contexts per owner (the ScrapeJob) and their warm tabs;
+* browser_settings.py: how Chromium is run (`BrowserSettings`);
+* chromium_process.py: the binary, its switches, every process of a running browser, and its
+  launch and kill;
+* tab_pool.py: browser contexts per owner (the ScrapeJob), their warm tabs and idle contexts;
 * request_checks.py: every request a tab makes is paused and checked before Chromium sends it,
   and the main document's response is looked at before it is rendered.
 
@@ -16,18 +18,16 @@ Everything a hostile or broken page can do is contained:
   route, and UDP (WebRTC's non-proxied UDP, QUIC) is off; whatever the proxy refuses on a
   context's route is reported by the job holding that context;
 * every operation runs under a timeout; a page stuck in a JavaScript loop is stopped with CDP
-  `Runtime.terminateExecution`, a page that never finishes loading times out;
+  `Runtime.terminateExecution`, a page that never finishes loading (or laying out) times out;
+* nothing a page started outlives its job (tab_pool.py closes its popups and workers and
+  blanks or closes its tab), its dialogs are dismissed, its renderer is killed when it
+  outgrows its memory ceiling (memory_watch.py), and the extraction script copies no more out
+  of it than a result can hold (extraction.py);
 * a renderer crash (`Inspector.targetCrashed`, pyppeteer's page `error` event) fails only that
   job: pyppeteer's emitter raises on an unhandled `error` event, so each page gets a handler;
 * the browser is recycled after `recycle_after_pages` pages, when it stops answering, or when
-  its processes use more than `max_memory_mb`; a retired browser finishes its open pages first.
-
-Chromium is started here rather than with `pyppeteer.launch`, then connected to with
-`pyppeteer.connect`: `launch` polls for the DevTools endpoint with a blocking `time.sleep`
-loop, installs its own SIGINT/SIGTERM handlers (which would defeat the worker's drain), and
-kills only the main process. Starting it ourselves puts the whole browser in its own process
-group with a private profile directory, so closing it can kill the group and sweep any process
-still running with that profile (the crash handler double-forks out of the group).
+  its processes still use more than `max_memory_mb` (PSS) after the memory watch did what it
+  could; a retired browser finishes its open pages first.
 """
 
 from __future__ import annotations
@@ -36,32 +36,24 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
-import pyppeteer
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
 
+from .browser_settings import BrowserSettings
 from .chromium_process import (
     CHROMIUM_FLAGS,
-    EGRESS_FLAGS,
     EXECUTABLE_CANDIDATES,
-    FORBIDDEN_EXTRA_ARGS,
     RunningChromium,
     browser_processes,
     find_chromium,
-    kill_group,
     memory_mb,
 )
-from .egress_proxy import EgressProxy, UpstreamProxy
+from .egress_proxy import EgressProxy
 from .errors import (
     BrowserUnavailable,
     PermanentFailure,
@@ -69,7 +61,6 @@ from .errors import (
 )
 from .extraction import (
     BROWSER_EXTRACT_SCRIPT,
-    DEFAULT_MAX_LINKS,
     ExtractedPage,
     FieldSpec,
     PageOutcome,
@@ -78,11 +69,12 @@ from .extraction import (
 )
 from .http_status import check_status, navigation_failure
 from .job_options import JobOptions
+from .memory_watch import MemoryWatch
+from .metrics import WorkerMetrics
 from .network_guard import NetworkGuard
 from .pyppeteer_compat import apply as _repair_pyppeteer
 from .pyppeteer_compat import retrieve_exception
 from .request_checks import PageWatch, RequestChecks
-from .settings import DEFAULT_USER_AGENT
 from .tab_pool import Tab, TabPool, terminate_scripts
 
 logger = logging.getLogger(__name__)
@@ -133,51 +125,6 @@ def _navigated_away(error: BaseException) -> bool:
     return any(text in str(error) for text in _NAVIGATED_AWAY)
 
 
-@dataclass(frozen=True)
-class BrowserSettings:
-    """How the pool runs Chromium. The 15 s timeouts follow Crawlee's pool (docs/worker.md)."""
-
-    executable: str | None = None
-    # Chromium leaks a little with every page; a fresh browser now and then keeps it bounded
-    # (see WorkerSettings.browser_recycle_pages for the cost/benefit of the default).
-    recycle_after_pages: int = 500
-    # Sum of the proportional memory (PSS) of every process of the browser.
-    max_memory_mb: int = 1500
-    launch_timeout_seconds: float = 15.0
-    # New tab, close tab, health probe: these take milliseconds when the browser is healthy.
-    operation_timeout_seconds: float = 15.0
-    # A fresh context for every job (~370 ms and ~51 MB per page: docs/worker.md, "Measured
-    # browser costs") instead of the owner's warm one.
-    isolate_pages: bool = False
-    # Jobs one tab serves before it is closed. A new tab costs a renderer process (~200 ms of
-    # wall time, ~360 ms CPU: docs/worker.md); navigating a warm tab costs ~80 ms.
-    # A tab is only reused after a clean success, and never with isolate_pages. 1 = a new tab
-    # for every job.
-    tab_reuse_pages: int = 100
-    # Everything one page downloads (document plus sub-resources).
-    max_response_bytes: int = 10 * 1024 * 1024
-    max_links: int = DEFAULT_MAX_LINKS
-    health_interval_seconds: float = 10.0
-    # Chromium's own sandbox cannot run as root and needs user namespaces otherwise.
-    no_sandbox: bool = False
-    # Sent by every tab (and navigator.userAgent) unless a job's headers set User-Agent; the
-    # same string as the plain-HTTP engine's (settings.user_agent).
-    user_agent: str = DEFAULT_USER_AGENT
-    extra_args: tuple[str, ...] = ()
-    # Browser contexts kept warm (with their tab) for later jobs of the same owner.
-    idle_contexts: int = 16
-    # An HTTP proxy the egress proxy chains to after its checks (the pool's, if any).
-    upstream_proxy: UpstreamProxy | None = None
-
-    def __post_init__(self) -> None:
-        for arg in self.extra_args:
-            if arg.split("=", 1)[0].startswith(FORBIDDEN_EXTRA_ARGS):
-                raise ValueError(
-                    f"Chromium argument {arg!r} is not allowed: the worker's egress proxy must "
-                    "stay the browser's only way out"
-                )
-
-
 class BrowserPool:
     """Renders pages in a shared, self-healing Chromium. Use `async with` or start()/close()."""
 
@@ -188,8 +135,12 @@ class BrowserPool:
         *,
         on_restart: Callable[[str], None] | None = None,
         on_page_count: Callable[[int], None] | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
+        """`on_restart(reason)`: a browser was retired; `on_page_count(delta)`: pages open;
+        `metrics`: where dismissed dialogs and killed renderers are counted."""
         self.settings = settings
+        self._metrics = metrics
         self.guard = guard
         self._on_restart = on_restart
         self._on_page_count = on_page_count
@@ -198,6 +149,13 @@ class BrowserPool:
         self._launch_lock = asyncio.Lock()
         self._launches = 0
         self._health_task: asyncio.Task[None] | None = None
+        self._memory_task: asyncio.Task[None] | None = None
+        self.memory = MemoryWatch(
+            settings,
+            on_kill=(
+                (lambda reason: metrics.renderers_killed.labels(reason).inc()) if metrics else None
+            ),
+        )
         self._closing = False
         self._closers: set[asyncio.Task[None]] = set()
         self.executable = find_chromium(settings.executable)
@@ -209,6 +167,10 @@ class BrowserPool:
             self.checks,
             retire=self._retire,
             closing=lambda: self._closing,
+            on_dialog=(
+                (lambda kind: metrics.browser_dialogs.labels(kind).inc()) if metrics else None
+            ),
+            memory=self.memory,
         )
 
     async def __aenter__(self) -> BrowserPool:
@@ -227,11 +189,12 @@ class BrowserPool:
     async def close(self) -> None:
         """Close every browser this pool started and remove their profiles; idempotent."""
         self._closing = True
-        if self._health_task is not None:
-            self._health_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._health_task
-            self._health_task = None
+        for task in (self._health_task, self._memory_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._health_task = self._memory_task = None
         self.checks.cancel()
         browsers = list(self._retired) + ([self._current] if self._current else [])
         self._current = None
@@ -261,7 +224,7 @@ class BrowserPool:
         owned = list(self._retired) + ([self._current] if self._current else [])
         pids: list[int] = []
         for chromium in owned:
-            pids.extend(browser_processes(chromium.process.pid, str(chromium.profile_dir)))
+            pids.extend(chromium.process_ids())
         return pids
 
     async def _browser(self) -> RunningChromium:
@@ -280,6 +243,8 @@ class BrowserPool:
             self._current = chromium
             if self._health_task is None:
                 self._health_task = asyncio.create_task(self._health_loop(), name="browser-health")
+            if self._memory_task is None:
+                self._memory_task = asyncio.create_task(self._memory_loop(), name="browser-memory")
             return chromium
 
     def _retire(self, chromium: RunningChromium, reason: str) -> None:
@@ -313,115 +278,40 @@ class BrowserPool:
                 + "); install Debian's chromium or chromium-headless-shell",
                 reason="browser_missing",
             )
-        try:
-            workdir = Path(tempfile.mkdtemp(prefix="scrapeq-chromium-"))
-            profile = workdir / "profile"
-            profile.mkdir()
-        except OSError as error:
-            raise BrowserUnavailable(
-                f"cannot create Chromium's profile directory: {error}",
-                reason="temp_dir_unwritable",
-            ) from error
         # The default context serves no job: its route lets nothing out. Every job's context
         # gets a route of its own (tab_pool.py).
         default_route = await self.proxy.open_route(refuse_all=True)
-        args = [
-            self.executable,
-            *CHROMIUM_FLAGS,
-            *(["--no-sandbox"] if self.settings.no_sandbox or os.geteuid() == 0 else []),
-            *self.settings.extra_args,
-            f"--proxy-server={default_route.url}",
-            *EGRESS_FLAGS,
-            f"--user-agent={self.settings.user_agent}",
-            f"--user-data-dir={profile}",
-            "--remote-debugging-port=0",
-            "about:blank",
-        ]
-        stderr_path = workdir / "stderr.log"
-        started = time.monotonic()
-        stderr = await asyncio.to_thread(open, stderr_path, "wb")
         try:
-            # Its own session: the browser and its helpers form one process group we can kill.
-            process = await asyncio.create_subprocess_exec(
-                *args,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=stderr,
-                start_new_session=True,
+            chromium = await RunningChromium.launch(
+                self.executable,
+                self.settings,
+                default_route=default_route,
+                number=self._launches + 1,
             )
-        finally:
-            stderr.close()
-        try:
-            endpoint = await self._endpoint(process, profile, stderr_path)
-            async with asyncio.timeout(self.settings.launch_timeout_seconds):
-                browser = await pyppeteer.connect(browserWSEndpoint=endpoint, defaultViewport=None)
         except BaseException:
-            await kill_group(process, str(profile))
-            shutil.rmtree(workdir, ignore_errors=True)
             await default_route.close()
             raise
         self._launches += 1
-        chromium = RunningChromium(process, browser, workdir, self._launches)
-        chromium.default_route = default_route
-        logger.info(
-            "launched browser %d (%s, pid %d) in %.0f ms",
-            chromium.number,
-            self.executable,
-            process.pid,
-            (time.monotonic() - started) * 1000,
-        )
         return chromium
 
-    async def _endpoint(
-        self, process: asyncio.subprocess.Process, profile: Path, stderr_path: Path
-    ) -> str:
-        """Wait for Chromium to write DevToolsActivePort (port 0 = it picks a free one)."""
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + self.settings.launch_timeout_seconds
-        while time.monotonic() < deadline:
-            if process.returncode is not None:
-                break
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                lines = port_file.read_text().splitlines()
-                if len(lines) >= 2:
-                    return f"ws://127.0.0.1:{int(lines[0])}{lines[1]}"
-            await asyncio.sleep(0.01)
-        output = await asyncio.to_thread(stderr_path.read_bytes)
-        tail = output[-2000:].decode(errors="replace").strip()
-        state = (
-            f"exited with status {process.returncode}"
-            if process.returncode is not None
-            else f"did not start within {self.settings.launch_timeout_seconds:g}s"
-        )
-        raise BrowserUnavailable(
-            f"Chromium ({self.executable}) {state}: {tail or 'no output'}",
-            reason="browser_launch_failed",
-        )
-
     async def _stop(self, chromium: RunningChromium) -> None:
-        """Close the browser politely, then make sure no process of it is left."""
+        """Stop a browser and close the routes of its contexts."""
         if chromium.closed.is_set():
             return
-        chromium.closed.set()
-        connection = chromium.browser._connection
-        if chromium.alive:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(5.0):
-                    await connection.send("Browser.close")
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(2.0):
-                await connection.dispose()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(5.0):
-                await chromium.process.wait()
-        await kill_group(chromium.process, str(chromium.profile_dir))
-        shutil.rmtree(chromium.workdir, ignore_errors=True)
-        for context in list(chromium.idle_contexts):
-            await context.route.close()
-        chromium.idle_contexts.clear()
+        await chromium.stop()
+        await self.tabs.forget(chromium)
         if chromium.default_route is not None:
             await chromium.default_route.close()
         logger.info("closed browser %d after %d pages", chromium.number, chromium.pages_served)
+
+    async def _memory_loop(self) -> None:
+        """Hold every renderer and browser under its ceiling (memory_watch.py)."""
+        while True:
+            await asyncio.sleep(self.settings.memory_watch_seconds)
+            owned = list(self._retired) + ([self._current] if self._current else [])
+            roots = [chromium.process.pid for chromium in owned if chromium.alive]
+            if roots:
+                await asyncio.to_thread(self.memory.look, roots)
 
     async def _health_loop(self) -> None:
         """Retire a browser that stops answering or outgrows its memory limit."""
@@ -443,7 +333,7 @@ class BrowserPool:
         except (TimeoutError, PyppeteerNetworkError, ConnectionError):
             self._retire(chromium, "unresponsive")
             return
-        used = memory_mb(browser_processes(chromium.process.pid, str(chromium.profile_dir)))
+        used = memory_mb(chromium.process_ids())
         if used > self.settings.max_memory_mb:
             logger.warning(
                 "browser %d uses %.0f MB (limit %d)",
@@ -630,6 +520,7 @@ class BrowserPool:
             wait_for_ms=max(0, int((deadline - time.monotonic()) * 1000) - 200),
             follow_selector=follow_selector,
             max_links=self.settings.max_links,
+            max_result_bytes=self.settings.max_result_bytes,
         )
         # One Runtime.evaluate round trip (pyppeteer's evaluate takes three).
         expression = f"({BROWSER_EXTRACT_SCRIPT.strip()})({json.dumps(argument)})"
@@ -711,10 +602,14 @@ class BrowserPool:
             raise watch.abort.result()
         # Until the server has answered the document there is no script of its to hang: a slow
         # server is a timeout to retry, never a page to give up on. (While a navigation is
-        # pending, a probe can go unanswered on a busy machine too.)
-        hung = watch.status is not None and not await self._answers(page)
-        if hung:
+        # pending, a probe can go unanswered on a busy machine too.) A renderer that does not
+        # answer is stuck in JavaScript only if stopping its JavaScript makes it answer; one
+        # still busy after that is laying out or painting a heavy page: a timeout too.
+        hung = False
+        if watch.status is not None and not await self._answers(page):
             await terminate_scripts(page)
+            hung = await self._answers(page)
+        if hung:
             raise PermanentFailure(
                 f"the page's JavaScript never yielded while trying to {step} {watch.url}; it "
                 "was stopped (Runtime.terminateExecution)",

@@ -1,6 +1,13 @@
-"""Chromium's process side: which binary, which switches, and every process of a running
-browser (to measure its memory and to kill all of it), and `RunningChromium`, the pool's record
-of one running browser. The pool (browser.py) launches it.
+"""Chromium's process side: which binary, which switches, every process of a running browser
+(to measure its memory and to kill all of it), and `RunningChromium`, one running browser,
+which launches and stops itself.
+
+Chromium is started here rather than with `pyppeteer.launch`, then connected to with
+`pyppeteer.connect`: `launch` polls for the DevTools endpoint with a blocking `time.sleep`
+loop, installs its own SIGINT/SIGTERM handlers (which would defeat the worker's drain), and
+kills only the main process. Starting it ourselves puts the whole browser in its own process
+group with a private profile directory, so stopping it can kill the group and sweep any process
+still running with that profile (the crash handler double-forks out of the group).
 
 The switches that make the worker's egress proxy the browser's only way out live here too; the
 proxy itself is egress_proxy.py (docs/worker.md, "The SSRF guard").
@@ -10,14 +17,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
+import shutil
 import signal
+import tempfile
+import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-if TYPE_CHECKING:
-    from .egress_proxy import Route
-    from .tab_pool import Context
+import pyppeteer
+
+from .browser_settings import BrowserSettings
+from .egress_proxy import Route
+from .errors import BrowserUnavailable
+
+logger = logging.getLogger(__name__)
 
 # The real binaries first: Debian's /usr/bin/chromium-headless-shell is a `sh -e` wrapper that
 # does not `exec`, so signalling it would leave the browser running. headless-shell starts in a
@@ -74,18 +89,11 @@ EGRESS_FLAGS: Final = (
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
     "--disable-quic",
 )
-# Switches that would open another way out or change where names resolve; refused in
-# extra_args (a clear error beats a silent hole).
-FORBIDDEN_EXTRA_ARGS: Final = (
-    "--proxy",
-    "--no-proxy-server",
-    "--host-resolver-rules",
-    "--host-rules",
-    "--webrtc-ip-handling-policy",
-    "--force-webrtc-ip-handling-policy",
-    "--enable-quic",
-    "--origin-to-force-quic-on",
-)
+
+
+def renderer_limit_flags(settings: BrowserSettings) -> tuple[str, ...]:
+    """The switches that bound what one renderer may use (docs/worker.md, "Containment")."""
+    return (f"--js-flags=--max-old-space-size={settings.js_heap_mb}",)
 
 
 def find_chromium(preferred: str | None = None) -> str | None:
@@ -168,7 +176,9 @@ async def kill_group(process: asyncio.subprocess.Process, profile_marker: str) -
 
 
 class RunningChromium:
-    """One running browser: its process, its pyppeteer connection and its bookkeeping."""
+    """One running browser: its process, its pyppeteer connection and its bookkeeping.
+
+    `launch` starts one; `stop` ends it and everything it started."""
 
     def __init__(
         self, process: asyncio.subprocess.Process, browser: Any, workdir: Path, number: int
@@ -182,8 +192,6 @@ class RunningChromium:
         self.retire_reason: str | None = None
         self.closed = asyncio.Event()
         self.endpoint: str = browser.wsEndpoint
-        # Warm contexts by owner, least recently used first.
-        self.idle_contexts: dict[Context, None] = {}
         self.default_route: Route | None = None
 
     @property
@@ -191,20 +199,147 @@ class RunningChromium:
         return self.workdir / "profile"
 
     @property
+    def stderr_log(self) -> Path:
+        """Where the browser's (and its renderers') stderr goes."""
+        return self.workdir / "stderr.log"
+
+    @property
     def alive(self) -> bool:
         connection = self.browser._connection
         return self.process.returncode is None and bool(getattr(connection, "_connected", False))
+
+    def process_ids(self) -> list[int]:
+        """Every live process of this browser."""
+        return browser_processes(self.process.pid, str(self.profile_dir))
+
+    @classmethod
+    async def launch(
+        cls,
+        executable: str,
+        settings: BrowserSettings,
+        *,
+        default_route: Route,
+        number: int,
+    ) -> RunningChromium:
+        """Start Chromium (its own session, a fresh profile, its traffic on `default_route`)
+        and connect to it. Raises BrowserUnavailable with the browser's last words when it
+        cannot start."""
+        try:
+            workdir = Path(tempfile.mkdtemp(prefix="scrapeq-chromium-"))
+            profile = workdir / "profile"
+            profile.mkdir()
+        except OSError as error:
+            raise BrowserUnavailable(
+                f"cannot create Chromium's profile directory: {error}",
+                reason="temp_dir_unwritable",
+            ) from error
+        args = [
+            executable,
+            *CHROMIUM_FLAGS,
+            *(["--no-sandbox"] if settings.no_sandbox or os.geteuid() == 0 else []),
+            *settings.extra_args,
+            *renderer_limit_flags(settings),
+            f"--proxy-server={default_route.url}",
+            *EGRESS_FLAGS,
+            f"--user-agent={settings.user_agent}",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-port=0",
+            "about:blank",
+        ]
+        stderr_path = workdir / "stderr.log"
+        started = time.monotonic()
+        stderr = await asyncio.to_thread(open, stderr_path, "wb")
+        try:
+            # Its own session: the browser and its helpers form one process group we can kill.
+            process = await asyncio.create_subprocess_exec(
+                *args,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=stderr,
+                start_new_session=True,
+            )
+        finally:
+            stderr.close()
+        try:
+            endpoint = await _endpoint(executable, settings, process, profile, stderr_path)
+            async with asyncio.timeout(settings.launch_timeout_seconds):
+                browser = await pyppeteer.connect(browserWSEndpoint=endpoint, defaultViewport=None)
+        except BaseException:
+            await kill_group(process, str(profile))
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        chromium = cls(process, browser, workdir, number)
+        chromium.default_route = default_route
+        logger.info(
+            "launched browser %d (%s, pid %d) in %.0f ms",
+            number,
+            executable,
+            process.pid,
+            (time.monotonic() - started) * 1000,
+        )
+        return chromium
+
+    async def stop(self) -> None:
+        """Close the browser politely, then make sure no process of it is left and its
+        profile is gone; idempotent."""
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        connection = self.browser._connection
+        if self.alive:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5.0):
+                    await connection.send("Browser.close")
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(2.0):
+                await connection.dispose()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(5.0):
+                await self.process.wait()
+        await kill_group(self.process, str(self.profile_dir))
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+async def _endpoint(
+    executable: str,
+    settings: BrowserSettings,
+    process: asyncio.subprocess.Process,
+    profile: Path,
+    stderr_path: Path,
+) -> str:
+    """Wait for Chromium to write DevToolsActivePort (port 0 = it picks a free one)."""
+    port_file = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + settings.launch_timeout_seconds
+    while time.monotonic() < deadline:
+        if process.returncode is not None:
+            break
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            lines = port_file.read_text().splitlines()
+            if len(lines) >= 2:
+                return f"ws://127.0.0.1:{int(lines[0])}{lines[1]}"
+        await asyncio.sleep(0.01)
+    output = await asyncio.to_thread(stderr_path.read_bytes)
+    tail = output[-2000:].decode(errors="replace").strip()
+    state = (
+        f"exited with status {process.returncode}"
+        if process.returncode is not None
+        else f"did not start within {settings.launch_timeout_seconds:g}s"
+    )
+    raise BrowserUnavailable(
+        f"Chromium ({executable}) {state}: {tail or 'no output'}",
+        reason="browser_launch_failed",
+    )
 
 
 __all__ = [
     "CHROMIUM_FLAGS",
     "EGRESS_FLAGS",
     "EXECUTABLE_CANDIDATES",
-    "FORBIDDEN_EXTRA_ARGS",
     "PROXY_BYPASS",
     "RunningChromium",
     "browser_processes",
     "find_chromium",
     "kill_group",
     "memory_mb",
+    "renderer_limit_flags",
 ]

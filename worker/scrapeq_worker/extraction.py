@@ -42,6 +42,9 @@ DEFAULT_MAX_LINKS = 500
 # Candidate `<a href>` elements read per page before resolving and deduplicating: bounds the
 # work on a page of a million links while leaving room for duplicates and mailto: links.
 LINK_CANDIDATES_PER_LINK: Final = 10
+# Characters of raw `href`s read per kept link, in total: a listing page's links average well
+# under 200 characters, and 500 links of 8 KiB each (4 MB) is the most a page hands over.
+LINK_CHARS_PER_LINK: Final = 8 * 1024
 TRUNCATION_MARKER = "…[truncated]"
 # Characters of field values a static extraction copies out of one page unless told otherwise:
 # the default result limit (--max-result-bytes), as in the browser engine's script.
@@ -133,9 +136,54 @@ class PageOutcome:
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a
 # selector, every field, the title and the raw links; `page_from_browser` finishes the links.
+#
+# Nothing larger than the result may leave the page: a 300 MB text node, or 300 nested
+# elements of 1 MB each read with `all`, would otherwise be copied whole into the worker before
+# the result cap (cap_result) could cut it. So text is read through a TreeWalker that stops
+# once it has enough (never `textContent`, which builds the whole string), and every value
+# draws on one budget of `maxChars` characters for all fields (an item of a list costs its
+# length plus 2, so a million empty matches cost too). A value cut here ends in
+# TRUNCATION_MARKER, a list cut here ends with the marker as its last item, and a field read
+# after the budget is spent is the marker alone. Links draw on a budget of their own
+# (`linkChars` per list). The budget is the result limit in characters, so whatever is cut
+# here is over the limit anyway, and cap_result cuts and lists it.
 BROWSER_EXTRACT_SCRIPT = r"""
 async (spec) => {
   const norm = (s) => (s || '').replace(/WHITESPACE_CLASS+/g, ' ').trim();
+  const MARK = spec.marker;
+  // At most `limit` characters of a node's text, and whether there was more.
+  const text = (n, limit) => {
+    const walker = document.createTreeWalker(n, NodeFilter.SHOW_TEXT);
+    const parts = [];
+    let length = 0;
+    while (walker.nextNode()) {
+      const data = walker.currentNode.data;
+      if (length + data.length > limit) {
+        parts.push(data.slice(0, limit - length));
+        return [parts.join(''), true];
+      }
+      parts.push(data);
+      length += data.length;
+    }
+    return [parts.join(''), false];
+  };
+  let left = spec.maxChars;
+  // A value within what is left of the budget (cut and marked if need be), charged to it.
+  const take = (f, n) => {
+    if (left <= 0) return MARK;
+    let value, more;
+    if (f.attribute) {
+      value = n.getAttribute(f.attribute);
+      if (value === null) { left -= 4; return null; }
+      more = value.length > left;
+      if (more) value = value.slice(0, left);
+    } else {
+      [value, more] = text(n, left);
+      value = norm(value);
+    }
+    left -= value.length + 2;
+    return more ? value + MARK : value;
+  };
   if (spec.waitFor) {
     let present;
     try { present = () => document.querySelector(spec.waitFor) !== null; present(); }
@@ -156,17 +204,26 @@ async (spec) => {
   for (const f of spec.fields) {
     let nodes;
     try {
-      nodes = f.all ? Array.from(document.querySelectorAll(f.selector))
+      nodes = f.all ? document.querySelectorAll(f.selector)
                     : [document.querySelector(f.selector)].filter((n) => n !== null);
     } catch (e) { return {badSelector: f.selector, error: String(e)}; }
-    const value = (n) => f.attribute ? n.getAttribute(f.attribute) : norm(n.textContent);
-    fields[f.name] = f.all ? nodes.map(value) : (nodes.length ? value(nodes[0]) : null);
+    if (!f.all) { fields[f.name] = nodes.length ? take(f, nodes[0]) : null; continue; }
+    const values = [];
+    for (const n of nodes) {
+      if (left <= 0) { values.push(MARK); break; }
+      values.push(take(f, n));
+    }
+    fields[f.name] = values;
   }
   const hrefs = (selector) => {
     const out = [];
+    let chars = spec.linkChars;
     for (const a of document.querySelectorAll(selector)) {
       if (a.localName !== 'a' || !a.hasAttribute('href')) continue;
-      out.push(a.getAttribute('href'));
+      const href = a.getAttribute('href');
+      chars -= href.length + 2;
+      if (chars < 0) break;
+      out.push(href);
       if (out.length >= spec.linkCandidates) break;
     }
     return out;
@@ -176,10 +233,16 @@ async (spec) => {
     try { follow = hrefs(spec.followSelector); }
     catch (e) { return {badSelector: spec.followSelector, error: String(e)}; }
   }
-  const title = document.querySelector('title');
+  const titleNode = document.querySelector('title');
+  let title = null;
+  if (titleNode) {
+    const [raw, more] = text(titleNode, spec.maxChars);
+    title = more ? norm(raw) + MARK : norm(raw);
+  }
   const base = document.querySelector('base[href]');
-  return {fields, title: title ? norm(title.textContent) : null, links: hrefs('a[href]'),
-          follow, baseHref: base ? base.getAttribute('href') : null,
+  const baseHref = base ? base.getAttribute('href') : null;
+  return {fields, title, links: hrefs('a[href]'), follow,
+          baseHref: baseHref !== null && baseHref.length <= spec.linkChars ? baseHref : null,
           finalUrl: location.href, contentType: document.contentType};
 }
 """.replace("WHITESPACE_CLASS", WHITESPACE_CLASS)
@@ -192,14 +255,20 @@ def browser_script_argument(
     wait_for_ms: int,
     follow_selector: str | None,
     max_links: int,
+    max_result_bytes: int,
 ) -> dict[str, Any]:
-    """The JSON argument `BROWSER_EXTRACT_SCRIPT` expects."""
+    """The JSON argument `BROWSER_EXTRACT_SCRIPT` expects. `max_result_bytes` (the stored
+    result's limit) bounds what the script copies out of the page: field values together at
+    that many characters, each list of raw links at LINK_CHARS_PER_LINK per kept link."""
     return {
         "fields": [spec.as_json() for spec in fields],
         "waitFor": wait_for,
         "waitForMs": wait_for_ms,
         "followSelector": follow_selector,
         "linkCandidates": max_links * LINK_CANDIDATES_PER_LINK,
+        "maxChars": max_result_bytes,
+        "linkChars": max_links * LINK_CHARS_PER_LINK,
+        "marker": TRUNCATION_MARKER,
     }
 
 

@@ -36,7 +36,7 @@ from .extraction_processes import DEFAULT_PROCESSES, ExtractionProcesses
 from .http_status import charset_of, check_status, is_html
 from .job_options import JobOptions
 from .network_guard import GuardedResolver, NetworkGuard
-from .settings import DEFAULT_USER_AGENT
+from .user_agent import DEFAULT_USER_AGENT
 
 # Browsers stop at 20 redirects; a scraper that needs more is being led in circles.
 MAX_REDIRECTS: Final = 10

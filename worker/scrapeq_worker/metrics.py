@@ -88,6 +88,21 @@ class WorkerMetrics:
             ["reason"],
             registry=r,
         )
+        self.browser_dialogs = Counter(
+            "scrapeq_worker_browser_dialogs_total",
+            "JavaScript dialogs pages opened, dismissed at once, by type (alert, confirm, "
+            "prompt, beforeunload).",
+            ["type"],
+            registry=r,
+        )
+        self.renderers_killed = Counter(
+            "scrapeq_worker_browser_renderers_killed_total",
+            "Renderer processes the memory watch killed, by cause (renderer_limit: one page "
+            "over its ceiling; browser_limit: the largest page while the browser was over its "
+            "limit).",
+            ["reason"],
+            registry=r,
+        )
         self.leases_rescued = Counter(
             "scrapeq_worker_leases_rescued_total",
             "Expired leases (of any worker) this worker returned to the queue: workers that "

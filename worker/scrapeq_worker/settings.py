@@ -9,7 +9,6 @@ Precedence: command-line flag, then environment variable, then default.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import socket
 from collections.abc import Mapping, Sequence
@@ -37,8 +36,10 @@ from scrapeq_queue.politeness import (
     parse_site_limit,
 )
 
+from .browser_settings import BrowserSettings
 from .egress_proxy import UpstreamProxy
 from .network_guard import IPNetwork, parse_networks
+from .user_agent import DEFAULT_USER_AGENT, user_agent
 
 
 def _queues(text: str) -> tuple[str, ...]:
@@ -69,25 +70,6 @@ def _contact_url(text: str) -> str:
     ):
         raise ValueError(f"must not contain spaces, control characters, '(', ')' or ';': {text!r}")
     return url
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("scrapeq")
-    except importlib.metadata.PackageNotFoundError:  # running from a checkout, not installed
-        return "dev"
-
-
-def user_agent(contact_url: str | None) -> str:
-    """The User-Agent both engines send unless a job's `headers` override it: it names
-    scrapeq and, when the pool sets one, the URL where a site owner reaches its operator (the
-    `+URL` convention of Googlebot and bingbot). The `Mozilla/5.0 (compatible; …)` frame keeps
-    sites that sniff for browsers from refusing outright; everything after it is honest."""
-    contact = f"; +{contact_url}" if contact_url else ""
-    return f"Mozilla/5.0 (compatible; scrapeq/{_version()}{contact})"
-
-
-DEFAULT_USER_AGENT: Final = user_agent(None)
 
 
 def _default_worker_id() -> str:
@@ -216,7 +198,29 @@ class WorkerSettings:
         flag="--browser-max-memory-mb",
         env="SCRAPEQ_BROWSER_MAX_MEMORY_MB",
         parse=parse_positive_int,
-        help="Browser memory (PSS of all its processes) that triggers a replacement.",
+        help="Browser memory (all its processes): over it the largest page's renderer is "
+        "killed (browser_memory), and a browser whose PSS stays over it is replaced.",
+    )
+    # A page is one renderer process. 384 MB is several times what a heavy real page uses, and
+    # a pod's chart defaults (2 GiB, 4 pages at once) hold four such pages, the browser and
+    # the worker with room to spare (docs/worker.md, "Containment").
+    renderer_max_memory_mb: int = option(
+        384,
+        flag="--renderer-max-memory-mb",
+        env="SCRAPEQ_RENDERER_MAX_MEMORY_MB",
+        parse=parse_positive_int,
+        help="Memory one page's renderer may use (private memory, looked at every 0.25 s); a "
+        "renderer over it is killed and its job fails page_memory.",
+    )
+    # Above the renderer's ceiling, so that the watch, not a renderer lost in garbage
+    # collection near its heap limit, normally stops a page; it stops at once a heap that
+    # grows faster than the watch looks.
+    renderer_js_heap_mb: int = option(
+        512,
+        flag="--renderer-js-heap-mb",
+        env="SCRAPEQ_RENDERER_JS_HEAP_MB",
+        parse=parse_positive_int,
+        help="JavaScript heap limit of one renderer (V8's --max-old-space-size).",
     )
     # A new tab costs a renderer process (~360 ms CPU); navigating a warm one a fraction of
     # that. By default a tab serves 100 pages (its browser is recycled after 500).
@@ -352,6 +356,23 @@ class WorkerSettings:
     @property
     def user_agent(self) -> str:
         return user_agent(self.user_agent_contact)
+
+    def browser_settings(self) -> BrowserSettings:
+        """How the browser engine runs Chromium, from these options."""
+        return BrowserSettings(
+            executable=self.chromium,
+            no_sandbox=self.chromium_no_sandbox,
+            recycle_after_pages=self.browser_recycle_pages,
+            max_memory_mb=self.browser_max_memory_mb,
+            isolate_pages=self.isolate_pages,
+            tab_reuse_pages=self.tab_reuse_pages,
+            max_response_bytes=self.max_response_bytes,
+            max_result_bytes=self.max_result_bytes,
+            user_agent=self.user_agent,
+            upstream_proxy=self.upstream_proxy,
+            renderer_max_memory_mb=self.renderer_max_memory_mb,
+            js_heap_mb=self.renderer_js_heap_mb,
+        )
 
     @property
     def politeness(self) -> HostPoliteness:

@@ -4,8 +4,12 @@ time and kept warm with its tab for the owner's next job (or a fresh context per
 
 Each context has its own route through the egress proxy, so whatever the proxy refuses belongs
 to the job holding the context. Each tab has its CDP handlers attached once: a renderer crash
-fails only the job holding the tab, and its paused requests go to the request checks
-(request_checks.py) for that job.
+fails only the job holding the tab, its paused requests go to the request checks
+(request_checks.py) for that job, and its JavaScript dialogs are dismissed and counted.
+
+Nothing a page started outlives its job: when the job ends, every other target of its context
+(popups, shared and service workers) is closed, and a tab kept for the owner's next job is
+navigated to `about:blank` first, which ends its document with its timers, workers and frames.
 """
 
 from __future__ import annotations
@@ -14,19 +18,18 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final
 
 from pyppeteer.browser import BrowserContext
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 
+from .browser_settings import BrowserSettings
 from .chromium_process import PROXY_BYPASS, RunningChromium
 from .egress_proxy import EgressProxy, Route, UpstreamProxy
-from .errors import BrowserUnavailable, RetryLater
+from .errors import BrowserUnavailable, PermanentFailure, RetryLater
+from .memory_watch import MemoryWatch
 from .request_checks import FETCH_PATTERNS, PageWatch, RequestChecks
-
-if TYPE_CHECKING:
-    from .browser import BrowserSettings
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +71,24 @@ class Tab:
         self.watch: PageWatch | None = None
 
 
+# Targets of a context that run on their own once created and are closed with the job.
+# Out-of-process iframes belong to a document and end with it; dedicated workers ("worker") do
+# too, but only seconds later when they never yield, so their scripts are stopped.
+_STRAY_TARGET_TYPES: Final = frozenset({"page", "shared_worker", "service_worker"})
+# Workers whose script is stopped before they are closed or left to end (a service worker only
+# runs to answer its pages' events: it is closed).
+_WORKER_TYPES: Final = frozenset({"worker", "shared_worker"})
+# How long ending one left-behind target may take (milliseconds when the browser is healthy).
+_END_SECONDS: Final = 1.0
+# How long a tab kept warm gets to leave its document for about:blank before it is closed
+# instead (milliseconds when the renderer is healthy).
+_BLANK_SECONDS: Final = 2.0
+# Retirement reasons of a browser that may not answer a request to close a context.
+_UNANSWERING: Final = frozenset({"unresponsive", "crashed"})
+# The dialogs Chromium reports (Page.javascriptDialogOpening), the metric's label values.
+DIALOG_TYPES: Final = ("alert", "confirm", "prompt", "beforeunload")
+
+
 class TabPool:
     """Hands out a tab of a context of an owner for one job and takes it back afterwards."""
 
@@ -79,6 +100,8 @@ class TabPool:
         *,
         retire: Callable[[RunningChromium, str], None],
         closing: Callable[[], bool],
+        on_dialog: Callable[[str], None] | None = None,
+        memory: MemoryWatch | None = None,
     ) -> None:
         self.settings = settings
         self.proxy = proxy
@@ -86,6 +109,11 @@ class TabPool:
         # Retires a browser that cannot do a tab operation in time (the pool's lifecycle).
         self._retire = retire
         self._closing = closing
+        self._on_dialog = on_dialog
+        # Explains a crash that was the memory watch's doing (or V8's heap limit).
+        self._memory = memory
+        # Warm contexts per browser, least recently used first.
+        self._idle: dict[RunningChromium, dict[Context, None]] = {}
 
     async def _take_context(
         self,
@@ -100,9 +128,10 @@ class TabPool:
         brings its own `upstreams`)."""
         single_use = single_use or bool(upstreams)
         if not self.settings.isolate_pages and not single_use:
-            for context in reversed(chromium.idle_contexts):
+            idle = self._idle.get(chromium, {})
+            for context in reversed(idle):
                 if context.owner == owner:
-                    del chromium.idle_contexts[context]
+                    del idle[context]
                     return context
         route = await self.proxy.open_route(upstreams=upstreams)
         try:
@@ -128,28 +157,31 @@ class TabPool:
         `idle_contexts` is closed."""
         chromium = context.chromium
         await context.route.release()
-        if (
-            self.settings.isolate_pages
-            or context.single_use
-            or not chromium.alive
-            or chromium.retire_reason is not None
-            or self._closing()
-        ):
+        if not self._keeps(context):
             await self.close_context(context)
             return
-        chromium.idle_contexts[context] = None
-        while len(chromium.idle_contexts) > self.settings.idle_contexts:
-            oldest = next(iter(chromium.idle_contexts))
-            del chromium.idle_contexts[oldest]
+        idle = self._idle.setdefault(chromium, {})
+        idle[context] = None
+        while len(idle) > self.settings.idle_contexts:
+            oldest = next(iter(idle))
+            del idle[oldest]
             await self.close_context(oldest)
 
+    async def forget(self, chromium: RunningChromium) -> None:
+        """Drop the idle contexts of a browser that has stopped, and close their routes."""
+        for context in self._idle.pop(chromium, {}):
+            await context.route.close()
+
     async def close_context(self, context: Context) -> None:
-        """Close a context's tab, the context and its route. A browser on its way out takes
-        its contexts with it: no waiting on one that may not answer."""
+        """Close a context's tab, the context (with whatever else runs in it: popups,
+        workers) and its route. A browser that stopped answering or is being closed takes its
+        contexts with it: no waiting on one that may not answer. One retired for its page
+        count or its memory still serves other jobs' pages until they end, so what this job
+        started is closed now."""
         if context.tab is not None:
             await self._close_tab(context.tab)
         chromium = context.chromium
-        if chromium.alive and chromium.retire_reason is None and not self._closing():
+        if chromium.alive and chromium.retire_reason not in _UNANSWERING and not self._closing():
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(self.settings.operation_timeout_seconds):
                     await context.context.close()
@@ -192,6 +224,7 @@ class TabPool:
         checks, client = self.checks, tab.client
         client.on("Fetch.requestPaused", lambda event: checks.on_paused(client, tab.watch, event))
         client.on("Network.dataReceived", lambda event: checks.on_data(client, tab.watch, event))
+        client.on("Page.javascriptDialogOpening", lambda event: self._dismiss(client, event))
         try:
             await self._operation(
                 chromium,
@@ -204,33 +237,118 @@ class TabPool:
         return tab
 
     async def give_back(self, tab: Tab, *, clean: bool) -> None:
-        """Keep a tab (in its context) for the owner's next job only after a clean success;
-        close it otherwise. The context goes back either way."""
+        """End everything the job started, then keep its tab (blank, in its context) for the
+        owner's next job only after a clean success; close it otherwise. The context goes
+        back either way, without popups or workers."""
         tab.watch = None
         context = tab.context
-        if not (
+        keep = (
             clean
             and not tab.crashed
             and tab.jobs < self.settings.tab_reuse_pages
             and tab.chromium.alive
-        ):
+        )
+        if keep:
+            # Its workers' scripts first: a document whose dedicated worker never yields is
+            # left only when Chromium ends that worker by force, seconds later.
+            await self._close_strays(context)
+            keep = await self._blank(tab)
+        if not keep:
             await self._close_tab(tab)
+        if self._keeps(context):
+            # Again after the blank: whatever the page opened in the meantime.
+            await self._close_strays(context)
         await self._give_back_context(context)
+
+    def _keeps(self, context: Context) -> bool:
+        """Whether a context that goes back is kept warm (else it is closed, and everything
+        in it with it)."""
+        chromium = context.chromium
+        return not (
+            self.settings.isolate_pages
+            or context.single_use
+            or not chromium.alive
+            or chromium.retire_reason is not None
+            or self._closing()
+        )
+
+    async def _blank(self, tab: Tab) -> bool:
+        """Navigate a kept tab to about:blank: its document, timers, dedicated workers and
+        frames end now instead of running on until the owner's next job. False when the
+        renderer does not let go in time (the tab is then closed instead)."""
+        try:
+            async with asyncio.timeout(_BLANK_SECONDS):
+                await tab.client.send("Page.navigate", {"url": "about:blank"})
+        except (TimeoutError, PyppeteerNetworkError, PyppeteerPageError):
+            return False
+        return True
+
+    async def _close_strays(self, context: Context) -> None:
+        """Close every target of `context` that runs on its own other than its tab: popups
+        (and their popups), shared workers, service workers; and stop the scripts of
+        dedicated workers whose document has gone."""
+        chromium = context.chromium
+        keep = context.tab.page._target._targetId if context.tab is not None else None
+        try:
+            async with asyncio.timeout(self.settings.operation_timeout_seconds / 3):
+                answer = await chromium.browser._connection.send("Target.getTargets")
+        except (TimeoutError, PyppeteerNetworkError):
+            # A browser that cannot list its targets is not fit for the next job either.
+            self._retire(chromium, "unresponsive")
+            return
+        mine = [
+            info
+            for info in answer.get("targetInfos", ())
+            if info.get("browserContextId") == context.context._id and info.get("targetId") != keep
+        ]
+        connection = chromium.browser._connection
+        endings = [
+            _end_target(connection, info)
+            for info in mine
+            if info.get("type") in _STRAY_TARGET_TYPES or info.get("type") in _WORKER_TYPES
+        ]
+        if endings:
+            await asyncio.gather(*endings)
 
     async def _close_tab(self, tab: Tab) -> None:
         if tab.context.tab is tab:
             tab.context.tab = None
         await self._close_page(tab.chromium, tab.page)
 
+    def _dismiss(self, client: Any, event: dict[str, Any]) -> None:
+        """Answer a JavaScript dialog at once, as a user who clicks it away: alert, confirm
+        and prompt are dismissed (confirm is false, prompt null); a beforeunload is accepted
+        (the page may be left). An open dialog stops the page's scripts and its load, so an
+        unanswered one would hold the job until its deadline."""
+        kind = event.get("type")
+        # The reply future is only watched (pyppeteer_compat marks its error retrieved): a tab
+        # that closes meanwhile has no dialog left to answer.
+        client.send("Page.handleJavaScriptDialog", {"accept": kind == "beforeunload"})
+        if self._on_dialog is not None:
+            self._on_dialog(kind if kind in DIALOG_TYPES else "other")
+
     def _on_crash(self, tab: Tab, error: object) -> None:
         tab.crashed = True
-        if tab.watch is not None:
-            tab.watch.fail(
-                RetryLater(
-                    f"the page's renderer crashed while loading {tab.watch.url}: {error}",
-                    reason="renderer_crash",
-                )
+        if tab.watch is None:
+            return
+        verdict = (
+            self._memory.explains_crash(tab.chromium.stderr_log)
+            if self._memory is not None
+            else None
+        )
+        if verdict is not None:
+            reason, words = verdict
+            # Over its own ceiling a page fails for good; killed as the largest of several
+            # it may fit another time.
+            failure = PermanentFailure if reason == "page_memory" else RetryLater
+            tab.watch.fail(failure(f"{tab.watch.url} was stopped: {words}", reason=reason))
+            return
+        tab.watch.fail(
+            RetryLater(
+                f"the page's renderer crashed while loading {tab.watch.url}: {error}",
+                reason="renderer_crash",
             )
+        )
 
     async def _operation(self, chromium: RunningChromium, awaitable: Any, what: str) -> Any:
         """Run a browser-level operation; a browser that cannot do it in time is retired."""
@@ -271,6 +389,28 @@ async def _close_target(page: Any) -> None:
         return
     await connection.send("Target.closeTarget", {"targetId": page._target._targetId})
     await asyncio.shield(page._target._isClosedPromise)
+
+
+async def _end_target(connection: Any, info: dict[str, Any]) -> None:
+    """End a target a job left behind. A worker's script is stopped first: Chromium asks a
+    worker to end and lets one that does not yield run on for seconds before it ends it by
+    force. A dedicated worker then ends with its document (`Target.closeTarget` does not apply
+    to it); the others are closed."""
+    kind = info.get("type")
+    if kind in _WORKER_TYPES:
+        # A worker on its way out may never answer the attach: it is then left to Chromium.
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_END_SECONDS):
+                session = await connection.createSession(info)
+                try:
+                    await session.send("Runtime.terminateExecution")
+                finally:
+                    with contextlib.suppress(Exception):
+                        await session.detach()
+    if kind in _STRAY_TARGET_TYPES:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_END_SECONDS):
+                await connection.send("Target.closeTarget", {"targetId": info["targetId"]})
 
 
 async def terminate_scripts(page: Any) -> None:

@@ -38,7 +38,7 @@ from scrapeq_queue import ClaimedJob
 from scrapeq_queue.sealed_credentials import SealingKeys
 
 from .background import owned_task, wait_for_event
-from .browser import BrowserPool, BrowserSettings
+from .browser import BrowserPool
 from .errors import BrowserUnavailable, PermanentFailure, RetryLater, WorkerError
 from .http_engine import HttpEngine
 from .job_options import JobOptions, options_from_payload
@@ -116,19 +116,10 @@ class Worker:
         # Only from the environment, never a flag: a key on the command line shows in `ps`.
         self.sealing_keys = SealingKeys.from_environment()
         self.browser = BrowserPool(
-            BrowserSettings(
-                executable=settings.chromium,
-                no_sandbox=settings.chromium_no_sandbox,
-                recycle_after_pages=settings.browser_recycle_pages,
-                max_memory_mb=settings.browser_max_memory_mb,
-                isolate_pages=settings.isolate_pages,
-                tab_reuse_pages=settings.tab_reuse_pages,
-                max_response_bytes=settings.max_response_bytes,
-                user_agent=settings.user_agent,
-                upstream_proxy=settings.upstream_proxy,
-            ),
+            settings.browser_settings(),
             self.guard,
             on_restart=lambda reason: self.metrics.browser_restarts.labels(reason).inc(),
+            metrics=self.metrics,
         )
         self.http = HttpEngine(
             self.guard,
