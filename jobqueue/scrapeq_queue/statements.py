@@ -34,20 +34,11 @@ MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('scrapeq_schema_migrations'
 
 # --- claims (workers) ---------------------------------------------------------------------------
 
-# Claims up to `limit` due pending rows of the given queues, best first (priority DESC, run_at,
-# id), never more per host than its politeness allows, whichever worker of whichever pool asks:
-# the function scrapeq_claim (migrations 0008_claim_function and 0009_shared_turns, where each
-# step is explained). `max_per_host` and `delay_seconds` are the claiming pool's defaults for
-# hosts whose producers named none. In short: the walk visits each queue's hosts in head order
-# from where the queue's latest claim stopped (on any connection), takes a transaction-scoped
-# advisory lock on each host that looks free (never waiting) and locks its rows (SKIP LOCKED),
-# and a second statement, whose snapshot is newer than those locks,
-# counts each locked host's rows in flight and claims within its free slots. A claim that got
-# no row but walked hosts answers one row of NULLs: claim again, the walk now starts further on.
-# Nothing but claims looks at slots, so finishing a row (complete, fail, retry, release, rescue,
-# cancel) frees its slot at once. The caller's autocommit ends the transaction, and with it the
-# locks. The statement is a short call: psycopg parses a statement longer than 4,096 characters
-# again on every execution.
+# Claims up to `limit` due pending rows of the given queues, best first, within every host's
+# limits, whichever worker of whichever pool asks: the function scrapeq_claim (sql/claim.sql;
+# docs/queue.md, "The claim"). `max_per_host` and `delay_seconds` are the claiming pool's
+# defaults for hosts whose producers named none. Answers one row of NULLs when it walked hosts
+# but took no row: claim again. A short call, which psycopg keeps parsed.
 JOB_CLAIM: Final = """
 SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_count,
        max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
