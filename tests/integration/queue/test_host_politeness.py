@@ -473,6 +473,48 @@ async def test_the_startable_rows_follow_the_pools_limit_and_a_hosts_delay(
         assert counts == {"default": startable}
 
 
+@pytest.mark.parametrize(
+    "pool",
+    [
+        queue.HostPoliteness(max_concurrent_per_host=2),
+        queue.HostPoliteness(max_concurrent_per_host=3, delay_seconds=5.0),
+    ],
+    ids=["no-pool-delay", "pool-delay"],
+)
+async def test_the_backlog_counts_as_startable_exactly_the_rows_a_claim_hands_out(
+    async_connection: Connection, pool: queue.HostPoliteness
+) -> None:
+    """The autoscaler's count and the claim apply one rule (scrapeq_host_limit): a pool with a
+    delay gets one row per host from a claim, and the backlog counts one per host too."""
+    await queue.enqueue_many(async_connection, [f"https://busy.test/{n}" for n in range(5)])
+    [held] = await claim(async_connection, limit=1, politeness=pool)
+    await queue.enqueue_many(async_connection, [f"https://plain.test/{n}" for n in range(5)])
+    await queue.enqueue_many(
+        async_connection,
+        [f"https://wide.test/{n}" for n in range(6)],
+        payload={"politeness": {"maxConcurrentPerHost": 4}},
+    )
+    await queue.enqueue_many(
+        async_connection,
+        [f"https://slow.test/{n}" for n in range(3)],
+        payload={"politeness": {"delaySeconds": 2}},
+    )
+    await queue.enqueue_many(async_connection, [f"https://crawl.test/{n}" for n in range(3)])
+    await queue.set_crawl_delay(async_connection, "crawl.test", 1.0)
+
+    counted = await inspection.startable_due(
+        async_connection,
+        default_max_per_host=pool.max_concurrent_per_host,
+        default_delay_seconds=pool.delay_seconds,
+    )
+    jobs = await claim(async_connection, limit=1000, politeness=pool)
+
+    assert held.host_key == "busy.test"
+    assert counted == {"default": len(jobs)}
+    # busy.test holds one of its slots; slow.test and crawl.test have delays of their own.
+    assert len(jobs) == (0 + 1 + 1 + 1 + 1 if pool.delay_seconds else 1 + 2 + 4 + 1 + 1)
+
+
 async def test_a_connection_plans_the_claim_once_and_reuses_the_plan(
     async_connection: Connection,
 ) -> None:
