@@ -142,7 +142,7 @@ BEGIN
             ) AS state
             LIMIT claim_limit + passed_over
         ) AS host
-        -- Its rows in flight, as this statement's snapshot sees them (step 4 counts again).
+        -- Its rows in flight, as this statement's snapshot sees them (step 5 counts again).
         CROSS JOIN LATERAL (
             SELECT count(*) AS running FROM scraping_jobs AS jobs
             WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
