@@ -361,6 +361,13 @@ $$;
 
 
 --
+-- Name: FUNCTION scrapeq_claim(wanted_queues text[], claim_limit integer, claimer text, lease_seconds double precision, default_max_per_host integer, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_claim(wanted_queues text[], claim_limit integer, claimer text, lease_seconds double precision, default_max_per_host integer, default_delay_seconds double precision) IS 'scrapeq: the claim (jobqueue/scrapeq_queue/sql/claim.sql; docs/queue.md, "The claim").';
+
+
+--
 -- Name: scrapeq_claim_turn_slot(text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -397,6 +404,13 @@ $$;
 
 
 --
+-- Name: FUNCTION scrapeq_host_delay(delay_seconds double precision, crawl_delay_seconds double precision, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_host_delay(delay_seconds double precision, crawl_delay_seconds double precision, default_delay_seconds double precision) IS 'scrapeq: the delay between two requests to a host; used by the claim and the autoscaler''s backlog count.';
+
+
+--
 -- Name: scrapeq_host_limit(integer, double precision, double precision, integer, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -407,6 +421,13 @@ CREATE FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds d
                                         default_delay_seconds) > 0 THEN 1
                 ELSE coalesce(max_in_flight, default_max_in_flight) END
 $$;
+
+
+--
+-- Name: FUNCTION scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision) IS 'scrapeq: how many requests a host may have in flight; used by the claim and the autoscaler''s backlog count.';
 
 
 --
@@ -913,6 +934,20 @@ COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: each host''s head per q
 --
 
 COMMENT ON COLUMN public.scrapeq_host_queues.head_priority IS 'With head_run_at and head_id: the claim-order key of the host''s best due pending row in this queue, or with none due of its best pending row (NULL: none pending). May be better than the real best row (cancelled, or a claim raced a producer), never worse; the next claim that visits the host corrects it.';
+
+
+--
+-- Name: COLUMN scrapeq_host_queues.head_run_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_host_queues.head_run_at IS 'The run_at of the head row (see head_priority).';
+
+
+--
+-- Name: COLUMN scrapeq_host_queues.head_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_host_queues.head_id IS 'The id of the head row (see head_priority); the claim publishes the last one it visited as where the next claim starts (scrapeq_claim_turn_slot).';
 
 
 --

@@ -93,6 +93,9 @@ COMMENT ON TABLE scrapeq_host_queues IS
     'scrapeq: each host''s head per queue (the key of its best pending row), the order in which claims visit hosts.';
 COMMENT ON COLUMN scrapeq_host_queues.head_priority IS
     'With head_run_at and head_id: the claim-order key of the host''s best due pending row in this queue, or with none due of its best pending row (NULL: none pending). May be better than the real best row (cancelled, or a claim raced a producer), never worse; the next claim that visits the host corrects it.';
+COMMENT ON COLUMN scrapeq_host_queues.head_run_at IS 'The run_at of the head row (see head_priority).';
+COMMENT ON COLUMN scrapeq_host_queues.head_id IS
+    'The id of the head row (see head_priority); the claim publishes the last one it visited as where the next claim starts (scrapeq_claim_turn_slot).';
 COMMENT ON COLUMN scrapeq_host_queues.generation IS
     'Bumped by every statement that moves the head up (a producer, a retry), so that a claim that read the rows before it does not move the head past a row it could not see.';
 

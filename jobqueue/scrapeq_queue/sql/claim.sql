@@ -348,3 +348,7 @@ BEGIN
     END IF;
 END;
 $claim$;
+
+COMMENT ON FUNCTION scrapeq_claim(TEXT[], INTEGER, TEXT, DOUBLE PRECISION, INTEGER,
+                                  DOUBLE PRECISION) IS
+    'scrapeq: the claim (jobqueue/scrapeq_queue/sql/claim.sql; docs/queue.md, "The claim").';

@@ -30,3 +30,9 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                                         default_delay_seconds) > 0 THEN 1
                 ELSE coalesce(max_in_flight, default_max_in_flight) END
 $$;
+
+COMMENT ON FUNCTION scrapeq_host_limit(INTEGER, DOUBLE PRECISION, DOUBLE PRECISION, INTEGER,
+                                       DOUBLE PRECISION) IS
+    'scrapeq: how many requests a host may have in flight; used by the claim and the autoscaler''s backlog count.';
+COMMENT ON FUNCTION scrapeq_host_delay(DOUBLE PRECISION, DOUBLE PRECISION, DOUBLE PRECISION) IS
+    'scrapeq: the delay between two requests to a host; used by the claim and the autoscaler''s backlog count.';
