@@ -15,7 +15,7 @@ import psycopg
 
 from scrapeq_queue import statements
 from scrapeq_queue.errors import translate_database_errors
-from scrapeq_queue.politeness import DEFAULT_MAX_CONCURRENT_PER_HOST
+from scrapeq_queue.politeness import DEFAULT_DELAY_SECONDS, DEFAULT_MAX_CONCURRENT_PER_HOST
 from scrapeq_queue.rows import (
     AttemptRecord,
     FailedJob,
@@ -136,7 +136,9 @@ async def live_queue_backlog(
     so bounded by the live backlog, not the history."""
     pending = await (await connection.execute(statements.QUEUE_PENDING_STATS)).fetchall()
     processing = await (await connection.execute(statements.QUEUE_PROCESSING_STATS)).fetchall()
-    startable = await startable_due(connection, default_max_per_host=default_max_per_host)
+    startable = await startable_due(
+        connection, default_max_per_host=default_max_per_host, default_delay_seconds=0.0
+    )
     in_flight = {queue: count for queue, count in processing}
     backlog = {
         queue: QueueBacklog(
@@ -155,14 +157,22 @@ async def live_queue_backlog(
 
 @translate_database_errors
 async def startable_due(
-    connection: psycopg.AsyncConnection[Any], *, default_max_per_host: int
+    connection: psycopg.AsyncConnection[Any],
+    *,
+    default_max_per_host: int,
+    default_delay_seconds: float = DEFAULT_DELAY_SECONDS,
 ) -> dict[str, int]:
     """Per queue with due rows, how many of them per-host politeness lets start now, for a
-    worker pool whose per-host limit (for rows that set none) is `default_max_per_host`: each
-    host's due rows up to its limit (1 while it has a delay) less its rows in flight, none of
-    a paused host."""
+    worker pool whose defaults (for hosts whose producers set none) are `default_max_per_host`
+    and `default_delay_seconds`: each host's due rows up to the limit a claim applies
+    (scrapeq_host_limit: 1 while it has a delay) less its rows in flight, none of a paused
+    host. As many as the pool's claims would hand out, a host inside its delay counted."""
     cursor = await connection.execute(
-        statements.QUEUE_STARTABLE_DUE, {"default_limit": default_max_per_host}
+        statements.QUEUE_STARTABLE_DUE,
+        {
+            "default_limit": default_max_per_host,
+            "default_delay_seconds": float(default_delay_seconds),
+        },
     )
     return {queue: int(count) for queue, count in await cursor.fetchall()}
 

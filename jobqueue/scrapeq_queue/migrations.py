@@ -1,13 +1,18 @@
 """Schema migrations: numbered .sql files applied once each, in order, under an advisory lock.
 
 `schema.sql` next to this module is a snapshot of the schema the migrations produce (generated
-by `python -m scrapeq.local.schema_snapshot`); a test proves the two agree.
+by `python -m scrapeq.local.schema_snapshot`); a test proves the two agree. A migration applies
+a live definition from `sql/` with a line `\\ir ../sql/NAME.sql` (psql's include, relative to
+the migrations folder), so the SQL that runs today is read in one file (docs/queue.md, "Schema
+and migrations").
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
+from importlib.abc import Traversable
 from typing import Any, Final
 
 import psycopg
@@ -24,11 +29,41 @@ class Migration:
     sql: str
 
 
+# The versions of the development migrations that 0003_politeness replaced before the first
+# release. A database that recorded any of them has a schema no migration leads on from.
+RETIRED_VERSIONS: Final = frozenset(
+    {
+        "0003_host_politeness",
+        "0004_claim_plan",
+        "0005_idle_hosts",
+        "0006_shared_robots",
+        "0007_heads_follow_earlier_rows",
+        "0008_claim_function",
+        "0009_shared_turns",
+    }
+)
+
+# A line of a migration that applies a file of sql/: psql's \ir, whose path is relative to the
+# migrations folder, so that `psql -f` runs a migration as it is.
+_INCLUDE_LINE: Final = re.compile(r"^\\ir \.\./sql/([A-Za-z0-9_]+\.sql)$", re.MULTILINE)
+
+
+def _with_includes(text: str, package: Traversable) -> str:
+    """The migration's text with each include line replaced by the file of sql/ it names."""
+    return _INCLUDE_LINE.sub(
+        lambda match: package.joinpath("sql", match.group(1)).read_text(encoding="utf-8"), text
+    )
+
+
 def available_migrations() -> list[Migration]:
     """Every migration shipped with the package, in the order they must run."""
-    folder = resources.files("scrapeq_queue").joinpath("migrations")
+    package = resources.files("scrapeq_queue")
+    folder = package.joinpath("migrations")
     migrations = [
-        Migration(version=entry.name.removesuffix(".sql"), sql=entry.read_text(encoding="utf-8"))
+        Migration(
+            version=entry.name.removesuffix(".sql"),
+            sql=_with_includes(entry.read_text(encoding="utf-8"), package),
+        )
         for entry in folder.iterdir()
         if entry.name.endswith(".sql")
     ]
@@ -61,6 +96,7 @@ def migrate(conninfo: str) -> list[str]:
                 )
                 connection.execute(statements.MIGRATIONS_TABLE_CREATE)
                 applied = {row[0] for row in connection.execute(statements.MIGRATIONS_APPLIED)}
+                _refuse_retired(applied)
                 newly_applied: list[str] = []
                 for migration in available_migrations():
                     if migration.version in applied:
@@ -91,9 +127,22 @@ async def schema_is_current(connection: psycopg.AsyncConnection[Any]) -> bool:
     return all(migration.version in versions for migration in available_migrations())
 
 
+def _refuse_retired(versions: set[str]) -> None:
+    """Raise SchemaOutOfDate when the database recorded a retired development migration."""
+    retired = sorted(versions & RETIRED_VERSIONS)
+    if retired:
+        raise SchemaOutOfDate(
+            f"the database was migrated by a development build of scrapeq ({', '.join(retired)}"
+            "), whose migrations 0003_politeness replaced before the first release; no "
+            "migration leads on from that schema: migrate a new database (or drop this one's "
+            "scrapeq objects and data) and enqueue its work again"
+        )
+
+
 async def require_current_schema(connection: psycopg.AsyncConnection[Any]) -> None:
     """Raise SchemaOutOfDate, naming what is missing, unless the schema is current."""
     versions = set(await applied_versions(connection))
+    _refuse_retired(versions)
     missing = [m.version for m in available_migrations() if m.version not in versions]
     if missing:
         raise SchemaOutOfDate(

@@ -45,7 +45,7 @@ MAX_FOLLOW_PAGES: Final = 100_000
 MAX_FOLLOW_DEPTH: Final = 5
 # The payload as a whole: its JSON text (as PostgreSQL prints a jsonb) and how deep objects and
 # arrays nest. The largest real payload (50 extract fields, 100 include/exclude patterns,
-# sealed credentials) is well under both; migration 0010 makes the table refuse more.
+# sealed credentials) is well under both; migration 0004 makes the table refuse more.
 MAX_PAYLOAD_BYTES: Final = 256 * 1024
 MAX_PAYLOAD_DEPTH: Final = 32
 # Every number in a payload, wherever it is, is finite and at most this large in magnitude:

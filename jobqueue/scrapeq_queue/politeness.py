@@ -31,10 +31,6 @@ DEFAULT_RESPECT_ROBOTS_TXT: Final = True
 # scrapeq_payload_delay_seconds) are tested against these constants.
 MAX_CONCURRENT_PER_HOST_LIMIT: Final = 1000
 MAX_DELAY_SECONDS: Final = 3600.0
-# Repeated server errors pause a host: after this many 5xx (or 429 without Retry-After) in a
-# row, the host gets no request for SERVER_ERROR_PAUSE_SECONDS; a completion resets the run.
-SERVER_ERROR_THRESHOLD: Final = 3
-SERVER_ERROR_PAUSE_SECONDS: Final = 30.0
 
 
 def site_limit_problem(value: object) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 import psycopg
@@ -21,24 +22,41 @@ from scrapeq_queue import statements
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
-from scrapeq_queue.politeness import (
-    DEFAULT_POLITENESS,
-    SERVER_ERROR_PAUSE_SECONDS,
-    SERVER_ERROR_THRESHOLD,
-    HostPoliteness,
-)
+from scrapeq_queue.politeness import DEFAULT_POLITENESS, HostPoliteness
 from scrapeq_queue.row_loading import load_claimed_rows_safely
 from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
 from scrapeq_queue.urls import BAD_URL_REASON, normalise_url, target_problem
 
 logger = logging.getLogger(__name__)
 
-# No retry waits longer than an hour, whatever the exponent or the site's Retry-After says:
-# a longer wait hides a job from everyone watching the queue.
-MAX_RETRY_DELAY_SECONDS: Final = 3600.0
-# Jitter multiplies the exponential delay by a factor in [0.75, 1.0] so that jobs that failed
-# together (a site went down) do not all come back in the same instant.
-JITTER_RANGE: Final = (0.75, 1.0)
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Every number and rule a retry applies (retry_job binds them into JOB_RETRY, the one
+    place the delay is computed): the row's delay, and when a server error pauses its site."""
+
+    # No retry waits longer than an hour, whatever the exponent, the site's Retry-After or its
+    # pause says: a longer wait hides a job from everyone watching the queue.
+    max_delay_seconds: float = 3600.0
+    # The exponential delay (retry_backoff_seconds * 2^retry_count, capped) is multiplied by a
+    # factor drawn from this range, so that jobs that failed together (a site went down) do not
+    # all come back in the same instant.
+    jitter_range: tuple[float, float] = (0.75, 1.0)
+    # Retry reasons that speak for the whole site (a server error or a rate limit): they count
+    # against the site, and their Retry-After pauses it for every worker.
+    site_pausing_reasons: frozenset[str] = frozenset({"http_429", "http_5xx"})
+    # This many server errors of one site, each less than `server_error_window_seconds` after
+    # the one before, pause the site for `server_error_pause_seconds`.
+    server_error_threshold: int = 3
+    server_error_window_seconds: float = 60.0
+    server_error_pause_seconds: float = 30.0
+
+    def draw_jitter(self) -> float:
+        """A jitter factor from `jitter_range`."""
+        return random.uniform(*self.jitter_range)
+
+
+RETRY_POLICY: Final = RetryPolicy()
 
 # A claim that visited hosts but took no row (their heads were stale, or another claim took
 # their rows between the walk's snapshot and its locks) claims again, at most this many times:
@@ -49,24 +67,6 @@ MAX_STALE_CLAIM_ROUNDS: Final = 10
 INVALID_PAYLOAD_REASON: Final = "invalid_payload"
 
 RetryOutcome = Literal["retrying", "failed", "fenced"]
-
-
-def backoff_delay_seconds(
-    retry_count: int,
-    backoff_seconds: float,
-    *,
-    jitter: float = 1.0,
-    retry_after_seconds: float | None = None,
-    cap_seconds: float = MAX_RETRY_DELAY_SECONDS,
-) -> float:
-    """The delay before retry number `retry_count + 1`, as JOB_RETRY computes it in SQL.
-
-    `retry_after_seconds` (a site's Retry-After) wins over the exponential schedule; the
-    result never exceeds `cap_seconds`.
-    """
-    if retry_after_seconds is not None:
-        return min(cap_seconds, max(0.0, retry_after_seconds))
-    return min(cap_seconds, backoff_seconds * 2.0**retry_count) * jitter
 
 
 def job_from_row(row: Sequence[Any]) -> ClaimedJob:
@@ -371,24 +371,28 @@ async def retry_job(
     retry_after_seconds: float | None = None,
     jitter: float | None = None,
     pause_host_seconds: float | None = None,
-    server_error: bool = False,
+    server_error: bool | None = None,
     host_key: str | None = None,
+    policy: RetryPolicy = RETRY_POLICY,
 ) -> RetryOutcome:
     """Record a failed attempt that deserves another try.
 
     Returns "retrying" (back to pending after the backoff delay, retry_count + 1), "failed"
     (no retries left: failed for good with this error) or "fenced" (the attempt is no longer
     current; nothing changed). The delay is retry_backoff_seconds * 2^retry_count times a
-    jitter factor in JITTER_RANGE, or `retry_after_seconds` when the site sent Retry-After,
-    never more than MAX_RETRY_DELAY_SECONDS. `jitter` fixes the factor (tests).
+    jitter factor from `policy.jitter_range`, or `retry_after_seconds` when the site sent
+    Retry-After, never more than `policy.max_delay_seconds`. `jitter` fixes the factor (tests).
 
-    `pause_host_seconds` (a 429 or
-    503 with Retry-After) pauses the whole host: no claimer gets a row of it for that long.
-    `server_error` counts a server error against the host: SERVER_ERROR_THRESHOLD of them less
-    than a minute apart pause it for SERVER_ERROR_PAUSE_SECONDS. Both need the job's
+    `pause_host_seconds` (a 429 or 503 with Retry-After) pauses the whole host: no claimer gets
+    a row of it for that long (capped like the delay). `server_error` counts a server error
+    against the host (default: whether `reason` is one of `policy.site_pausing_reasons`):
+    `policy.server_error_threshold` of them, each within `policy.server_error_window_seconds`
+    of the one before, pause it for `policy.server_error_pause_seconds`. Both need the job's
     `host_key` (ClaimedJob.host_key).
     """
-    factor = random.uniform(*JITTER_RANGE) if jitter is None else jitter
+    factor = policy.draw_jitter() if jitter is None else jitter
+    if server_error is None:
+        server_error = reason in policy.site_pausing_reasons
     cursor = await connection.execute(
         statements.JOB_RETRY,
         {
@@ -399,16 +403,17 @@ async def retry_job(
             "duration_seconds": float(duration_seconds),
             "retry_after_seconds": retry_after_seconds,
             "jitter": factor,
-            "cap_seconds": MAX_RETRY_DELAY_SECONDS,
+            "cap_seconds": policy.max_delay_seconds,
             "host_pause_seconds": (
                 None
                 if pause_host_seconds is None
-                else min(MAX_RETRY_DELAY_SECONDS, max(0.0, float(pause_host_seconds)))
+                else min(policy.max_delay_seconds, max(0.0, float(pause_host_seconds)))
             ),
             "server_error": server_error and host_key is not None,
             "host_key": host_key,
-            "server_error_threshold": SERVER_ERROR_THRESHOLD,
-            "server_error_pause_seconds": SERVER_ERROR_PAUSE_SECONDS,
+            "server_error_threshold": policy.server_error_threshold,
+            "server_error_window_seconds": policy.server_error_window_seconds,
+            "server_error_pause_seconds": policy.server_error_pause_seconds,
         },
     )
     row = await cursor.fetchone()

@@ -19,6 +19,25 @@ SET client_min_messages = warning;
 SET row_security = off;
 
 --
+-- Name: scrapeq_claim_visit; Type: TYPE; Schema: public; Owner: -
+--
+
+CREATE TYPE public.scrapeq_claim_visit AS (
+	queue text,
+	host_key text,
+	generation bigint,
+	head_id bigint,
+	host_limit integer,
+	free bigint,
+	delay double precision,
+	touch boolean,
+	id bigint,
+	priority integer,
+	run_at timestamp with time zone
+);
+
+
+--
 -- Name: scraping_job_status; Type: TYPE; Schema: public; Owner: -
 --
 
@@ -42,28 +61,20 @@ CREATE FUNCTION public.scrapeq_claim(wanted_queues text[], claim_limit integer, 
     AS $$
 #variable_conflict use_column
 DECLARE
-    -- The walk, one entry per walked row (a host with no due row: id NULL), in walk order.
-    walked_hosts TEXT[];
-    walked_queues TEXT[];
-    walked_generations BIGINT[];
-    walked_limits INTEGER[];
-    walked_frees BIGINT[];
-    walked_delays DOUBLE PRECISION[];
-    walked_touches BOOLEAN[];
-    walked_ids BIGINT[];
-    walked_priorities INTEGER[];
-    walked_run_ats TIMESTAMPTZ[];
-    walked_head_priorities INTEGER[];
-    walked_head_run_ats TIMESTAMPTZ[];
-    walked_head_ids BIGINT[];
-    cursors JSONB;
-    -- Per wanted queue: the head key where the latest claim of that queue stopped, whichever
-    -- connection made it (its slot's sequence; NULL: none yet).
+    -- The advisory-lock space of host turns: a claim holds (host_turns, hashtext(host_key))
+    -- while it counts and takes the host's rows. 'scrq' in ASCII.
+    host_turns CONSTANT INTEGER := 1935897201;
+    -- How many hosts a claim may pass over (full, paused, inside a delay, held by another
+    -- claim) besides those it takes rows from.
+    passed_over CONSTANT INTEGER := 5000;
+    -- Per wanted queue, the id of the head where the queue's latest claim stopped (NULL: none).
     marks BIGINT[];
+    -- The walk, in walk order.
+    walk scrapeq_claim_visit[];
     claimed_rows BIGINT;
 BEGIN
+    -- 1. The queues, each once (a repeated name would walk and lock the same hosts twice).
     IF cardinality(wanted_queues) > 1 THEN
-        -- Each queue once: a repeated name would walk (and lock) the same hosts twice.
         wanted_queues := ARRAY(SELECT DISTINCT given.queue
                                FROM unnest(wanted_queues) AS given(queue)
                                WHERE given.queue IS NOT NULL);
@@ -71,107 +82,82 @@ BEGIN
     IF coalesce(cardinality(wanted_queues), 0) = 0 OR wanted_queues[1] IS NULL THEN
         RETURN;  -- no queue named
     END IF;
-    IF cardinality(wanted_queues) > 1 THEN
-        marks := ARRAY(SELECT pg_sequence_last_value(scrapeq_claim_turn_slot(given.queue))
-                       FROM unnest(wanted_queues) AS given(queue));
-    ELSE
-        marks := ARRAY[pg_sequence_last_value(scrapeq_claim_turn_slot(wanted_queues[1]))];
-    END IF;
-    BEGIN
-        cursors := coalesce(nullif(current_setting('scrapeq.claim_cursor', true), '')::jsonb,
-                            '{}');
-        -- A hint only: a value this function did not write is ignored.
-        PERFORM (entry.value->>0)::integer, (entry.value->>1)::timestamptz,
-                (entry.value->>2)::bigint
-        FROM jsonb_each(cursors) AS entry;
-    EXCEPTION WHEN others THEN
-        cursors := '{}';
-    END;
-    SELECT array_agg(visit.host_key), array_agg(visit.queue), array_agg(visit.generation),
-           array_agg(visit.host_limit), array_agg(visit.free), array_agg(visit.delay),
-           array_agg(visit.touch), array_agg(visit.id),
-           array_agg(visit.priority), array_agg(visit.run_at), array_agg(visit.head_priority),
-           array_agg(visit.head_run_at), array_agg(visit.head_id)
-      INTO walked_hosts, walked_queues, walked_generations, walked_limits, walked_frees,
-           walked_delays, walked_touches,
-           walked_ids, walked_priorities, walked_run_ats, walked_head_priorities,
-           walked_head_run_ats, walked_head_ids
+
+    -- 2. Where each queue's walk starts: read before the walk, so that the walk's plan sees a
+    -- value (a sequence read is volatile, and would keep the look-up below off the index).
+    marks := ARRAY(SELECT pg_sequence_last_value(scrapeq_claim_turn_slot(given.queue))
+                   FROM unnest(wanted_queues) AS given(queue));
+
+    -- 3. The walk. Each queue's heads in walk order; a host that looks free is locked (never
+    -- waiting) with its due rows up to its free slots (SKIP LOCKED).
+    SELECT array_agg(visit.step) INTO walk
     FROM unnest(wanted_queues, marks) AS wanted(queue, mark)
-    -- Where the latest claim of this queue stopped: the key of the head it visited last (the key
-    -- of its row: the row still holds it unless retried since, and any key is a place to start);
-    -- else, when that row is gone or of another queue sharing the slot, where the previous
-    -- claim on this connection stopped; with neither, before the first host of the highest
-    -- priority.
+    -- The start: the key of the marked head's row (the row keeps that key unless it was
+    -- retried since; any key is a place to start), as (-priority, run_at, id), the head
+    -- index's order. With no such row, before the first host of the highest priority.
     CROSS JOIN LATERAL (
-        SELECT coalesce(marked.priority, (given.saved->>0)::integer, 2147483647) AS priority,
-               coalesce(marked.run_at, (given.saved->>1)::timestamptz, '-infinity') AS run_at,
-               coalesce(marked.id, (given.saved->>2)::bigint, -9223372036854775808) AS id
-        FROM (SELECT cursors -> wanted.queue AS saved) AS given
-        LEFT JOIN scraping_jobs AS marked
-            ON marked.id = wanted.mark AND marked.queue = wanted.queue
-    ) AS resume
+        SELECT coalesce(-marked.priority::bigint, -2147483647) AS rank,
+               coalesce(marked.run_at, '-infinity') AS run_at,
+               coalesce(marked.id, -9223372036854775808) AS id
+        FROM (SELECT) AS one
+        LEFT JOIN scraping_jobs AS marked ON marked.id = wanted.mark
+    ) AS start
     CROSS JOIN LATERAL (
-        SELECT host.queue, host.host_key, host.generation, host.host_limit,
-               host.host_limit - busy.running AS free, host.delay, host.touch,
-               host.head_priority, host.head_run_at, host.head_id, next.id, next.priority,
-               next.run_at
+        SELECT ROW(host.queue, host.host_key, host.generation, host.head_id, host.host_limit,
+                   host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
+                   next.run_at)::scrapeq_claim_visit AS step
         FROM (
-            SELECT known.queue, known.host_key, known.generation, known.head_priority,
-                   known.head_run_at, known.head_id, hosts.last_finished_at,
-                   hosts.last_claimed_id, hosts.host_limit, hosts.delay, hosts.touch
-            FROM (
-                -- Higher priorities than the cursor's, from their best host on.
-                (SELECT heads.* FROM scrapeq_host_queues AS heads
-                 WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
-                   AND heads.head_run_at <= now()
-                   AND heads.head_priority > resume.priority
-                 ORDER BY heads.head_priority DESC, heads.head_run_at, heads.head_id
-                 LIMIT claim_limit + 5000)
-                UNION ALL
-                -- The cursor's priority: the hosts after the cursor, then those up to it.
-                (SELECT heads.* FROM scrapeq_host_queues AS heads
-                 WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
-                   AND heads.head_run_at <= now() AND heads.head_priority = resume.priority
-                   AND (heads.head_run_at, heads.head_id) > (resume.run_at, resume.id)
-                 ORDER BY heads.head_priority DESC, heads.head_run_at, heads.head_id
-                 LIMIT claim_limit + 5000)
-                UNION ALL
-                (SELECT heads.* FROM scrapeq_host_queues AS heads
-                 WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
-                   AND heads.head_run_at <= now() AND heads.head_priority = resume.priority
-                   AND (heads.head_run_at, heads.head_id) <= (resume.run_at, resume.id)
-                 ORDER BY heads.head_priority DESC, heads.head_run_at, heads.head_id
-                 LIMIT claim_limit + 5000)
-                UNION ALL
-                -- Lower priorities.
-                (SELECT heads.* FROM scrapeq_host_queues AS heads
-                 WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
-                   AND heads.head_run_at <= now()
-                   AND heads.head_priority < resume.priority
-                 ORDER BY heads.head_priority DESC, heads.head_run_at, heads.head_id
-                 LIMIT claim_limit + 5000)
-            ) AS known
-            -- A nested loop keeps the walk's order (a hash join would not).
+            SELECT heads.queue, heads.host_key, heads.generation, heads.head_priority,
+                   heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
+                   state.delay, state.touch
+            -- The head order cut into four stretches, walked in this order: higher priorities
+            -- than the start's; the start's priority after the start; the same priority up to the
+            -- start (hosts of equal priority take turns); lower priorities. Each stretch is a
+            -- range (after, upto] of the head index.
+            FROM (VALUES
+                    (1, -9223372036854775808, '-infinity'::timestamptz, -9223372036854775808,
+                        start.rank, '-infinity'::timestamptz, -9223372036854775808),
+                    (2, start.rank, start.run_at, start.id,
+                        start.rank, 'infinity', 9223372036854775807),
+                    (3, start.rank, '-infinity', -9223372036854775808,
+                        start.rank, start.run_at, start.id),
+                    (4, start.rank, 'infinity', 9223372036854775807,
+                        9223372036854775807, 'infinity', 9223372036854775807)
+                 ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank, upto_run_at,
+                              upto_id)
             CROSS JOIN LATERAL (
-                SELECT state.last_finished_at, state.last_claimed_id,
-                       state.touched_at < now() - interval '1 minute' AS touch,
-                       CASE WHEN greatest(coalesce(state.delay_seconds, default_delay_seconds),
-                                          state.crawl_delay_seconds) > 0 THEN 1
-                            ELSE coalesce(state.max_in_flight, default_max_per_host) END
-                           AS host_limit,
-                       greatest(coalesce(state.delay_seconds, default_delay_seconds),
-                                state.crawl_delay_seconds) AS delay
-                FROM scrapeq_hosts AS state
-                WHERE state.host_key = known.host_key AND state.next_allowed_at <= now()
+                SELECT heads.* FROM scrapeq_host_queues AS heads
+                WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
+                  AND (-heads.head_priority::bigint, heads.head_run_at, heads.head_id)
+                      > (stretch.after_rank, stretch.after_run_at, stretch.after_id)
+                  AND (-heads.head_priority::bigint, heads.head_run_at, heads.head_id)
+                      <= (stretch.upto_rank, stretch.upto_run_at, stretch.upto_id)
+                  AND heads.head_run_at <= now()
+                ORDER BY -heads.head_priority::bigint, heads.head_run_at, heads.head_id
+                LIMIT claim_limit + passed_over
+            ) AS heads
+            -- A nested loop keeps the walk's order (a hash join would not). A host inside its
+            -- delay or pause is passed over here.
+            CROSS JOIN LATERAL (
+                SELECT hosts.last_finished_at, hosts.last_claimed_id,
+                       hosts.touched_at < now() - interval '1 minute' AS touch,
+                       scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
+                                          hosts.crawl_delay_seconds, default_max_per_host,
+                                          default_delay_seconds) AS host_limit,
+                       scrapeq_host_delay(hosts.delay_seconds, hosts.crawl_delay_seconds,
+                                          default_delay_seconds) AS delay
+                FROM scrapeq_hosts AS hosts
+                WHERE hosts.host_key = heads.host_key AND hosts.next_allowed_at <= now()
                 LIMIT 1  -- (one row at most; keeps the subquery from being pulled into a join)
-            ) AS hosts
-            -- A claim passes over at most 5,000 hosts that are full, paused or held.
-            LIMIT claim_limit + 5000
+            ) AS state
+            LIMIT claim_limit + passed_over
         ) AS host
+        -- Its rows in flight, as this statement's snapshot sees them (step 5 counts again).
         CROSS JOIN LATERAL (
             SELECT count(*) AS running FROM scraping_jobs AS jobs
             WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
         ) AS busy
+        -- The host's turn: only a host with a free slot and past its delay is locked.
         CROSS JOIN LATERAL (
             SELECT CASE
                 WHEN busy.running >= host.host_limit THEN false
@@ -179,8 +165,7 @@ BEGIN
                         (SELECT jobs.updated_at FROM scraping_jobs AS jobs
                          WHERE jobs.id = host.last_claimed_id))
                         + make_interval(secs => host.delay) > now() THEN false
-                ELSE pg_try_advisory_xact_lock(1935897201, hashtext(host.host_key)) END
-                AS locked
+                ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
         ) AS turn
         LEFT JOIN LATERAL (
             SELECT jobs.id, jobs.priority, jobs.run_at
@@ -190,57 +175,43 @@ BEGIN
               AND jobs.run_at <= now()
             ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
             LIMIT host.host_limit - busy.running
-            -- Only the holder of a host's lock claims its rows, but another statement (a
-            -- cancel, an application's UPDATE) may hold one: such a row is left, never waited
-            -- for. A row updated since the walk's snapshot is read as it is now.
+            -- Only the holder of a host's lock claims its rows, but another statement (a cancel,
+            -- an application's UPDATE) may hold one: such a row is left, never waited for. A row
+            -- updated since the walk's snapshot is read as it is now.
             FOR UPDATE SKIP LOCKED
         ) AS next ON true
         WHERE turn.locked
         LIMIT claim_limit
     ) AS visit;
-    IF walked_hosts IS NULL THEN
+    IF walk IS NULL THEN
         RETURN;
     END IF;
-    -- The next claim on this connection starts after the last host this one visited (the walk
-    -- gives each queue's hosts together, so one queue when its first and last are the same).
-    -- Every claimer of the queue starts there next (setval is seen at once, before this claim
-    -- commits, so a claim that starts meanwhile passes over fewer of the hosts this one holds).
-    IF walked_queues[1] = walked_queues[cardinality(walked_queues)] THEN
-        cursors := cursors || jsonb_build_object(walked_queues[1], jsonb_build_array(
-            walked_head_priorities[cardinality(walked_queues)],
-            walked_head_run_ats[cardinality(walked_queues)],
-            walked_head_ids[cardinality(walked_queues)]));
-        PERFORM setval(scrapeq_claim_turn_slot(walked_queues[1]),
-                       walked_head_ids[cardinality(walked_queues)]);
-    ELSE
-        cursors := cursors || (
-            SELECT jsonb_object_agg(last.queue,
-                                    jsonb_build_array(last.priority, last.run_at, last.id))
-            FROM (SELECT DISTINCT ON (walk.queue) walk.queue, walk.priority, walk.run_at, walk.id
-                  FROM unnest(walked_queues, walked_head_priorities, walked_head_run_ats,
-                              walked_head_ids) WITH ORDINALITY
-                       AS walk(queue, priority, run_at, id, position)
-                  ORDER BY walk.queue, walk.position DESC) AS last);
-        PERFORM setval(scrapeq_claim_turn_slot(last.key), (last.value->>2)::bigint)
-        FROM jsonb_each(cursors) AS last
-        WHERE last.key = ANY (walked_queues);
-    END IF;
-    PERFORM set_config('scrapeq.claim_cursor', cursors::text, false);
 
+    -- 4. Publish where each queue's walk stopped: the next claim of the queue, on any
+    -- connection, starts there. setval is seen at once, before this claim commits, and never
+    -- waits. (The walk gives each queue's hosts together: one queue when the first and the
+    -- last visit are of the same queue.)
+    IF (walk[1]).queue = (walk[cardinality(walk)]).queue THEN
+        PERFORM setval(scrapeq_claim_turn_slot((walk[1]).queue),
+                       (walk[cardinality(walk)]).head_id);
+    ELSE
+        PERFORM setval(scrapeq_claim_turn_slot(last.queue), last.head_id)
+        FROM (SELECT DISTINCT ON (visit.queue) visit.queue, visit.head_id
+              FROM unnest(walk) WITH ORDINALITY AS visit
+              ORDER BY visit.queue, visit.ordinality DESC) AS last;
+    END IF;
+
+    -- 5. The claim, in a snapshot newer than the walk's locks: every claim that held one of
+    -- these hosts before has committed, and none can take their rows until this one commits.
     RETURN QUERY
     WITH walked AS (
-        SELECT walk.*
-        FROM unnest(walked_hosts, walked_queues, walked_generations, walked_limits,
-                    walked_frees, walked_delays, walked_touches, walked_ids, walked_priorities,
-                    walked_run_ats)
-             AS walk(host_key, queue, generation, host_limit, free, delay, touch, id, priority,
-                     run_at)
+        SELECT visit.* FROM unnest(walk) AS visit
     ),
     visited AS (
-        -- Each locked host once, as it is now: this snapshot is newer than the locks. A delayed
-        -- host's state row is read afresh and locked (SKIP LOCKED: a retry pausing the host
-        -- holds it, and the host waits for the next claim), so that writing it below never
-        -- waits; other hosts' state is as the walk read it a moment ago.
+        -- Each locked host once, its rows in flight counted afresh. A delayed host's state row
+        -- is read afresh and locked (SKIP LOCKED: a retry pausing the host holds it, and the
+        -- host waits for the next claim), so that writing it below never waits; other hosts'
+        -- state is as the walk read it a moment ago.
         SELECT host.host_key, host.delay, host.touch, busy.running,
                CASE WHEN host.delay = 0 THEN greatest(host.host_limit - busy.running, 0)
                     WHEN state.host_key IS NULL OR state.next_allowed_at > now()
@@ -264,6 +235,7 @@ BEGIN
         LEFT JOIN scraping_jobs AS last ON last.id = state.last_claimed_id
     ),
     chosen AS (
+        -- The best `claim_limit` walked rows within their hosts' free slots.
         SELECT ranked.id
         FROM (
             SELECT walked.id, walked.priority, walked.run_at, visited.free,
@@ -285,7 +257,7 @@ BEGIN
             processing_started_at = now(),
             lease_expires_at = now() + make_interval(secs => lease_seconds),
             updated_at = now()
-        -- (rows the walk locked)
+        -- (rows the walk locked; `= ANY(ARRAY(...))` stays a primary-key look-up in any plan)
         WHERE jobs.id = ANY (ARRAY(SELECT chosen.id FROM chosen)) AND jobs.status = 'pending'
         RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type::text,
                   jobs.payload, jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries,
@@ -308,7 +280,8 @@ BEGIN
                 ELSE hosts.next_allowed_at END,
             touched_at = now()
         FROM (
-            SELECT DISTINCT ON (claimed.host_key) claimed.host_key, claimed.id, visited.delay, visited.ended_at
+            SELECT DISTINCT ON (claimed.host_key) claimed.host_key, claimed.id, visited.delay,
+                   visited.ended_at
             FROM claimed JOIN visited ON visited.host_key = claimed.host_key
             WHERE visited.delay > 0 OR visited.touch
             ORDER BY claimed.host_key, claimed.id DESC
@@ -329,29 +302,29 @@ BEGIN
         UPDATE scrapeq_host_queues AS known
         SET head_priority = moved.priority, head_run_at = moved.run_at, head_id = moved.id
         FROM (
-            SELECT visits.queue, visits.host_key, visits.generation, best.priority,
+            SELECT short.queue, short.host_key, short.generation, best.priority,
                    best.run_at, best.id
             FROM (
                 SELECT walked.queue, walked.host_key, walked.generation
                 FROM walked
                 GROUP BY walked.queue, walked.host_key, walked.generation
                 HAVING count(walked.id) < max(walked.free)
-            ) AS visits
+            ) AS short
             LEFT JOIN LATERAL (
                 SELECT candidate.priority, candidate.run_at, candidate.id
                 FROM (
                     (SELECT jobs.priority, jobs.run_at, jobs.id, 0 AS rank
                      FROM scraping_jobs AS jobs
-                     WHERE jobs.status = 'pending' AND jobs.host_key = visits.host_key
-                       AND jobs.queue = visits.queue AND jobs.run_at <= now()
+                     WHERE jobs.status = 'pending' AND jobs.host_key = short.host_key
+                       AND jobs.queue = short.queue AND jobs.run_at <= now()
                        AND NOT EXISTS (SELECT FROM claimed WHERE claimed.id = jobs.id)
                      ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                      LIMIT 1)
                     UNION ALL
                     (SELECT jobs.priority, jobs.run_at, jobs.id, 1 AS rank
                      FROM scraping_jobs AS jobs
-                     WHERE jobs.status = 'pending' AND jobs.host_key = visits.host_key
-                       AND jobs.queue = visits.queue
+                     WHERE jobs.status = 'pending' AND jobs.host_key = short.host_key
+                       AND jobs.queue = short.queue
                        AND NOT EXISTS (SELECT FROM claimed WHERE claimed.id = jobs.id)
                      ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                      LIMIT 1)
@@ -376,13 +349,22 @@ BEGIN
     FROM claimed
     ORDER BY claimed.priority DESC, claimed.run_at, claimed.id;
     GET DIAGNOSTICS claimed_rows = ROW_COUNT;
-    -- Claimed nothing, but the walk corrected stale heads or the rows it saw were taken before
-    -- its locks: the next walk starts further on.
+
+    -- 6. Claimed nothing, but walked hosts (their heads were stale and are corrected now, or
+    -- another claim took their rows between the walk's snapshot and its locks): a row of NULLs
+    -- tells the caller to claim again; the next walk starts further on.
     IF claimed_rows = 0 THEN
         RETURN NEXT;
     END IF;
 END;
 $$;
+
+
+--
+-- Name: FUNCTION scrapeq_claim(wanted_queues text[], claim_limit integer, claimer text, lease_seconds double precision, default_max_per_host integer, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_claim(wanted_queues text[], claim_limit integer, claimer text, lease_seconds double precision, default_max_per_host integer, default_delay_seconds double precision) IS 'scrapeq: the claim (jobqueue/scrapeq_queue/sql/claim.sql; docs/queue.md, "The claim").';
 
 
 --
@@ -408,6 +390,44 @@ BEGIN
     RETURN NEW;
 END;
 $$;
+
+
+--
+-- Name: scrapeq_host_delay(double precision, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_host_delay(delay_seconds double precision, crawl_delay_seconds double precision, default_delay_seconds double precision) RETURNS double precision
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT greatest(coalesce(delay_seconds, default_delay_seconds), crawl_delay_seconds)
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_host_delay(delay_seconds double precision, crawl_delay_seconds double precision, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_host_delay(delay_seconds double precision, crawl_delay_seconds double precision, default_delay_seconds double precision) IS 'scrapeq: the delay between two requests to a host; used by the claim and the autoscaler''s backlog count.';
+
+
+--
+-- Name: scrapeq_host_limit(integer, double precision, double precision, integer, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN scrapeq_host_delay(delay_seconds, crawl_delay_seconds,
+                                        default_delay_seconds) > 0 THEN 1
+                ELSE coalesce(max_in_flight, default_max_in_flight) END
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision) IS 'scrapeq: how many requests a host may have in flight; used by the claim and the autoscaler''s backlog count.';
 
 
 --
@@ -485,7 +505,7 @@ CREATE FUNCTION public.scrapeq_hosts_pending(queues text[], host_keys text[], pr
          AS given(queue, host_key, priority, run_at, id)
     ORDER BY given.queue, given.host_key, given.run_at > now(), given.priority DESC,
              given.run_at, given.id
-    ON CONFLICT (queue, host_key) DO UPDATE
+    ON CONFLICT (host_key, queue) DO UPDATE
     -- The better of the two heads: due before not due, then the claim order.
     SET (head_priority, head_run_at, head_id) = (
             SELECT head.priority, head.run_at, head.id
@@ -599,7 +619,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_0
 -- Name: SEQUENCE scrapeq_claim_turn_0; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_0 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_0 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -618,7 +638,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_1
 -- Name: SEQUENCE scrapeq_claim_turn_1; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_1 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_1 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -637,7 +657,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_10
 -- Name: SEQUENCE scrapeq_claim_turn_10; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_10 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_10 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -656,7 +676,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_11
 -- Name: SEQUENCE scrapeq_claim_turn_11; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_11 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_11 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -675,7 +695,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_12
 -- Name: SEQUENCE scrapeq_claim_turn_12; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_12 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_12 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -694,7 +714,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_13
 -- Name: SEQUENCE scrapeq_claim_turn_13; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_13 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_13 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -713,7 +733,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_14
 -- Name: SEQUENCE scrapeq_claim_turn_14; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_14 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_14 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -732,7 +752,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_15
 -- Name: SEQUENCE scrapeq_claim_turn_15; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_15 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_15 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -751,7 +771,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_2
 -- Name: SEQUENCE scrapeq_claim_turn_2; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_2 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_2 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -770,7 +790,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_3
 -- Name: SEQUENCE scrapeq_claim_turn_3; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_3 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_3 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -789,7 +809,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_4
 -- Name: SEQUENCE scrapeq_claim_turn_4; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_4 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_4 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -808,7 +828,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_5
 -- Name: SEQUENCE scrapeq_claim_turn_5; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_5 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_5 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -827,7 +847,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_6
 -- Name: SEQUENCE scrapeq_claim_turn_6; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_6 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_6 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -846,7 +866,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_7
 -- Name: SEQUENCE scrapeq_claim_turn_7; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_7 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_7 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -865,7 +885,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_8
 -- Name: SEQUENCE scrapeq_claim_turn_8; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_8 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_8 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -884,7 +904,7 @@ CREATE SEQUENCE public.scrapeq_claim_turn_9
 -- Name: SEQUENCE scrapeq_claim_turn_9; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON SEQUENCE public.scrapeq_claim_turn_9 IS 'scrapeq: the head key where the latest claim of the queues of this slot stopped (a hint; see scrapeq_claim).';
+COMMENT ON SEQUENCE public.scrapeq_claim_turn_9 IS 'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).';
 
 
 --
@@ -906,7 +926,35 @@ WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='70');
 -- Name: TABLE scrapeq_host_queues; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: each host''s best pending row per queue, the order in which claims visit hosts.';
+COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: each host''s head per queue (the key of its best pending row), the order in which claims visit hosts.';
+
+
+--
+-- Name: COLUMN scrapeq_host_queues.head_priority; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_host_queues.head_priority IS 'With head_run_at and head_id: the claim-order key of the host''s best due pending row in this queue, or with none due of its best pending row (NULL: none pending). May be better than the real best row (cancelled, or a claim raced a producer), never worse; the next claim that visits the host corrects it.';
+
+
+--
+-- Name: COLUMN scrapeq_host_queues.head_run_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_host_queues.head_run_at IS 'The run_at of the head row (see head_priority).';
+
+
+--
+-- Name: COLUMN scrapeq_host_queues.head_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_host_queues.head_id IS 'The id of the head row (see head_priority); the claim publishes the last one it visited as where the next claim starts (scrapeq_claim_turn_slot).';
+
+
+--
+-- Name: COLUMN scrapeq_host_queues.generation; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_host_queues.generation IS 'Bumped by every statement that moves the head up (a producer, a retry), so that a claim that read the rows before it does not move the head past a row it could not see.';
 
 
 --
@@ -915,17 +963,17 @@ COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: each host''s best pendi
 
 CREATE TABLE public.scrapeq_hosts (
     host_key text NOT NULL,
-    last_finished_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
     max_in_flight integer,
     delay_seconds double precision,
     crawl_delay_seconds double precision DEFAULT 0 NOT NULL,
     next_allowed_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
+    last_claimed_id bigint,
+    last_finished_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
     paused_until timestamp with time zone,
     pause_reason text,
     server_errors integer DEFAULT 0 NOT NULL,
     last_server_error_at timestamp with time zone,
     touched_at timestamp with time zone DEFAULT now() NOT NULL,
-    last_claimed_id bigint,
     CONSTRAINT scrapeq_hosts_delays_valid CHECK ((((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision)) AND (crawl_delay_seconds >= (0)::double precision))),
     CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR (max_in_flight > 0))),
     CONSTRAINT scrapeq_hosts_server_errors_valid CHECK ((server_errors >= 0))
@@ -937,7 +985,84 @@ WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='50');
 -- Name: TABLE scrapeq_hosts; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.scrapeq_hosts IS 'scrapeq: per-host politeness state: limits, next allowed start, pause; a delayed host''s latest attempt.';
+COMMENT ON TABLE public.scrapeq_hosts IS 'scrapeq: each host''s politeness state: limits, next allowed start, pause, a delayed host''s latest attempt. Its slots in use are its rows in flight (scraping_jobs.status = processing), never stored.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.max_in_flight; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.max_in_flight IS 'The limit of requests in flight the latest producer that named one gave (payload.politeness.maxConcurrentPerHost); NULL: the claiming pool''s default. See scrapeq_host_limit.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.delay_seconds; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.delay_seconds IS 'The delay between requests the latest producer that named one gave (payload.politeness.delaySeconds); NULL: the claiming pool''s default. See scrapeq_host_delay.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.crawl_delay_seconds; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.crawl_delay_seconds IS 'robots.txt''s Crawl-delay (0: none): a floor under the delay.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.next_allowed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.next_allowed_at IS 'No claim hands out a row of this host before this time: the delay after a claim, or a pause.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.last_claimed_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.last_claimed_id IS 'A delayed host''s latest attempt (a scraping_jobs id): its delay runs from when that row last changed.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.last_finished_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.last_finished_at IS 'When a delayed host''s attempt before last_claimed_id ended, as its claim saw it.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.paused_until; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.paused_until IS 'The latest pause the site asked for (429/503 Retry-After) or earned (repeated server errors).';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.pause_reason; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.pause_reason IS 'The retry reason that paused the host (http_429, http_5xx).';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.server_errors; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.server_errors IS 'Server errors (5xx, 429) of this host less than a minute apart, counted by retries.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.last_server_error_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.last_server_error_at IS 'The latest server error of this host.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.touched_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.touched_at IS 'When a claim last took rows of this host (written at most once a minute), or when the host was first seen: prune_idle_hosts deletes hosts idle for days.';
 
 
 --
@@ -980,6 +1105,48 @@ CREATE TABLE public.scrapeq_robots (
 --
 
 COMMENT ON TABLE public.scrapeq_robots IS 'scrapeq: the cluster''s copy of each origin''s robots.txt, read by every worker.';
+
+
+--
+-- Name: COLUMN scrapeq_robots.origin; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_robots.origin IS 'scheme://host[:port], lower-cased: robots.txt belongs to an origin.';
+
+
+--
+-- Name: COLUMN scrapeq_robots.status; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_robots.status IS 'The HTTP status of the fetch; NULL when none came (timeout, network error): see problem.';
+
+
+--
+-- Name: COLUMN scrapeq_robots.body; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_robots.body IS 'The file (up to its first 500 KiB), with a 2xx status.';
+
+
+--
+-- Name: COLUMN scrapeq_robots.problem; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_robots.problem IS 'Why the file could not be read (a timeout, a network error, a 5xx).';
+
+
+--
+-- Name: COLUMN scrapeq_robots.expires_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_robots.expires_at IS 'Until when this copy holds (-infinity: never read yet).';
+
+
+--
+-- Name: COLUMN scrapeq_robots.fetching_until; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_robots.fetching_until IS 'A worker is fetching the file until then; the others wait for its copy.';
 
 
 --
@@ -1046,6 +1213,13 @@ WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_insert_scale_fact
 --
 
 COMMENT ON TABLE public.scraping_jobs IS 'scrapeq queue: one row per URL to scrape; producers INSERT, workers claim with SKIP LOCKED.';
+
+
+--
+-- Name: COLUMN scraping_jobs.host_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scraping_jobs.host_key IS 'scrapeq: the row''s site for per-host politeness: its URL''s registrable domain (Python producers), else its host name (trigger scrapeq_jobs_fill_host_key).';
 
 
 --
@@ -1164,7 +1338,7 @@ ALTER TABLE ONLY public.scraping_jobs
 -- Name: scrapeq_host_queues_head_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX scrapeq_host_queues_head_idx ON public.scrapeq_host_queues USING btree (queue, head_priority DESC, head_run_at, head_id) WHERE (head_id IS NOT NULL);
+CREATE INDEX scrapeq_host_queues_head_idx ON public.scrapeq_host_queues USING btree (queue, ((- (head_priority)::bigint)), head_run_at, head_id) WHERE (head_id IS NOT NULL);
 
 
 --
@@ -1289,11 +1463,5 @@ ALTER TABLE ONLY public.scraping_jobs
 INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0001_initial'),
     ('0002_followed_pages'),
-    ('0003_host_politeness'),
-    ('0004_claim_plan'),
-    ('0005_idle_hosts'),
-    ('0006_shared_robots'),
-    ('0007_heads_follow_earlier_rows'),
-    ('0008_claim_function'),
-    ('0009_shared_turns'),
-    ('0010_bounded_payloads');
+    ('0003_politeness'),
+    ('0004_bounded_payloads');

@@ -34,20 +34,11 @@ MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('scrapeq_schema_migrations'
 
 # --- claims (workers) ---------------------------------------------------------------------------
 
-# Claims up to `limit` due pending rows of the given queues, best first (priority DESC, run_at,
-# id), never more per host than its politeness allows, whichever worker of whichever pool asks:
-# the function scrapeq_claim (migrations 0008_claim_function and 0009_shared_turns, where each
-# step is explained). `max_per_host` and `delay_seconds` are the claiming pool's defaults for
-# hosts whose producers named none. In short: the walk visits each queue's hosts in head order
-# from where the queue's latest claim stopped (on any connection), takes a transaction-scoped
-# advisory lock on each host that looks free (never waiting) and locks its rows (SKIP LOCKED),
-# and a second statement, whose snapshot is newer than those locks,
-# counts each locked host's rows in flight and claims within its free slots. A claim that got
-# no row but walked hosts answers one row of NULLs: claim again, the walk now starts further on.
-# Nothing but claims looks at slots, so finishing a row (complete, fail, retry, release, rescue,
-# cancel) frees its slot at once. The caller's autocommit ends the transaction, and with it the
-# locks. The statement is a short call: psycopg parses a statement longer than 4,096 characters
-# again on every execution.
+# Claims up to `limit` due pending rows of the given queues, best first, within every host's
+# limits, whichever worker of whichever pool asks: the function scrapeq_claim (sql/claim.sql;
+# docs/queue.md, "The claim"). `max_per_host` and `delay_seconds` are the claiming pool's
+# defaults for hosts whose producers named none. Answers one row of NULLs when it walked hosts
+# but took no row: claim again. A short call, which psycopg keeps parsed.
 JOB_CLAIM: Final = """
 SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_count,
        max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
@@ -232,17 +223,20 @@ WHERE jobs.id = %(parent_id)s AND dropped.links > 0 AND jsonb_typeof(jobs.result
 # Fenced by id + attempt + processing. Returns the new status (no row: fenced).
 # A server error (%(server_error)s: a 5xx or 429) speaks for the whole host: the site's
 # Retry-After (%(host_pause_seconds)s, with a 429 or 503) pauses it for every worker that
-# long, and %(server_error_threshold)s server errors less than a minute apart pause it for
-# %(server_error_pause_seconds)s.
+# long, and %(server_error_threshold)s server errors each less than
+# %(server_error_window_seconds)s apart pause it for %(server_error_pause_seconds)s. Every
+# bound value comes from one RetryPolicy (row_lifecycle.py).
 JOB_RETRY: Final = """
 WITH paused AS (
     SELECT hosts.host_key,
-           CASE WHEN hosts.last_server_error_at > now() - interval '1 minute'
+           CASE WHEN hosts.last_server_error_at > now() - make_interval(
+                         secs => %(server_error_window_seconds)s::double precision)
                 THEN hosts.server_errors + 1 ELSE 1 END AS server_errors,
            CASE
                WHEN %(host_pause_seconds)s::double precision IS NOT NULL
                    THEN %(host_pause_seconds)s::double precision
-               WHEN hosts.last_server_error_at > now() - interval '1 minute'
+               WHEN hosts.last_server_error_at > now() - make_interval(
+                        secs => %(server_error_window_seconds)s::double precision)
                     AND hosts.server_errors + 1 >= %(server_error_threshold)s::integer
                    THEN %(server_error_pause_seconds)s::double precision
            END AS pause
@@ -572,15 +566,16 @@ GROUP BY queue
 """
 
 # Due rows per queue that per-host politeness lets start now: per (queue, host) at most the
-# host's limit (its own, else the pool default given; 1 while its producers' delay or
-# robots.txt's Crawl-delay applies) less the host's attempts in flight, and none of a paused
-# host. Both counts go through the partial indexes on pending and processing rows. A host
-# inside its delay counts as startable: it is, within that delay.
+# host's limit (scrapeq_host_limit, the claim's own rule, with the pool defaults given) less the
+# host's rows in flight, and none of a paused host. Both counts go through the partial indexes
+# on pending and processing rows. A host inside its delay counts as startable: it is, within
+# that delay.
 QUEUE_STARTABLE_DUE: Final = """
 SELECT due.queue,
        sum(greatest(0, least(due.rows,
-           CASE WHEN greatest(hosts.delay_seconds, hosts.crawl_delay_seconds) > 0 THEN 1
-                ELSE coalesce(hosts.max_in_flight, %(default_limit)s) END
+           scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
+                              hosts.crawl_delay_seconds, %(default_limit)s::integer,
+                              %(default_delay_seconds)s::double precision)
            - coalesce(busy.rows, 0))))::bigint
 FROM (SELECT queue, host_key, count(*) AS rows FROM scraping_jobs
       WHERE status = 'pending' AND run_at <= now()

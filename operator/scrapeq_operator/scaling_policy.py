@@ -21,13 +21,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from scrapeq_queue.politeness import (
+    DEFAULT_DELAY_SECONDS,
     DEFAULT_MAX_CONCURRENT_PER_HOST,
+    HostPoliteness,
+    site_delay_problem,
     site_limit_problem,
 )
 
 from scrapeq_operator.errors import ConfigurationError
 from scrapeq_operator.settings import AutoscalerDefaults
 from scrapeq_operator.vocabulary import (
+    HOST_DELAY_SECONDS_ANNOTATION,
     JOBS_PER_REPLICA_ANNOTATION,
     MAX_CONCURRENT_PER_HOST_ANNOTATION,
     MAX_REPLICAS_ANNOTATION,
@@ -61,6 +65,17 @@ class PoolPolicy:
     # The per-host limit of the pool's workers for rows that set none: how many of one site's
     # due rows the pool can start at once.
     max_concurrent_per_host: int = DEFAULT_MAX_CONCURRENT_PER_HOST
+    # The pool's per-host delay for rows that set none: with a delay, a claim hands out one row
+    # of a site at a time.
+    host_delay_seconds: float = DEFAULT_DELAY_SECONDS
+
+    @property
+    def host_defaults(self) -> HostPoliteness:
+        """The pool's politeness defaults, as its workers' claims apply them."""
+        return HostPoliteness(
+            max_concurrent_per_host=self.max_concurrent_per_host,
+            delay_seconds=self.host_delay_seconds,
+        )
 
     @classmethod
     def from_annotations(
@@ -104,9 +119,14 @@ class PoolPolicy:
                     integer=True,
                 )
             ),
+            host_delay_seconds=number(
+                HOST_DELAY_SECONDS_ANNOTATION, DEFAULT_DELAY_SECONDS, integer=False
+            ),
         )
         if problem := site_limit_problem(policy.max_concurrent_per_host):
             raise ConfigurationError(f"annotation {MAX_CONCURRENT_PER_HOST_ANNOTATION} {problem}")
+        if problem := site_delay_problem(policy.host_delay_seconds):
+            raise ConfigurationError(f"annotation {HOST_DELAY_SECONDS_ANNOTATION} {problem}")
         if policy.jobs_per_replica < 1:
             raise ConfigurationError(f"annotation {JOBS_PER_REPLICA_ANNOTATION} must be >= 1")
         if policy.min_replicas > policy.max_replicas:

@@ -28,6 +28,8 @@ SCALE_DOWN_WINDOW_ANNOTATION = f"{GROUP}/scale-down-stabilization-seconds"
 SCALE_TO_ZERO_COOLDOWN_ANNOTATION = f"{GROUP}/scale-to-zero-cooldown-seconds"
 # The pool's per-host limit for rows that set none (its workers' --max-concurrent-per-host).
 MAX_CONCURRENT_PER_HOST_ANNOTATION = f"{GROUP}/max-concurrent-per-host"
+# The pool's per-host delay for rows that set none (its workers' --host-delay-seconds).
+HOST_DELAY_SECONDS_ANNOTATION = f"{GROUP}/host-delay-seconds"
 # Where the autoscaler records its last decision (JSON) on the Deployment.
 DECISION_ANNOTATION = f"{GROUP}/autoscaler-decision"
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"

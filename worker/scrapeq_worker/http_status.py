@@ -13,15 +13,17 @@ import time
 from collections.abc import Mapping
 from typing import Final
 
+from scrapeq_queue import RETRY_POLICY
+
 from .errors import PermanentFailure, RetryLater, WorkerError
 
-# A site asking for more than an hour is treated as "an hour": the job stays visible as
-# retrying instead of disappearing for days.
-MAX_RETRY_AFTER_SECONDS: Final = 3600.0
+# A site asking for more than the queue's longest retry delay (an hour) is treated as that: the
+# job stays visible as retrying instead of disappearing for days.
+MAX_RETRY_AFTER_SECONDS: Final = RETRY_POLICY.max_delay_seconds
 HTML_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
 # Retry reasons that speak for the whole site, not one URL: its Retry-After pauses the host for
-# every worker, and a run of them pauses the host even without one (docs/worker.md).
-SERVER_ERROR_REASONS: Final = frozenset({"http_429", "http_5xx"})
+# every worker, and a run of them pauses the host even without one (the queue's retry policy).
+SERVER_ERROR_REASONS: Final = RETRY_POLICY.site_pausing_reasons
 # Chromium's navigation errors that no retry can fix, with the reason the plain-HTTP engine
 # gives the same cause (it follows at most http_engine.MAX_REDIRECTS redirects, Chromium 20).
 PERMANENT_NET_ERRORS: Final = {

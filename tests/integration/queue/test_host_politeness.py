@@ -253,16 +253,15 @@ async def test_claimers_on_different_connections_take_turns_together(
     assert order == [{"a.test"}, {"b.test"}, {"c.test"}, {"d.test"}] * 2
 
 
-async def test_a_claim_whose_shared_turn_is_gone_starts_where_its_connection_stopped(
+async def test_a_claim_whose_published_place_is_gone_starts_at_the_first_host(
     async_connection: Connection,
 ) -> None:
-    """The shared place is a row's id: when that row is gone (retention deleted it) or belongs
-    to another queue hashed to the same slot, the claim goes on from its connection's place."""
+    """The shared place is a row's id: when that row is gone (retention deleted it), the claim
+    starts before the first host of the highest priority."""
     for host in ("a", "b", "c"):
         await queue.enqueue_many(async_connection, [f"https://{host}.test/{n}" for n in range(4)])
-    [elsewhere] = await queue.enqueue_many(async_connection, ["https://z.test/"], queue="other")
     order: list[set[str | None]] = []
-    for mark in (None, 10**15, elsewhere):
+    for mark in (None, None, 10**15):
         if mark is not None:
             await async_connection.execute(
                 "SELECT setval(scrapeq_claim_turn_slot('default'), %s)", (mark,)
@@ -272,7 +271,23 @@ async def test_a_claim_whose_shared_turn_is_gone_starts_where_its_connection_sto
         await queue.complete_many(
             async_connection, [queue.Completion(job.id, job.attempt, {}, 0.0) for job in jobs]
         )
-    assert order == [{"a.test"}, {"b.test"}, {"c.test"}]
+    assert order == [{"a.test"}, {"b.test"}, {"a.test"}]
+
+
+async def test_a_place_published_by_another_queue_is_a_place_to_start(
+    async_connection: Connection,
+) -> None:
+    """Queues that share a turn sequence start from each other's place: a row of another queue
+    is a key in the same order (priority, run_at, id) as any head."""
+    for host in ("a", "b"):
+        await queue.enqueue_many(async_connection, [f"https://{host}.test/{n}" for n in range(2)])
+    [elsewhere] = await queue.enqueue_many(async_connection, ["https://z.test/"], queue="other")
+    await queue.enqueue_many(async_connection, ["https://c.test/0", "https://c.test/1"])
+    await async_connection.execute(
+        "SELECT setval(scrapeq_claim_turn_slot('default'), %s)", (elsewhere,)
+    )
+    jobs = await claim(async_connection, limit=2)
+    assert {job.host_key for job in jobs} == {"c.test"}
 
 
 async def test_rows_inserted_with_any_id_are_claimed_in_turn(
@@ -302,21 +317,6 @@ async def test_the_claim_function_called_with_no_queue_claims_nothing(
         )
         assert await cursor.fetchall() == [], queues
     assert len(await claim(async_connection)) == 1
-
-
-async def test_a_claim_ignores_a_cursor_setting_it_did_not_write(
-    async_connection: Connection,
-) -> None:
-    await queue.enqueue_many(async_connection, ["https://a.test/1", "https://b.test/1"])
-    for junk in ("not json", '{"default": ["x", "y", "z"]}', "[1, 2]", '{"default": 7}'):
-        await async_connection.execute(
-            "SELECT set_config('scrapeq.claim_cursor', %s, false)", (junk,)
-        )
-        jobs = await claim(async_connection, limit=1)
-        assert len(jobs) == 1
-        await queue.release_jobs(
-            async_connection, worker_id="w", jobs=[(jobs[0].id, jobs[0].attempt)]
-        )
 
 
 async def test_a_claim_holding_a_host_makes_no_other_claimer_wait(
@@ -471,6 +471,48 @@ async def test_the_startable_rows_follow_the_pools_limit_and_a_hosts_delay(
     for limit, startable in [(2, 2 + 1 + 1), (6, 6 + 1 + 1)]:
         counts = await inspection.startable_due(async_connection, default_max_per_host=limit)
         assert counts == {"default": startable}
+
+
+@pytest.mark.parametrize(
+    "pool",
+    [
+        queue.HostPoliteness(max_concurrent_per_host=2),
+        queue.HostPoliteness(max_concurrent_per_host=3, delay_seconds=5.0),
+    ],
+    ids=["no-pool-delay", "pool-delay"],
+)
+async def test_the_backlog_counts_as_startable_exactly_the_rows_a_claim_hands_out(
+    async_connection: Connection, pool: queue.HostPoliteness
+) -> None:
+    """The autoscaler's count and the claim apply one rule (scrapeq_host_limit): a pool with a
+    delay gets one row per host from a claim, and the backlog counts one per host too."""
+    await queue.enqueue_many(async_connection, [f"https://busy.test/{n}" for n in range(5)])
+    [held] = await claim(async_connection, limit=1, politeness=pool)
+    await queue.enqueue_many(async_connection, [f"https://plain.test/{n}" for n in range(5)])
+    await queue.enqueue_many(
+        async_connection,
+        [f"https://wide.test/{n}" for n in range(6)],
+        payload={"politeness": {"maxConcurrentPerHost": 4}},
+    )
+    await queue.enqueue_many(
+        async_connection,
+        [f"https://slow.test/{n}" for n in range(3)],
+        payload={"politeness": {"delaySeconds": 2}},
+    )
+    await queue.enqueue_many(async_connection, [f"https://crawl.test/{n}" for n in range(3)])
+    await queue.set_crawl_delay(async_connection, "crawl.test", 1.0)
+
+    counted = await inspection.startable_due(
+        async_connection,
+        default_max_per_host=pool.max_concurrent_per_host,
+        default_delay_seconds=pool.delay_seconds,
+    )
+    jobs = await claim(async_connection, limit=1000, politeness=pool)
+
+    assert held.host_key == "busy.test"
+    assert counted == {"default": len(jobs)}
+    # busy.test holds one of its slots; slow.test and crawl.test have delays of their own.
+    assert len(jobs) == (0 + 1 + 1 + 1 + 1 if pool.delay_seconds else 1 + 2 + 4 + 1 + 1)
 
 
 async def test_a_connection_plans_the_claim_once_and_reuses_the_plan(

@@ -91,7 +91,7 @@ async def test_a_row_no_worker_could_load_fails_alone_and_its_neighbours_are_cla
 async def test_a_row_nested_deeper_than_the_bound_fails_alone_when_it_predates_the_check(
     async_connection: Connection,
 ) -> None:
-    # Migration 0010 refuses such a payload at INSERT; a row written before it is still read.
+    # Migration 0004 refuses such a payload at INSERT; a row written before it is still read.
     await async_connection.execute(
         "ALTER TABLE scraping_jobs DROP CONSTRAINT scrapeq_jobs_payload_bounded"
     )

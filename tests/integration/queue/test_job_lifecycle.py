@@ -350,7 +350,7 @@ async def test_a_retry_after_hint_wins_over_the_schedule_and_is_capped(
     short_delay = ((await fetch_row(async_connection, short))["run_at"] - before).total_seconds()
     huge_delay = ((await fetch_row(async_connection, huge))["run_at"] - before).total_seconds()
     assert short_delay == pytest.approx(2, abs=1)
-    assert huge_delay == pytest.approx(queue.MAX_RETRY_DELAY_SECONDS, abs=1)
+    assert huge_delay == pytest.approx(queue.RETRY_POLICY.max_delay_seconds, abs=1)
 
 
 async def test_a_permanent_failure_does_not_retry(async_connection: Connection) -> None:

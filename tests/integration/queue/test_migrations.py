@@ -100,7 +100,8 @@ async def test_a_broken_connection_raises_database_unavailable(database_url: str
 async def test_rows_queued_before_host_politeness_are_claimable_after_the_upgrade(
     empty_database_url: str,
 ) -> None:
-    """Migration 0003 on a database with pending rows: they get their host and are claimed."""
+    """Migration 0003 on a database at 0002 with pending rows: they get their host and are
+    claimed."""
     earlier = [m for m in available_migrations() if m.version < "0003"]
     async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
         await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
@@ -118,3 +119,40 @@ async def test_rows_queued_before_host_politeness_are_claimable_after_the_upgrad
             conn, worker_id="w", queues=["default"], limit=10, lease_seconds=30
         )
     assert [job.host_key for job in jobs] == ["www.old.test", "www.old.test"]
+
+
+async def test_a_database_migrated_by_the_retired_development_migrations_is_refused(
+    empty_database_url: str,
+) -> None:
+    """0003_politeness replaced 0003_host_politeness … 0009_shared_turns before the first
+    release: a database that recorded one of them is refused, by `migrate` and by every
+    component's schema check, with a message saying why and what to do; nothing is changed."""
+    earlier = [m for m in available_migrations() if m.version < "0003"]
+    async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
+        await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
+        for migration in earlier:
+            await conn.execute(migration.sql.encode("utf-8"))
+            await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
+        for version in ("0003_host_politeness", "0008_claim_function", "0009_shared_turns"):
+            await conn.execute(statements.MIGRATION_RECORD, {"version": version})
+
+        with pytest.raises(queue.SchemaOutOfDate, match=r"development build.*0009_shared_turns"):
+            await asyncio.to_thread(queue.migrate, empty_database_url)
+        with pytest.raises(queue.SchemaOutOfDate, match="migrate a new database"):
+            await queue.require_current_schema(conn)
+        assert not await queue.schema_is_current(conn)
+        assert "0003_politeness" not in await queue.applied_versions(conn)
+        cursor = await conn.execute("SELECT to_regclass('scrapeq_hosts')")
+        assert await cursor.fetchone() == (None,)
+
+
+def test_a_live_definition_is_applied_from_its_own_file() -> None:
+    """The claim and the host limits are read in sql/, and the migration that applies them
+    carries their text."""
+    from importlib import resources
+
+    politeness = next(m for m in available_migrations() if m.version == "0003_politeness")
+    for name in ("claim.sql", "host_limits.sql"):
+        text = resources.files("scrapeq_queue").joinpath("sql", name).read_text(encoding="utf-8")
+        assert text in politeness.sql
+    assert not [line for line in politeness.sql.splitlines() if line.startswith("\\ir ")]

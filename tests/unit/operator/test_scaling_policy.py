@@ -135,6 +135,20 @@ def test_a_pool_can_name_its_workers_per_host_limit() -> None:
             PoolPolicy.from_annotations({"scrapeq.io/max-concurrent-per-host": raw}, defaults)
 
 
+def test_a_pool_can_name_its_workers_per_host_delay() -> None:
+    defaults = AutoscalerDefaults(max_concurrent_per_host=2)
+    assert PoolPolicy.from_annotations({}, defaults).host_defaults.delay_seconds == 0.0
+    named = {"scrapeq.io/max-concurrent-per-host": "3", "scrapeq.io/host-delay-seconds": "1.5"}
+    policy = PoolPolicy.from_annotations(named, defaults)
+    assert (policy.host_defaults.max_concurrent_per_host, policy.host_defaults.delay_seconds) == (
+        3,
+        1.5,
+    )
+    for raw, message in [("3601", "between 0 and 3600"), ("-1", "negative"), ("x", "not")]:
+        with pytest.raises(ConfigurationError, match=f"host-delay-seconds.*{message}"):
+            PoolPolicy.from_annotations({"scrapeq.io/host-delay-seconds": raw}, defaults)
+
+
 def test_idle_pods_are_cheaper_to_delete_than_busy_ones() -> None:
     pods = ["workers-7d9f-abcde", "workers-7d9f-fghij", "workers-7d9f-klmno"]
     in_flight = {

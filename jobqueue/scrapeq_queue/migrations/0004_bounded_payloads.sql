@@ -1,4 +1,4 @@
--- 0010: the table refuses a payload that no worker could run, whatever its options say: one
+-- 0004: the table refuses a payload that no worker could run, whatever its options say: one
 -- that is not a JSON object, is larger than 256 KiB as JSON text, or nests objects and arrays
 -- 32 levels deep or more (scrapeq_queue.payload: MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH; the
 -- errors validate_payload gives for the same payloads are in each constraint's comment). The

@@ -1,19 +1,10 @@
--- 0003: per-host politeness, enforced by the claim for the whole cluster.
---
--- Every row carries its host key: the registrable domain that producers in Python compute with
--- the public-suffix list, or, for rows inserted by plain SQL without one (a classic
--- application's INSERT of url_to_scrape and parser_type), their URL's host name.
--- scrapeq_hosts holds each host's state: the attempts in flight, the earliest time the next
--- one may start, a pause (Retry-After, repeated server errors), the limits producers gave and
--- robots.txt's Crawl-delay.
--- scrapeq_host_queues holds, per queue and host, the claim-order key (priority, run_at, id) of
--- the host's best due pending row (or, with none due, of its best pending row), its "head". The claim walks the heads in claim order and takes
--- each ready host's best rows: priority keeps its meaning across hosts, and a host holding
--- most of the rows cannot block the others (no head-of-line blocking). Heads are written once
--- per claim per host, once per producing statement per host, and once per row that goes back
--- to pending; no trigger fires for a claim or a completion.
+-- 0003: per-host politeness enforced by the claim for the whole cluster, and the cluster's
+-- shared copy of each site's robots.txt. docs/queue.md, "Per-host politeness" and "The claim",
+-- explains every object made here; the comments below (COMMENT ON) say what each holds.
 
 ALTER TABLE scraping_jobs ADD COLUMN host_key TEXT;
+COMMENT ON COLUMN scraping_jobs.host_key IS
+    'scrapeq: the row''s site for per-host politeness: its URL''s registrable domain (Python producers), else its host name (trigger scrapeq_jobs_fill_host_key).';
 
 -- The host name of a URL, lower-cased ('' when it has none): the key of rows whose producer
 -- did not give one.
@@ -41,33 +32,17 @@ $$;
 
 CREATE TABLE scrapeq_hosts (
     host_key TEXT PRIMARY KEY,
-    -- The attempts the claims of this host handed out that may still be running, as
-    -- (slot_ids[i], slot_attempts[i]). Only claims write them: an attempt is over once its row
-    -- has moved on (finished, retried, released, rescued, cancelled: status no longer
-    -- `processing` at that attempt), and the next claim of the host drops it. So finishing a
-    -- row never writes this table, and a claim that read the rows before another claim
-    -- committed still counts that claim's attempts (their rows show an older attempt).
-    slot_ids BIGINT[] NOT NULL DEFAULT '{}',
-    slot_attempts INTEGER[] NOT NULL DEFAULT '{}',
-    -- When the latest dropped attempt ended: a host with a delay starts its next request no
-    -- sooner than that plus the delay.
-    last_finished_at TIMESTAMPTZ NOT NULL DEFAULT '1970-01-01 00:00:00+00',
-    -- The limits the latest producer that named them gave (payload.politeness); NULL: the
-    -- claiming worker pool's defaults.
     max_in_flight INTEGER,
     delay_seconds DOUBLE PRECISION,
-    -- robots.txt's Crawl-delay: a floor under the delay.
     crawl_delay_seconds DOUBLE PRECISION NOT NULL DEFAULT 0,
-    -- No claim hands out a row of this host before this time (the delay after a claim, a pause).
     next_allowed_at TIMESTAMPTZ NOT NULL DEFAULT '1970-01-01 00:00:00+00',
-    -- The latest pause the site asked for (429/503 Retry-After) or earned (repeated 5xx).
+    last_claimed_id BIGINT,
+    last_finished_at TIMESTAMPTZ NOT NULL DEFAULT '1970-01-01 00:00:00+00',
     paused_until TIMESTAMPTZ,
     pause_reason TEXT,
-    -- Server errors (5xx, 429) of this host less than a minute apart, and the latest one.
     server_errors INTEGER NOT NULL DEFAULT 0,
     last_server_error_at TIMESTAMPTZ,
-    CONSTRAINT scrapeq_hosts_slots_valid CHECK (
-        cardinality(slot_ids) = cardinality(slot_attempts)),
+    touched_at TIMESTAMPTZ NOT NULL DEFAULT now(),
     CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (max_in_flight IS NULL OR max_in_flight > 0),
     CONSTRAINT scrapeq_hosts_delays_valid CHECK (
         (delay_seconds IS NULL OR delay_seconds >= 0) AND crawl_delay_seconds >= 0),
@@ -75,41 +50,73 @@ CREATE TABLE scrapeq_hosts (
 );
 
 COMMENT ON TABLE scrapeq_hosts IS
-    'scrapeq: per-host politeness state read and written by the claim: in flight, next allowed start, pause.';
+    'scrapeq: each host''s politeness state: limits, next allowed start, pause, a delayed host''s latest attempt. Its slots in use are its rows in flight (scraping_jobs.status = processing), never stored.';
+COMMENT ON COLUMN scrapeq_hosts.max_in_flight IS
+    'The limit of requests in flight the latest producer that named one gave (payload.politeness.maxConcurrentPerHost); NULL: the claiming pool''s default. See scrapeq_host_limit.';
+COMMENT ON COLUMN scrapeq_hosts.delay_seconds IS
+    'The delay between requests the latest producer that named one gave (payload.politeness.delaySeconds); NULL: the claiming pool''s default. See scrapeq_host_delay.';
+COMMENT ON COLUMN scrapeq_hosts.crawl_delay_seconds IS
+    'robots.txt''s Crawl-delay (0: none): a floor under the delay.';
+COMMENT ON COLUMN scrapeq_hosts.next_allowed_at IS
+    'No claim hands out a row of this host before this time: the delay after a claim, or a pause.';
+COMMENT ON COLUMN scrapeq_hosts.last_claimed_id IS
+    'A delayed host''s latest attempt (a scraping_jobs id): its delay runs from when that row last changed.';
+COMMENT ON COLUMN scrapeq_hosts.last_finished_at IS
+    'When a delayed host''s attempt before last_claimed_id ended, as its claim saw it.';
+COMMENT ON COLUMN scrapeq_hosts.paused_until IS
+    'The latest pause the site asked for (429/503 Retry-After) or earned (repeated server errors).';
+COMMENT ON COLUMN scrapeq_hosts.pause_reason IS
+    'The retry reason that paused the host (http_429, http_5xx).';
+COMMENT ON COLUMN scrapeq_hosts.server_errors IS
+    'Server errors (5xx, 429) of this host less than a minute apart, counted by retries.';
+COMMENT ON COLUMN scrapeq_hosts.last_server_error_at IS
+    'The latest server error of this host.';
+COMMENT ON COLUMN scrapeq_hosts.touched_at IS
+    'When a claim last took rows of this host (written at most once a minute), or when the host was first seen: prune_idle_hosts deletes hosts idle for days.';
 
--- Room on each page for the claim's in-place (HOT) updates of the slots and next_allowed_at.
+-- Room on each page for HOT updates: claims of a delayed host write its next allowed start,
+-- and any claim writes touched_at once a minute; retries write the server-error columns.
 ALTER TABLE scrapeq_hosts SET (autovacuum_vacuum_scale_factor = 0.01, fillfactor = 50);
 
 CREATE TABLE scrapeq_host_queues (
     queue TEXT NOT NULL,
     host_key TEXT NOT NULL,
-    -- The claim-order key of the host's best due pending row in this queue, or with none due of
-    -- its best pending row (NULL: none pending): a row that is not due never hides one that
-    -- is. A head
-    -- may be stale in one direction only: better than the host's real best row (that row was
-    -- cancelled, or a claim raced a producer); the next claim that visits the host corrects it.
     head_priority INTEGER,
     head_run_at TIMESTAMPTZ,
     head_id BIGINT,
-    -- Bumped by every statement that moves the head up (a producer, a retry), so that a claim
-    -- that read the rows before it does not move the head past a row it could not see.
     generation BIGINT NOT NULL DEFAULT 0,
-    PRIMARY KEY (queue, host_key)
+    -- By host first: prune_idle_hosts deletes a host's heads with it.
+    PRIMARY KEY (host_key, queue)
 );
 
 COMMENT ON TABLE scrapeq_host_queues IS
-    'scrapeq: each host''s best pending row per queue, the order in which claims visit hosts.';
+    'scrapeq: each host''s head per queue (the key of its best pending row), the order in which claims visit hosts.';
+COMMENT ON COLUMN scrapeq_host_queues.head_priority IS
+    'With head_run_at and head_id: the claim-order key of the host''s best due pending row in this queue, or with none due of its best pending row (NULL: none pending). May be better than the real best row (cancelled, or a claim raced a producer), never worse; the next claim that visits the host corrects it.';
+COMMENT ON COLUMN scrapeq_host_queues.head_run_at IS 'The run_at of the head row (see head_priority).';
+COMMENT ON COLUMN scrapeq_host_queues.head_id IS
+    'The id of the head row (see head_priority); the claim publishes the last one it visited as where the next claim starts (scrapeq_claim_turn_slot).';
+COMMENT ON COLUMN scrapeq_host_queues.generation IS
+    'Bumped by every statement that moves the head up (a producer, a retry), so that a claim that read the rows before it does not move the head past a row it could not see.';
 
 ALTER TABLE scrapeq_host_queues SET (autovacuum_vacuum_scale_factor = 0.01, fillfactor = 70);
 
+-- The claim's walk: a queue's heads in (priority DESC, run_at, id) order, written all
+-- ascending (-priority) so that a stretch of it is one range of row comparisons.
 CREATE INDEX scrapeq_host_queues_head_idx
-    ON scrapeq_host_queues (queue, head_priority DESC, head_run_at, head_id)
+    ON scrapeq_host_queues (queue, (-head_priority::bigint), head_run_at, head_id)
     WHERE head_id IS NOT NULL;
 
 -- Claims: one host's pending rows of one queue in claim order.
 CREATE INDEX scrapeq_jobs_host_claim_idx
     ON scraping_jobs (host_key, queue, priority DESC, run_at, id)
     WHERE status = 'pending';
+
+-- Rows in flight by host (the claim counts them per host); the statements that look for them
+-- by queue read the few in-flight rows in full.
+DROP INDEX scrapeq_jobs_processing_idx;
+CREATE INDEX scrapeq_jobs_processing_idx ON scraping_jobs (host_key, queue, processed_by)
+    WHERE status = 'processing';
 
 -- Rows whose producer gave no host key get their URL's host name (only such rows pay for it).
 CREATE FUNCTION scrapeq_fill_host_key() RETURNS trigger
@@ -124,13 +131,19 @@ CREATE TRIGGER scrapeq_jobs_fill_host_key
     BEFORE INSERT OR UPDATE OF host_key ON scraping_jobs
     FOR EACH ROW WHEN (NEW.host_key IS NULL) EXECUTE FUNCTION scrapeq_fill_host_key();
 
--- Pending rows (parallel arrays, one entry per row) make their hosts known and claimable:
--- creates the hosts' state, takes the limits of rows that name them (the last such row of the
--- call wins), and moves each (queue, host) head up to the best of these rows (due rows first).
+-- Pending rows (parallel arrays, one entry per row: the arguments of a trigger's call) make
+-- their hosts known and claimable: locks the hosts that exist FOR KEY SHARE (waiting for a
+-- prune deleting one of them), creates the missing ones, takes the limits of rows that name
+-- them (the last such row of the call wins), and moves each (queue, host) head up to the best
+-- of these rows (due rows first).
 CREATE FUNCTION scrapeq_hosts_pending(queues TEXT[], host_keys TEXT[], priorities INTEGER[],
                                       run_ats TIMESTAMPTZ[], ids BIGINT[], limits INTEGER[],
                                       delays DOUBLE PRECISION[]) RETURNS void
     LANGUAGE sql AS $$
+    SELECT FROM scrapeq_hosts AS hosts
+    WHERE hosts.host_key = ANY(host_keys)
+    ORDER BY hosts.host_key
+    FOR KEY SHARE;
     INSERT INTO scrapeq_hosts (host_key)
     SELECT DISTINCT given.host_key FROM unnest(host_keys) AS given(host_key)
     ORDER BY given.host_key
@@ -161,7 +174,7 @@ CREATE FUNCTION scrapeq_hosts_pending(queues TEXT[], host_keys TEXT[], prioritie
          AS given(queue, host_key, priority, run_at, id)
     ORDER BY given.queue, given.host_key, given.run_at > now(), given.priority DESC,
              given.run_at, given.id
-    ON CONFLICT (queue, host_key) DO UPDATE
+    ON CONFLICT (host_key, queue) DO UPDATE
     -- The better of the two heads: due before not due, then the claim order.
     SET (head_priority, head_run_at, head_id) = (
             SELECT head.priority, head.run_at, head.id
@@ -192,8 +205,9 @@ CREATE TRIGGER scrapeq_jobs_hosts_on_insert
     FOR EACH STATEMENT EXECUTE FUNCTION scrapeq_hosts_after_insert();
 
 -- A row back to pending (retry, release, rescue, a retried dead job, or an application's own
--- UPDATE) makes its host claimable again. Claims and completions never fire it (their rows do
--- not become pending), so the claim's path pays only the WHEN test.
+-- UPDATE), or a pending row made due sooner or more urgent by an UPDATE, moves its host's head.
+-- Claims and completions never fire it (their rows do not become pending), so the claim's path
+-- pays only the WHEN test.
 CREATE FUNCTION scrapeq_hosts_after_pending() RETURNS trigger
     LANGUAGE plpgsql AS $$
 BEGIN
@@ -205,12 +219,48 @@ END;
 $$;
 
 CREATE TRIGGER scrapeq_jobs_hosts_on_pending
-    AFTER UPDATE OF status ON scraping_jobs
-    FOR EACH ROW WHEN (NEW.status = 'pending' AND OLD.status <> 'pending')
+    AFTER UPDATE OF status, run_at, priority ON scraping_jobs
+    FOR EACH ROW WHEN (NEW.status = 'pending'
+                       AND (OLD.status <> 'pending' OR NEW.run_at < OLD.run_at
+                            OR NEW.priority > OLD.priority))
     EXECUTE FUNCTION scrapeq_hosts_after_pending();
 
--- Rows queued before this migration: give them their host and make their hosts claimable,
--- counting the attempts in flight.
+-- Where each queue's latest claim stopped, shared by every connection (scrapeq_claim_turn_slot
+-- picks one by the queue's name). Any bigint: the value is a row's id, and a plain INSERT may
+-- give a row any id (0, negative).
+DO $turns$
+BEGIN
+    FOR slot IN 0..15 LOOP
+        EXECUTE format('CREATE SEQUENCE scrapeq_claim_turn_%s AS BIGINT MINVALUE %s', slot,
+                       -9223372036854775808);
+        EXECUTE format('COMMENT ON SEQUENCE scrapeq_claim_turn_%s IS %L', slot,
+                       'scrapeq: the id of the head where the latest claim of the queues of this slot stopped: where the next one starts (see scrapeq_claim).');
+    END LOOP;
+END;
+$turns$;
+
+\ir ../sql/host_limits.sql
+\ir ../sql/claim.sql
+
+CREATE TABLE scrapeq_robots (
+    origin TEXT PRIMARY KEY,
+    status INTEGER,
+    body TEXT,
+    problem TEXT,
+    expires_at TIMESTAMPTZ NOT NULL,
+    fetching_until TIMESTAMPTZ
+);
+
+COMMENT ON TABLE scrapeq_robots IS
+    'scrapeq: the cluster''s copy of each origin''s robots.txt, read by every worker.';
+COMMENT ON COLUMN scrapeq_robots.origin IS 'scheme://host[:port], lower-cased: robots.txt belongs to an origin.';
+COMMENT ON COLUMN scrapeq_robots.status IS 'The HTTP status of the fetch; NULL when none came (timeout, network error): see problem.';
+COMMENT ON COLUMN scrapeq_robots.body IS 'The file (up to its first 500 KiB), with a 2xx status.';
+COMMENT ON COLUMN scrapeq_robots.problem IS 'Why the file could not be read (a timeout, a network error, a 5xx).';
+COMMENT ON COLUMN scrapeq_robots.expires_at IS 'Until when this copy holds (-infinity: never read yet).';
+COMMENT ON COLUMN scrapeq_robots.fetching_until IS 'A worker is fetching the file until then; the others wait for its copy.';
+
+-- Rows queued before this migration: give them their host and make their hosts claimable.
 UPDATE scraping_jobs SET host_key = scrapeq_url_host(url_to_scrape)
 WHERE status IN ('pending', 'processing') AND host_key IS NULL;
 
@@ -218,10 +268,3 @@ SELECT scrapeq_hosts_pending(
     array_agg(queue), array_agg(host_key), array_agg(priority), array_agg(run_at),
     array_agg(id), array_agg(NULL::integer), array_agg(NULL::double precision))
 FROM scraping_jobs WHERE status = 'pending';
-
-INSERT INTO scrapeq_hosts AS hosts (host_key, slot_ids, slot_attempts)
-SELECT host_key, array_agg(id ORDER BY id), array_agg(attempt ORDER BY id)
-FROM scraping_jobs WHERE status = 'processing'
-GROUP BY host_key ORDER BY host_key
-ON CONFLICT (host_key) DO UPDATE
-SET slot_ids = excluded.slot_ids, slot_attempts = excluded.slot_attempts;

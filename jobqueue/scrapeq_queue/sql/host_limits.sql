@@ -1,0 +1,38 @@
+-- A host's effective delay and limit: the one rule the claim (scrapeq_claim) and the
+-- autoscaler's backlog count (statements.QUEUE_STARTABLE_DUE) both apply, so that the
+-- autoscaler counts exactly the rows a claim would hand out (docs/queue.md, "Limits").
+--
+-- Both are plain SQL expressions that PostgreSQL inlines into the statements calling them:
+-- they cost nothing per call. Neither is STRICT (an inlined STRICT function must be strict in
+-- every argument) and each names an argument at most once where that matters.
+
+-- The delay between two requests to a host: its producers' (scrapeq_hosts.delay_seconds), else
+-- the claiming pool's default, and never less than robots.txt's Crawl-delay.
+CREATE OR REPLACE FUNCTION scrapeq_host_delay(delay_seconds DOUBLE PRECISION,
+                                              crawl_delay_seconds DOUBLE PRECISION,
+                                              default_delay_seconds DOUBLE PRECISION)
+RETURNS DOUBLE PRECISION
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT greatest(coalesce(delay_seconds, default_delay_seconds), crawl_delay_seconds)
+$$;
+
+-- How many requests a host may have in flight: 1 while it has a delay (a delayed host takes one
+-- request at a time), else its producers' limit (scrapeq_hosts.max_in_flight), else the
+-- claiming pool's default.
+CREATE OR REPLACE FUNCTION scrapeq_host_limit(max_in_flight INTEGER,
+                                              delay_seconds DOUBLE PRECISION,
+                                              crawl_delay_seconds DOUBLE PRECISION,
+                                              default_max_in_flight INTEGER,
+                                              default_delay_seconds DOUBLE PRECISION)
+RETURNS INTEGER
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN scrapeq_host_delay(delay_seconds, crawl_delay_seconds,
+                                        default_delay_seconds) > 0 THEN 1
+                ELSE coalesce(max_in_flight, default_max_in_flight) END
+$$;
+
+COMMENT ON FUNCTION scrapeq_host_limit(INTEGER, DOUBLE PRECISION, DOUBLE PRECISION, INTEGER,
+                                       DOUBLE PRECISION) IS
+    'scrapeq: how many requests a host may have in flight; used by the claim and the autoscaler''s backlog count.';
+COMMENT ON FUNCTION scrapeq_host_delay(DOUBLE PRECISION, DOUBLE PRECISION, DOUBLE PRECISION) IS
+    'scrapeq: the delay between two requests to a host; used by the claim and the autoscaler''s backlog count.';
