@@ -144,7 +144,7 @@ def test_a_pool_can_name_its_workers_per_host_delay() -> None:
         3,
         1.5,
     )
-    for raw, message in [("3601", "between 0 and 3600"), ("-1", "negative"), ("x", "not")]:
+    for raw, message in [("3601", "from 0 to 3600"), ("-1", "negative"), ("x", "not")]:
         with pytest.raises(ConfigurationError, match=f"host-delay-seconds.*{message}"):
             PoolPolicy.from_annotations({"scrapeq.io/host-delay-seconds": raw}, defaults)
 
