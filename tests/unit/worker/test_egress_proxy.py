@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from scrapeq_worker.egress_proxy import EgressProxy, Refusal, Route
 from scrapeq_worker.network_guard import IPAddress, NetworkGuard, parse_networks
+
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -235,17 +237,6 @@ async def stalled(request: pytest.FixtureRequest) -> AsyncIterator[StalledOrigin
     await server.stop()
 
 
-async def until(condition: Callable[[], bool], *, within: float, what: str) -> float:
-    """Poll `condition` until it holds; return how long that took, or fail naming `what`."""
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    while not condition():
-        if loop.time() - started > within:
-            raise AssertionError(f"timed out after {within:g}s waiting for {what}")
-        await asyncio.sleep(0.02)
-    return loop.time() - started
-
-
 def request_for(origin: StalledOrigin, tunnel: bool) -> bytes:
     target = f"{ALLOWED_HOST}:{origin.port}"
     if tunnel:
@@ -263,7 +254,7 @@ async def open_through(
         assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
         writer.write(f"GET / HTTP/1.1\r\nHost: {ALLOWED_HOST}\r\n\r\n".encode())
     await writer.drain()
-    await until(lambda: origin.open == 1, within=5, what="the site to see the connection")
+    await eventually(lambda: origin.open == 1, within=5, what="the site to see the connection")
     return reader, writer
 
 
@@ -279,8 +270,8 @@ async def test_the_site_connection_ends_within_a_second_of_the_browser_side_clos
     try:
         _, writer = await open_through(route, stalled, tunnel=tunnel)
         writer.close()
-        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
-        await until(lambda: not route.live, within=1.0, what="the proxy to let go of it")
+        await eventually(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        await eventually(lambda: not route.live, within=1.0, what="the proxy to let go of it")
     finally:
         await proxy.close()
     assert stalled.accepted == 1
@@ -299,7 +290,7 @@ async def test_a_connection_with_no_bytes_either_way_is_closed_on_both_sides_aft
         async with asyncio.timeout(3):
             assert await reader.read() == b""  # the browser's side sees the end
         took = loop.time() - started
-        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        await eventually(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
         writer.close()
     finally:
         await proxy.close()
@@ -322,7 +313,7 @@ async def test_a_site_that_trickles_forever_is_cut_after_the_connection_time_lim
             while chunk := await reader.read(1024):
                 received += chunk
         took = loop.time() - started
-        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        await eventually(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
         writer.close()
     finally:
         await proxy.close()
@@ -343,7 +334,7 @@ async def test_a_released_route_cuts_its_connections_and_lets_nothing_out_until_
         await route.release()
         assert route.holder is None
         assert not route.live
-        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        await eventually(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
         async with asyncio.timeout(2):
             assert await reader.read() == b""
         writer.close()
@@ -367,7 +358,7 @@ async def test_closing_a_route_cuts_its_open_connections(stalled: StalledOrigin)
         _, writer = await open_through(route, stalled, tunnel=False)
         await route.close()
         assert not route.live
-        await until(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
+        await eventually(lambda: stalled.open == 0, within=1.0, what="the site connection to end")
         writer.close()
     finally:
         await proxy.close()

@@ -12,8 +12,9 @@ from scrapeq_worker.queue_gateway import QueueGateway
 from scrapeq_worker.readiness import Readiness, ReadinessSchedule
 from scrapeq_worker.robots import RobotsRead
 
+from tests.waiting import eventually
+
 from .fake_queue import FakeQueue
-from .test_worker_control import until
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -106,7 +107,9 @@ async def test_an_outcome_write_waits_out_a_schema_behind_and_is_then_recorded()
     write = asyncio.create_task(
         g.gateway.fail_job(job, error="gone", reason="http_4xx", duration_seconds=0.1)
     )
-    await until(lambda: g.queue.calls.count("fail_job") >= 3)
+    await eventually(
+        lambda: g.queue.calls.count("fail_job") >= 3, within=5.0, what="three tries of the write"
+    )
     assert not write.done()
     assert not g.readiness.can_claim
     g.queue.schema_behind = False
@@ -125,7 +128,9 @@ async def test_an_outcome_write_gives_up_once_the_worker_stops() -> None:
     write = asyncio.create_task(
         g.gateway.fail_job(job, error="gone", reason="http_4xx", duration_seconds=0.1)
     )
-    await until(lambda: g.queue.calls.count("fail_job") >= 3)
+    await eventually(
+        lambda: g.queue.calls.count("fail_job") >= 3, within=5.0, what="three tries of the write"
+    )
     g.stopping.set()
 
     async with asyncio.timeout(5):

@@ -17,6 +17,8 @@ from scrapeq_worker.scraper import ScrapeResult
 from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 
+from tests.waiting import eventually
+
 from .fake_queue import FakeQueue
 
 pytestmark = pytest.mark.timeout(10)
@@ -191,7 +193,11 @@ async def test_a_drain_releases_waiting_jobs_at_once_and_lets_the_running_one_fi
     async with harness.running() as run:
         await settle(harness.pages.start_of(harness.url("running")).wait())
         harness.worker.request_stop()
-        await until(lambda: all(harness.queue.status(i) == "pending" for i in waiting))
+        await eventually(
+            lambda: all(harness.queue.status(i) == "pending" for i in waiting),
+            within=WITHIN_SECONDS,
+            what="the waiting jobs to be released",
+        )
         assert harness.queue.status(running) == "processing"
         assert not harness.worker.ready
         finish.set()
@@ -228,9 +234,17 @@ async def test_a_lost_lease_cancels_its_job_and_writes_no_outcome() -> None:
     async with harness.running() as run:
         await settle(harness.pages.start_of(harness.url("lost")).wait())
         harness.queue.cancel(lost)
-        await until(lambda: harness.url("lost") in harness.pages.cancelled)
+        await eventually(
+            lambda: harness.url("lost") in harness.pages.cancelled,
+            within=WITHIN_SECONDS,
+            what="the job whose lease was lost to be cancelled",
+        )
         finish_kept.set()
-        await until(lambda: harness.queue.status(kept) == "completed")
+        await eventually(
+            lambda: harness.queue.status(kept) == "completed",
+            within=WITHIN_SECONDS,
+            what="the kept job to complete",
+        )
         harness.worker.request_stop()
         assert await settle(run) == 0
 
@@ -349,12 +363,20 @@ async def test_a_worker_whose_schema_falls_behind_claims_again_once_it_is_curren
     harness.queue.schema_behind = True
 
     async with harness.running() as run:
-        await until(lambda: harness.worker.readiness_rounds >= 3)
+        await eventually(
+            lambda: harness.worker.readiness_rounds >= 3,
+            within=WITHIN_SECONDS,
+            what="three readiness rounds",
+        )
         assert "claim_jobs" not in harness.queue.calls
         assert not harness.worker.ready
         harness.queue.schema_behind = False
         [job_id] = harness.enqueue("page")
-        await until(lambda: harness.queue.status(job_id) == "completed")
+        await eventually(
+            lambda: harness.queue.status(job_id) == "completed",
+            within=WITHIN_SECONDS,
+            what="the job to complete once the worker can work",
+        )
         assert harness.worker.ready
         harness.worker.request_stop()
         assert await settle(run) == 0
@@ -372,7 +394,11 @@ async def test_a_missing_browser_hands_the_job_back_untouched_and_stops_claiming
         await settle(harness.pages.start_of(harness.url("rendered")).wait())
         harness.checks.browser_problem = "no Chromium executable found"
         # The other job is done before the browser problem shows.
-        await until(lambda: harness.queue.status(other) == "completed")
+        await eventually(
+            lambda: harness.queue.status(other) == "completed",
+            within=WITHIN_SECONDS,
+            what="the other job to complete",
+        )
         harness.pages.held[harness.url("rendered")].set()
         assert await settle(run) == 1  # a burst run that cannot work
 
@@ -393,19 +419,11 @@ async def test_the_rescuer_returns_expired_leases_of_dead_workers() -> None:
     harness.queue.expire_leases()
 
     async with harness.running():
-        await until(lambda: harness.queue.status(orphan) == "completed")
+        await eventually(
+            lambda: harness.queue.status(orphan) == "completed",
+            within=WITHIN_SECONDS,
+            what="the rescued job to complete",
+        )
 
     assert harness.queue.rows[orphan].outcomes == ["expired", "completed"]
     assert harness.counter("leases_rescued") == 1
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Poll `condition` until it holds; fail at WITHIN_SECONDS."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WITHIN_SECONDS
-    while True:
-        if condition():
-            return
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out after {WITHIN_SECONDS:g}s")
-        await asyncio.sleep(0.005)
