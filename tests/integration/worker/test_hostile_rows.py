@@ -1,5 +1,6 @@
 """Hostile rows inserted by plain SQL beside healthy ones: a real burst worker (both engines)
-fails each with its reason, completes the healthy rows without delay and exits 0."""
+fails each with its reason, completes the healthy rows without delay, answers /healthz within
+a second throughout and exits 0."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import scrapeq_queue as queue
 from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 
+from scrapeq.local.processes import free_port
+
 from .conftest import Connection, job_row, run_burst
+from .health_probe import HEALTH_WITHIN_SECONDS, HealthProbe
 from .site import HostileSite
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium, pytest.mark.timeout(180)]
@@ -78,10 +82,20 @@ async def test_hostile_rows_fail_alone_and_the_healthy_rows_beside_them_complete
     hostile = await insert_hostile_rows(connection, site.url("/static/999"))
     healthy_after = await insert_healthy_rows(connection, site, 4)
 
+    port = free_port()
     started = time.monotonic()
-    await run_burst(worker_settings, batch_size=8, concurrency=4)
+    async with HealthProbe(f"http://127.0.0.1:{port}/healthz") as probe:
+        await run_burst(
+            worker_settings,
+            batch_size=8,
+            concurrency=4,
+            metrics_port=port,
+            metrics_host="127.0.0.1",
+        )
     elapsed = time.monotonic() - started
 
+    assert probe.answered, "the worker's /healthz never answered during the burst"
+    assert probe.slowest_seconds < HEALTH_WITHIN_SECONDS, probe.answers
     for job_id in hostile:
         row = await job_row(connection, job_id)
         assert (row.status, row.last_reason) == ("failed", "invalid_payload"), row.last_error

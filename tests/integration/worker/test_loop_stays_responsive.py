@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import threading
-import time
 import urllib.request
 from typing import Any
 
@@ -28,46 +26,17 @@ from scrapeq.local.processes import free_port
 from tests.waiting import eventually
 
 from .conftest import Connection, job_row
+from .health_probe import HEALTH_WITHIN_SECONDS, HealthProbe
 from .site import HostileSite
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium, pytest.mark.timeout(150)]
 
-HEALTH_WITHIN_SECONDS = 1.0
 NESTED_TIMEOUT_SECONDS = 3
 # A healthy row beside the hostile ones takes no longer than this: alone it takes 0.01 s
 # (static) or 0.3 s (rendered) on a loaded 2-core machine, plus the browser's launch for the
 # first rendered row (seconds under load); the nested page alone stalled the worker for 9-80 s
 # when it was parsed on the event loop.
 HEALTHY_WITHIN_SECONDS = 5.0
-
-
-class HealthProbe:
-    """Asks a URL every 100 ms from its own thread; records how long each answer took."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.answers: list[tuple[int, float]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> HealthProbe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                with urllib.request.urlopen(self.url, timeout=10) as response:
-                    status = response.status
-            except OSError:
-                status = 0
-            self.answers.append((status, time.monotonic() - started))
-            self._stop.wait(0.1)
 
 
 def exists(pid: int) -> bool:
@@ -108,7 +77,7 @@ async def test_hostile_pages_beside_healthy_rows_never_keep_healthz_waiting_a_se
     health = f"http://127.0.0.1:{port}/healthz"
     try:
         await eventually(lambda: asyncio.to_thread(answers, health), within=30, what="/healthz")
-        with HealthProbe(health) as probe:
+        async with HealthProbe(health) as probe:
             nested = await enqueue(
                 connection,
                 site.url("/page/nested"),
