@@ -497,6 +497,14 @@ def _size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
 
 
+def _marked(value: Any) -> bool:
+    """The extraction cut `value`: a string ending in TRUNCATION_MARKER, or a list whose last
+    item is the marker."""
+    if isinstance(value, str):
+        return value.endswith(TRUNCATION_MARKER)
+    return isinstance(value, list) and bool(value) and value[-1] == TRUNCATION_MARKER
+
+
 def cap_result(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     """Return `result` made to fit `max_bytes` of JSON, in time linear in its size (each value
     is serialised once to measure it).
@@ -505,13 +513,23 @@ def cap_result(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     first: every value above a common share is cut to it (a string keeps a prefix ending in
     TRUNCATION_MARKER, or becomes null when even the marker does not fit; a list keeps its first
     items, the first one that does not fit cut like a string), and the cut names are listed in
-    `result["truncated"]` (after any the extraction already put there). Raises
+    `result["truncated"]` (after any the extraction already put there, and the fields it cut
+    itself: a value ending in TRUNCATION_MARKER, a list ending with it). Raises
     PermanentFailure(reason="result_too_large") when even the cut result does not fit (an
     enormous URL or title, or more field names than the limit holds).
     """
     already = [str(label) for label in result.pop("truncated", None) or []]
     slots: list[tuple[str, dict[str, Any], str]] = []
     fields = result.get("fields")
+    if isinstance(fields, dict):
+        # Values the extraction cut (its budget spent) are named too, even when the result
+        # then fits: a reader of `truncated` learns of every cut.
+        named_before = set(already)
+        already.extend(
+            label
+            for name, value in fields.items()
+            if _marked(value) and (label := f"fields.{name}") not in named_before
+        )
     if isinstance(fields, dict):
         slots.extend((f"fields.{name}", fields, name) for name in fields)
     slots.extend((key, result, key) for key in ("links", "follow", "title") if result.get(key))

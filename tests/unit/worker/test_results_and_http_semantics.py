@@ -177,3 +177,19 @@ def test_a_failed_navigation_gets_the_kind_and_reason_the_plain_http_engine_give
     error = navigation_failure("http://a.example/", error_text)
     assert type(error) is kind
     assert error.reason == reason
+
+
+def test_fields_the_extraction_cut_are_named_even_when_the_result_fits() -> None:
+    result = {
+        "url": "https://example.com/",
+        "fields": {
+            "whole": "text",
+            "cut": "tex" + TRUNCATION_MARKER,
+            "spent": TRUNCATION_MARKER,
+            "items": ["a", TRUNCATION_MARKER],
+        },
+        "truncated": ["fields.cut"],
+    }
+    capped = cap_result(result, 10_000)
+    assert capped["truncated"] == ["fields.cut", "fields.spent", "fields.items"]
+    assert capped["fields"]["whole"] == "text"
