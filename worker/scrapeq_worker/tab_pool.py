@@ -278,7 +278,8 @@ class TabPool:
         renderer does not let go in time (the tab is then closed instead)."""
         try:
             async with asyncio.timeout(_BLANK_SECONDS):
-                await tab.client.send("Page.navigate", {"url": "about:blank"})
+                answer = await tab.client.send("Page.navigate", {"url": "about:blank"})
+                await _blank_loaded(tab.page, answer.get("loaderId"))
         except (TimeoutError, PyppeteerNetworkError, PyppeteerPageError):
             return False
         return True
@@ -418,3 +419,26 @@ async def terminate_scripts(page: Any) -> None:
     with contextlib.suppress(Exception):
         async with asyncio.timeout(2.0):
             await page._client.send("Runtime.terminateExecution")
+
+
+async def _blank_loaded(page: Any, loader_id: str | None) -> None:
+    """Return once pyppeteer's view of the page's main frame has the blank document loaded (its
+    lifecycle events arrive after Page.navigate answers). The next job's `goto` takes the
+    frame's current loader as the one to leave: were the blank's events still on their way, the
+    blank's load would pass for the job's page, and the job would extract from about:blank."""
+    if not loader_id:
+        return
+    frame = page.mainFrame
+    loaded = asyncio.Event()
+
+    def check(*_: Any) -> None:
+        if frame._loaderId == loader_id and "load" in frame._lifecycleEvents:
+            loaded.set()
+
+    frames = page._frameManager
+    frames.on("lifecycleevent", check)
+    try:
+        check()
+        await loaded.wait()
+    finally:
+        frames.remove_listener("lifecycleevent", check)
