@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 # Told the name of a task that ended on its own and its error (None: it returned).
 OnEnd = Callable[[str, BaseException | None], None]
@@ -36,6 +37,34 @@ async def owned_task(
         task.cancel()
         # An error was reported when the task ended (ended above).
         await asyncio.gather(task, return_exceptions=True)
+
+
+class OwnedService:
+    """A service whose one task (`_run`, named `task_name`) runs for the duration of its
+    `async with` block (owned_task); `on_end` hears of the task ending on its own."""
+
+    task_name: str
+
+    def __init__(self, on_end: OnEnd) -> None:
+        self._on_end = on_end
+        self._task: contextlib.AbstractAsyncContextManager[object] | None = None
+
+    def _run(self) -> Coroutine[Any, Any, None]:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        self._task = owned_task(self.task_name, self._run(), self._on_end)
+        await self._task.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        assert self._task is not None
+        await self._task.__aexit__(kind, error, traceback)
 
 
 async def wait_for_event(event: asyncio.Event, seconds: float) -> bool:

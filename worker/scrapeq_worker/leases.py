@@ -13,16 +13,16 @@ work stops (`lost`), its outcome would be fenced out anyway.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Sequence
-from types import TracebackType
 
-from .background import OnEnd, owned_task, wait_for_event
+from .background import OnEnd, OwnedService, wait_for_event
 from .queue_gateway import QueueGateway, Token
 
 
-class Leases:
+class Leases(OwnedService):
     """`async with Leases(...)`: the lease keeper runs for the duration of the block."""
+
+    task_name = "worker-leases"
 
     def __init__(
         self,
@@ -36,34 +36,19 @@ class Leases:
     ) -> None:
         """`held()`: the tokens of the jobs still this worker's; `lost(job_id)`: the lease of
         that job is gone. `on_end` hears of the keeper ending on its own (an error)."""
+        super().__init__(on_end)
         self._gateway = gateway
         self._lease_seconds = lease_seconds
         self._held = held
         self._lost = lost
         self._stopping = stopping
-        self._on_end = on_end
-        self._task: contextlib.AbstractAsyncContextManager[object] | None = None
 
     @property
     def interval(self) -> float:
         """Seconds between two rounds of renewals."""
         return self._lease_seconds / 3
 
-    async def __aenter__(self) -> Leases:
-        self._task = owned_task("worker-leases", self._keep(), self._on_end)
-        await self._task.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        assert self._task is not None
-        await self._task.__aexit__(kind, error, traceback)
-
-    async def _keep(self) -> None:
+    async def _run(self) -> None:
         back = self._gateway.back
         while True:
             await wait_for_event(back, self.interval)

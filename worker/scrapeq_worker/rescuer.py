@@ -10,18 +10,18 @@ came back first must not take the rows of the others, which are still alive.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
-from types import TracebackType
 
-from .background import OnEnd, owned_task
+from .background import OnEnd, OwnedService
 from .metrics import WorkerMetrics
 from .queue_gateway import QueueGateway
 
 
-class Rescuer:
+class Rescuer(OwnedService):
     """`async with Rescuer(...)`: the rescuer runs for the duration of the block."""
+
+    task_name = "worker-rescuer"
 
     def __init__(
         self,
@@ -32,28 +32,13 @@ class Rescuer:
         on_end: OnEnd,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        super().__init__(on_end)
         self._gateway = gateway
         self._metrics = metrics
         self._lease_seconds = lease_seconds
         self._clock = clock
-        self._on_end = on_end
-        self._task: contextlib.AbstractAsyncContextManager[object] | None = None
 
-    async def __aenter__(self) -> Rescuer:
-        self._task = owned_task("worker-rescuer", self._rescue_periodically(), self._on_end)
-        await self._task.__aenter__()
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        assert self._task is not None
-        await self._task.__aexit__(kind, error, traceback)
-
-    async def _rescue_periodically(self) -> None:
+    async def _run(self) -> None:
         interval = self._lease_seconds / 3
         last_rescue = self._clock()
         while True:
