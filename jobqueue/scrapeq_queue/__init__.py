@@ -41,7 +41,7 @@ from scrapeq_queue.inspection import (
     queue_backlog,
     queue_stats,
 )
-from scrapeq_queue.maintenance import prune_finished, prune_idle_hosts
+from scrapeq_queue.maintenance import prune_finished, prune_idle_sites
 from scrapeq_queue.migrations import (
     SCHEMA_VERSION,
     applied_versions,
@@ -63,9 +63,9 @@ from scrapeq_queue.payload import (
 )
 from scrapeq_queue.politeness import (
     DEFAULT_POLITENESS,
-    NO_HOST_LIMIT,
-    HostPoliteness,
+    NO_SITE_LIMIT,
     RobotsCopy,
+    SitePoliteness,
     robots_copy,
     set_crawl_delay,
     store_robots_copy,
@@ -116,7 +116,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "INVALID_PAYLOAD_REASON",
     "NOTIFY_CHANNEL",
-    "NO_HOST_LIMIT",
+    "NO_SITE_LIMIT",
     "PAYLOAD_OPTIONS",
     "RECONNECT_MAX_SECONDS",
     "RETRY_POLICY",
@@ -130,7 +130,6 @@ __all__ = [
     "ExportRow",
     "FailedJob",
     "FollowUrl",
-    "HostPoliteness",
     "HostState",
     "InvalidJob",
     "NamedOwner",
@@ -146,6 +145,7 @@ __all__ = [
     "RobotsCopy",
     "RowOptions",
     "SchemaOutOfDate",
+    "SitePoliteness",
     "UnreadablePayload",
     "applied_versions",
     "busy_workers",
@@ -179,7 +179,7 @@ __all__ = [
     "owners_changed_since",
     "owners_named",
     "prune_finished",
-    "prune_idle_hosts",
+    "prune_idle_sites",
     "queue_backlog",
     "queue_stats",
     "reconnect_delay",

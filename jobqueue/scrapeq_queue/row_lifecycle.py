@@ -22,7 +22,7 @@ from scrapeq_queue import statements
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
-from scrapeq_queue.politeness import DEFAULT_POLITENESS, HostPoliteness
+from scrapeq_queue.politeness import DEFAULT_POLITENESS, SitePoliteness
 from scrapeq_queue.row_loading import load_claimed_rows_safely
 from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
 from scrapeq_queue.urls import BAD_URL_REASON, normalise_url, target_problem
@@ -113,7 +113,7 @@ async def claim_jobs(
     limit: int,
     lease_seconds: float,
     reject_invalid_payloads: bool = True,
-    politeness: HostPoliteness = DEFAULT_POLITENESS,
+    politeness: SitePoliteness = DEFAULT_POLITENESS,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs from `queues` for `worker_id`, best first.
 
@@ -132,7 +132,7 @@ async def claim_jobs(
     the batch are returned. A claim whose rows were all invalid
     claims again, so an empty answer always means that no job was due.
 
-    Per-host politeness holds for every claimer at once: no row is handed out while its host
+    Per-site politeness holds for every claimer at once: no row is handed out while its host
     (hosts.host_key_of) has as many rows in flight as its limit allows, or before the host's
     delay or pause is over. A host's limits are those its producers gave
     (payload.politeness); `politeness` gives the claiming pool's defaults for hosts whose
@@ -155,7 +155,7 @@ async def claim_jobs(
                     "limit": limit,
                     "worker_id": worker_id,
                     "lease_seconds": float(lease_seconds),
-                    "max_per_host": politeness.max_concurrent_per_host,
+                    "max_per_site": politeness.max_concurrent_per_site,
                     "delay_seconds": float(politeness.delay_seconds),
                 },
             )

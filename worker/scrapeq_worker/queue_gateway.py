@@ -37,12 +37,12 @@ from scrapeq_queue import (
     Connection,
     DatabaseUnavailable,
     FollowUrl,
-    HostPoliteness,
     QueueBacklog,
     QueueError,
     RetryOutcome,
     RobotsCopy,
     SchemaOutOfDate,
+    SitePoliteness,
 )
 
 from .background import wait_for_event
@@ -69,7 +69,7 @@ class QueueBackend(Protocol):
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        politeness: HostPoliteness,
+        politeness: SitePoliteness,
     ) -> list[ClaimedJob]: ...
 
     async def queue_backlog(self, queues: Sequence[str]) -> dict[str, QueueBacklog]: ...
@@ -186,7 +186,7 @@ class PostgresBackend:
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        politeness: HostPoliteness,
+        politeness: SitePoliteness,
     ) -> list[ClaimedJob]:
         try:
             return await self._claims.run(
@@ -389,7 +389,7 @@ class QueueGateway:
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        politeness: HostPoliteness,
+        politeness: SitePoliteness,
     ) -> list[ClaimedJob] | None:
         """Claim up to `limit` due rows; None when the claim failed (after its backoff)."""
         try:

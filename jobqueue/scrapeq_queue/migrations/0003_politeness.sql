@@ -14,21 +14,7 @@ CREATE FUNCTION scrapeq_url_host(url TEXT) RETURNS TEXT
         FROM '^[A-Za-z][A-Za-z0-9+.-]*://(?:[^@/?#]*@)?(\[[^]/?#]*\]|[^:/?#]*)')), '')
 $$;
 
--- A row's politeness limits from its payload, never failing: a value of the wrong type counts
--- as absent (validate_payload fails such rows anyway), one out of range is clamped.
-CREATE FUNCTION scrapeq_payload_max_per_host(payload JSONB) RETURNS INTEGER
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN jsonb_typeof(payload->'politeness'->'maxConcurrentPerHost') = 'number'
-        THEN least(greatest((payload->'politeness'->>'maxConcurrentPerHost')::numeric, 1),
-                   1000)::integer END
-$$;
-
-CREATE FUNCTION scrapeq_payload_delay_seconds(payload JSONB) RETURNS DOUBLE PRECISION
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN jsonb_typeof(payload->'politeness'->'delaySeconds') = 'number'
-        THEN least(greatest((payload->'politeness'->>'delaySeconds')::numeric, 0),
-                   3600)::double precision END
-$$;
+\ir ../sql/payload_limits.sql
 
 CREATE TABLE scrapeq_hosts (
     host_key TEXT PRIMARY KEY,

@@ -34,7 +34,7 @@ async def retry_delay(
         queues=["default"],
         limit=1,
         lease_seconds=30,
-        politeness=queue.NO_HOST_LIMIT,
+        politeness=queue.NO_SITE_LIMIT,
     )
     before = await queue.database_now(connection)
     outcome = await queue.retry_job(
@@ -93,7 +93,7 @@ async def test_a_pausing_reason_counts_against_the_site_by_the_policys_threshold
             queues=["default"],
             limit=1,
             lease_seconds=30,
-            politeness=queue.HostPoliteness(1),
+            politeness=queue.SitePoliteness(1),
         )
         await queue.retry_job(
             async_connection,

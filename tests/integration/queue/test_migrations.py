@@ -156,3 +156,37 @@ def test_a_live_definition_is_applied_from_its_own_file() -> None:
         text = resources.files("scrapeq_queue").joinpath("sql", name).read_text(encoding="utf-8")
         assert text in politeness.sql
     assert not [line for line in politeness.sql.splitlines() if line.startswith("\\ir ")]
+
+
+@pytest.mark.parametrize("at", ["0002", "0003", "0004"])
+async def test_a_database_at_an_earlier_version_upgrades_to_the_site_names(
+    empty_database_url: str, at: str
+) -> None:
+    """A database at `at` upgrades: a pending row that names its site's limit under the key it
+    had before 0.1.0 keeps it under maxConcurrentPerSite and is claimed, and a row inserted
+    after the upgrade sets its site's limit with the new key."""
+    earlier = [m for m in available_migrations() if m.version[:4] <= at]
+    async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
+        await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
+        for migration in earlier:
+            await conn.execute(migration.sql.encode("utf-8"))
+            await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
+        await conn.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) VALUES"
+            " ('https://www.old.test/1', 'classic', %s::jsonb)",
+            ('{"politeness": {"maxConcurrentPerHost": 3, "delaySeconds": 0}}',),
+        )
+        applied = await asyncio.to_thread(queue.migrate, empty_database_url)
+        assert applied == [m.version for m in available_migrations() if m.version[:4] > at]
+
+        [job] = await queue.claim_jobs(
+            conn, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+        )
+        assert job.payload == {"politeness": {"maxConcurrentPerSite": 3, "delaySeconds": 0}}
+        await queue.enqueue(
+            conn, "https://new.test/", payload={"politeness": {"maxConcurrentPerSite": 7}}
+        )
+        cursor = await conn.execute(
+            "SELECT max_in_flight FROM scrapeq_hosts WHERE host_key = 'new.test'"
+        )
+        assert await cursor.fetchone() == (7,)

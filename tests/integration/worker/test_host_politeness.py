@@ -1,4 +1,4 @@
-"""Per-host politeness and robots.txt, proved with real `scrapeq worker` processes.
+"""Per-site politeness and robots.txt, proved with real `scrapeq worker` processes.
 
 Three worker processes with 8 page slots each share one PostgreSQL queue and a site that is four
 hosts (127.0.0.2-5) and writes down every request's arrival and how many it had in flight at once.
@@ -51,7 +51,7 @@ async def three_workers(
                     tmp_path / f"worker-{n}.log",
                     "--worker-id", f"polite-{n}", "--lease-seconds", "3", *arguments,
                     allow_networks=ALLOW_HOSTS,
-                    max_concurrent_per_host=None,
+                    max_concurrent_per_site=None,
                 )
             )
             for n in range(WORKER_PROCESSES)
@@ -86,12 +86,12 @@ async def test_a_site_never_sees_more_than_its_limit_while_other_sites_keep_comp
     limited = await enqueue(
         connection,
         [polite_site.url(A, f"/page/{n}?ms=150") for n in range(40)],
-        maxConcurrentPerHost=2,
+        maxConcurrentPerSite=2,
     )
     others = await enqueue(
         connection,
         [polite_site.url(host, f"/page/{n}?ms=20") for host in (B, C) for n in range(40)],
-        maxConcurrentPerHost=8,
+        maxConcurrentPerSite=8,
     )
     async with three_workers(database_url, tmp_path):
         await all_completed(connection, others, 60, "the other hosts' rows")
@@ -142,7 +142,7 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
     ids = await enqueue(
         connection,
         [polite_site.url(D, f"/once-slow/{n}") for n in range(2)],
-        maxConcurrentPerHost=2,
+        maxConcurrentPerSite=2,
     )
 
     async def host_full() -> bool:
@@ -157,7 +157,7 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
         tmp_path / "doomed.log",
         "--worker-id", "doomed", "--lease-seconds", "2",
         allow_networks=ALLOW_HOSTS,
-        max_concurrent_per_host=None,
+        max_concurrent_per_site=None,
     ) as doomed:  # fmt: skip
         await eventually(host_full, within=30, what="the doomed worker holding both slots mid-page")
         os.killpg(doomed.pid, signal.SIGKILL)
@@ -184,7 +184,7 @@ async def test_three_worker_processes_read_a_sites_robots_txt_once(
     allowed = await enqueue(
         connection,
         [polite_site.url(D, f"/page/{n}?ms=400") for n in range(24)],
-        maxConcurrentPerHost=8,
+        maxConcurrentPerSite=8,
     )
     [forbidden] = await enqueue(connection, [polite_site.url(D, "/page/private/1")])
     async with three_workers(database_url, tmp_path, "--concurrency", "2"):
