@@ -1,9 +1,11 @@
 -- 0005: the payload key of a site's limit is politeness.maxConcurrentPerSite. The readers of a
 -- row's limits take it, with their bounds from scrapeq_queue.politeness; the politeness state
--- says in its comments that it is keyed by site (docs/queue.md, "Per-site politeness").
+-- says in its comments that it is keyed by site (docs/queue.md, "Per-site politeness"). Every
+-- function the claim and the row triggers call is applied from its live definition in sql/.
 
 \ir ../sql/payload_limits.sql
 \ir ../sql/host_limits.sql
+\ir ../sql/hosts_pending.sql
 
 -- Pending rows that still name the limit under its key before 0.1.0 keep it under the new key,
 -- so that a worker does not fail them for an unknown key. Their site already recorded it when
