@@ -112,10 +112,10 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
     eventually_blocking(
         lambda: known_hosts(empty_database_url) == {"e.test", "recent.test"},
         within=10,
-        what="the retention loop to delete the idle host's state",
+        what="the retention loop to delete the idle site's state",
     )
     eventually_blocking(
-        lambda: pruned_metric(operator, "hosts") == 1,
+        lambda: pruned_metric(operator, "sites") == 1,
         within=10,
         what="scrapeq_operator_retention_pruned_sites_total to reach 1",
     )
