@@ -33,13 +33,13 @@ from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.inspection import (
     busy_workers,
     database_now,
-    host_states,
     job_attempts,
     latest_failures,
     owner_progress,
     owners_changed_since,
     queue_backlog,
     queue_stats,
+    site_states,
 )
 from scrapeq_queue.maintenance import prune_finished, prune_idle_sites
 from scrapeq_queue.migrations import (
@@ -99,7 +99,6 @@ from scrapeq_queue.rows import (
     ExportRow,
     FailedJob,
     FollowUrl,
-    HostState,
     NewJob,
     Owner,
     OwnerProgress,
@@ -107,6 +106,7 @@ from scrapeq_queue.rows import (
     QueueStats,
     ResultPreview,
     RowOptions,
+    SiteState,
 )
 from scrapeq_queue.urls import normalise_url
 
@@ -130,7 +130,6 @@ __all__ = [
     "ExportRow",
     "FailedJob",
     "FollowUrl",
-    "HostState",
     "InvalidJob",
     "NamedOwner",
     "NewJob",
@@ -146,6 +145,7 @@ __all__ = [
     "RowOptions",
     "SchemaOutOfDate",
     "SitePoliteness",
+    "SiteState",
     "UnreadablePayload",
     "applied_versions",
     "busy_workers",
@@ -167,7 +167,6 @@ __all__ = [
     "fail_job",
     "failed_jobs",
     "host_key_of",
-    "host_states",
     "job_attempts",
     "latest_failures",
     "listen",
@@ -193,6 +192,7 @@ __all__ = [
     "robots_copy",
     "schema_is_current",
     "set_crawl_delay",
+    "site_states",
     "store_robots_copy",
     "validate_payload",
     "wait_for_notification",

@@ -19,12 +19,12 @@ from scrapeq_queue.politeness import DEFAULT_DELAY_SECONDS, DEFAULT_MAX_CONCURRE
 from scrapeq_queue.rows import (
     AttemptRecord,
     FailedJob,
-    HostState,
     Owner,
     OwnerProgress,
     QueueBacklog,
     QueueStats,
     ResultPreview,
+    SiteState,
 )
 
 
@@ -226,10 +226,10 @@ async def job_attempts(
 
 
 @translate_database_errors
-async def host_states(
+async def site_states(
     connection: psycopg.AsyncConnection[Any], host_keys: Sequence[str]
-) -> dict[str, HostState]:
-    """The politeness state of the given host keys (hosts.host_key_of); a host no row ever
-    named is missing from the answer."""
+) -> dict[str, SiteState]:
+    """The politeness state of the given sites (their host keys, hosts.host_key_of); a site no
+    row ever named is missing from the answer."""
     cursor = await connection.execute(statements.HOST_STATES, {"host_keys": list(host_keys)})
-    return {row[0]: HostState(*row) for row in await cursor.fetchall()}
+    return {row[0]: SiteState(*row) for row in await cursor.fetchall()}

@@ -370,7 +370,7 @@ async def retry_job(
     duration_seconds: float,
     retry_after_seconds: float | None = None,
     jitter: float | None = None,
-    pause_host_seconds: float | None = None,
+    pause_site_seconds: float | None = None,
     server_error: bool | None = None,
     host_key: str | None = None,
     policy: RetryPolicy = RETRY_POLICY,
@@ -383,7 +383,7 @@ async def retry_job(
     jitter factor from `policy.jitter_range`, or `retry_after_seconds` when the site sent
     Retry-After, never more than `policy.max_delay_seconds`. `jitter` fixes the factor (tests).
 
-    `pause_host_seconds` (a 429 or 503 with Retry-After) pauses the whole host: no claimer gets
+    `pause_site_seconds` (a 429 or 503 with Retry-After) pauses the whole site: no claimer gets
     a row of it for that long (capped like the delay). `server_error` counts a server error
     against the host (default: whether `reason` is one of `policy.site_pausing_reasons`):
     `policy.server_error_threshold` of them, each within `policy.server_error_window_seconds`
@@ -406,8 +406,8 @@ async def retry_job(
             "cap_seconds": policy.max_delay_seconds,
             "host_pause_seconds": (
                 None
-                if pause_host_seconds is None
-                else min(policy.max_delay_seconds, max(0.0, float(pause_host_seconds)))
+                if pause_site_seconds is None
+                else min(policy.max_delay_seconds, max(0.0, float(pause_site_seconds)))
             ),
             "server_error": server_error and host_key is not None,
             "host_key": host_key,

@@ -218,8 +218,8 @@ class ExportRow:
 
 
 @dataclass(frozen=True)
-class HostState:
-    """One host's politeness state, as the claim sees it."""
+class SiteState:
+    """One site's politeness state, as the claim sees it (`host_key` is the site)."""
 
     host_key: str
     in_flight: int  # attempts handed out and still running

@@ -98,7 +98,7 @@ class QueueBackend(Protocol):
         reason: str,
         duration_seconds: float,
         retry_after_seconds: float | None,
-        pause_host_seconds: float | None,
+        pause_site_seconds: float | None,
         server_error: bool,
         host_key: str | None,
     ) -> RetryOutcome: ...
@@ -250,7 +250,7 @@ class PostgresBackend:
         reason: str,
         duration_seconds: float,
         retry_after_seconds: float | None,
-        pause_host_seconds: float | None,
+        pause_site_seconds: float | None,
         server_error: bool,
         host_key: str | None,
     ) -> RetryOutcome:
@@ -263,7 +263,7 @@ class PostgresBackend:
                 reason=reason,
                 duration_seconds=duration_seconds,
                 retry_after_seconds=retry_after_seconds,
-                pause_host_seconds=pause_host_seconds,
+                pause_site_seconds=pause_site_seconds,
                 server_error=server_error,
                 host_key=host_key,
             )
@@ -474,7 +474,7 @@ class QueueGateway:
         reason: str,
         duration_seconds: float,
         retry_after_seconds: float | None,
-        pause_host_seconds: float | None,
+        pause_site_seconds: float | None,
         server_error: bool,
     ) -> RetryOutcome | None:
         return await self._run(
@@ -485,7 +485,7 @@ class QueueGateway:
                 reason=reason,
                 duration_seconds=duration_seconds,
                 retry_after_seconds=retry_after_seconds,
-                pause_host_seconds=pause_host_seconds,
+                pause_site_seconds=pause_site_seconds,
                 server_error=server_error,
                 host_key=job.host_key,
             ),

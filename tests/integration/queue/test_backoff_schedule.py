@@ -106,7 +106,7 @@ async def test_a_pausing_reason_counts_against_the_site_by_the_policys_threshold
             host_key=job.host_key,
             policy=policy,
         )
-    state = (await queue.host_states(async_connection, ["down.test"]))["down.test"]
+    state = (await queue.site_states(async_connection, ["down.test"]))["down.test"]
     assert state.server_errors == 2  # the timeout is the row's own business
     assert state.pause_reason == "http_429"
     assert state.paused_until is not None

@@ -32,7 +32,7 @@ async def claim(
 
 
 async def in_flight(connection: Connection, host_key: str) -> int:
-    return (await queue.host_states(connection, [host_key]))[host_key].in_flight
+    return (await queue.site_states(connection, [host_key]))[host_key].in_flight
 
 
 async def test_rows_are_keyed_by_registrable_domain_and_plain_inserts_by_host_name(
@@ -162,7 +162,7 @@ async def test_retry_after_pauses_the_whole_host_and_not_the_others(
         reason="http_429",
         duration_seconds=0,
         retry_after_seconds=3,
-        pause_host_seconds=3,
+        pause_site_seconds=3,
         server_error=True,
         host_key=limited.host_key,
     )
@@ -171,7 +171,7 @@ async def test_retry_after_pauses_the_whole_host_and_not_the_others(
             await queue.complete_job(
                 async_connection, job.id, job.attempt, result={}, duration_seconds=0
             )
-    state = (await queue.host_states(async_connection, ["limited.test"]))["limited.test"]
+    state = (await queue.site_states(async_connection, ["limited.test"]))["limited.test"]
     assert state.pause_reason == "http_429"
     assert state.paused_until is not None
     assert (state.paused_until - await queue.database_now(async_connection)).total_seconds() > 2.5
@@ -195,7 +195,7 @@ async def test_repeated_server_errors_pause_a_host(async_connection: Connection)
             server_error=True,
             host_key=job.host_key,
         )
-    state = (await queue.host_states(async_connection, ["down.test"]))["down.test"]
+    state = (await queue.site_states(async_connection, ["down.test"]))["down.test"]
     assert state.server_errors == 3
     assert state.pause_reason == "http_5xx"
     assert await claim(async_connection) == []
@@ -443,7 +443,7 @@ async def test_the_backlog_counts_only_the_due_rows_the_per_site_limits_let_star
         reason="http_429",
         duration_seconds=0,
         retry_after_seconds=30,
-        pause_host_seconds=30,
+        pause_site_seconds=30,
         server_error=True,
         host_key=busy.host_key,
     )

@@ -207,7 +207,7 @@ async def test_a_retry_reschedules_until_no_retries_are_left_and_a_stale_one_is_
             reason="timeout",
             duration_seconds=0.1,
             retry_after_seconds=None,
-            pause_host_seconds=None,
+            pause_site_seconds=None,
             server_error=False,
             host_key=None,
         )

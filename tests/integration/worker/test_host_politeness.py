@@ -133,7 +133,7 @@ async def test_a_429_with_retry_after_pauses_the_whole_site_for_every_worker(
     later = [when for when in polite_site.arrivals(C) if when > first_429 + 0.2]
     assert later, "the paused host was never crawled again"
     assert min(later) - first_429 >= 3.0
-    assert (await queue.host_states(connection, [C]))[C].pause_reason == "http_429"
+    assert (await queue.site_states(connection, [C]))[C].pause_reason == "http_429"
 
 
 async def test_a_killed_workers_slots_come_back_with_its_leases(
@@ -148,7 +148,7 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
     async def host_full() -> bool:
         # Both pages must have reached the site, not only been claimed: a request the worker had
         # not sent yet when it died would be the path's first on its retry and hang there too.
-        state = (await queue.host_states(connection, [D])).get(D)
+        state = (await queue.site_states(connection, [D])).get(D)
         claimed = state is not None and state.in_flight == 2
         return claimed and len(polite_site.arrivals(D, "/once-slow/")) == 2
 
@@ -165,7 +165,7 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
 
     async with three_workers(database_url, tmp_path):
         await all_completed(connection, ids, 60, "the rows of the killed worker")
-    states = await queue.host_states(connection, [D])
+    states = await queue.site_states(connection, [D])
     assert states[D].in_flight == 0
     attempts = [
         attempt for job_id in ids for attempt in (await job_row(connection, job_id)).attempts
@@ -244,7 +244,7 @@ async def test_crawl_delay_becomes_the_sites_delay(
 
     await run_burst(polite_settings)
 
-    state = (await queue.host_states(connection, [B]))[B]
+    state = (await queue.site_states(connection, [B]))[B]
     assert state.crawl_delay_seconds == pytest.approx(0.3)
     # From now on the site takes one request at a time, whichever worker claims.
     await enqueue(connection, [polite_site.url(B, f"/page/{n}") for n in range(3)])

@@ -290,7 +290,7 @@ class FakeQueue:
         reason: str,
         duration_seconds: float,
         retry_after_seconds: float | None,
-        pause_host_seconds: float | None,
+        pause_site_seconds: float | None,
         server_error: bool,
         host_key: str | None,
     ) -> RetryOutcome:
