@@ -26,9 +26,9 @@ DEFAULT_DELAY_SECONDS: Final = 0.0
 # robots.txt is read and obeyed unless a job or the pool turns it off.
 DEFAULT_RESPECT_ROBOTS_TXT: Final = True
 # Bounds of a site's limit and delay: the one source. Every check in Python calls
-# site_limit_problem / site_delay_problem; the copies a user meets first (the CRD's and the
-# chart's schemas) and the database's clamp (scrapeq_payload_max_per_host,
-# scrapeq_payload_delay_seconds) are tested against these constants.
+# site_limit_problem / site_delay_problem; the migration runner writes them into the database's
+# clamp (sql/payload_limits.sql, migrations.PLACEHOLDERS); the copies a user meets first (the
+# CRD's and the chart's schemas) are tested against these constants.
 MAX_CONCURRENT_PER_SITE_LIMIT: Final = 1000
 MAX_DELAY_SECONDS: Final = 3600.0
 
