@@ -184,6 +184,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="also delete the politeness state of sites with nothing pending or in flight and "
         "no claim for longer (more than 1: robots.txt is kept a day; default: keep every site's)",
     )
+    # The flag's name before 0.1.0, refused with its name now.
+    prune_parser.add_argument(
+        "--idle-hosts-older-than-days",
+        type=_renamed_to("--idle-sites-older-than-days"),
+        help=argparse.SUPPRESS,
+    )
     prune_parser.set_defaults(handler=_run_prune)
 
 
@@ -224,6 +230,15 @@ def _positive_days(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number of days, got {text!r}")
     return value
+
+
+def _renamed_to(flag: str) -> Callable[[str], float]:
+    """The type of a flag that was renamed `flag`: refuses every value, naming `flag`."""
+
+    def refuse(text: str) -> float:
+        raise argparse.ArgumentTypeError(f"is now {flag}")
+
+    return refuse
 
 
 def _owner(text: str) -> tuple[str, str]:

@@ -203,6 +203,9 @@ async def test_the_prune_command_deletes_idle_sites_when_asked(
         with pytest.raises(SystemExit):
             await cli("prune", *url, "--idle-sites-older-than-days", refused)
         assert "expected a" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        await cli("prune", *url, "--idle-hosts-older-than-days", "7")
+    assert "is now --idle-sites-older-than-days" in capsys.readouterr().err
 
 
 async def test_expired_robots_txt_copies_go_with_idle_sites(async_connection: Connection) -> None:
