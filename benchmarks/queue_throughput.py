@@ -237,7 +237,7 @@ class Scrapeq:
             yield claim_one
 
 
-# The claim and completion statements as they were before per-host politeness (schema 0002),
+# The claim and completion statements as they were before per-site politeness (schema 0002),
 # verbatim: the baseline the politeness modes are compared with in the same run.
 PRE_POLITENESS_COMPLETE = """
 WITH done AS (
@@ -308,7 +308,7 @@ ORDER BY priority DESC, run_at, id
 
 
 class ScrapeqBeforePoliteness(Scrapeq):
-    """Today's figure: the claim and completion without per-host politeness
+    """Today's figure: the claim and completion without per-site politeness
     (PRE_POLITENESS_CLAIM, PRE_POLITENESS_COMPLETE) on the same schema and the same rows of
     1,000 sites."""
 

@@ -33,7 +33,9 @@ RESOURCE_KINDS: Final = ("image", "font", "media", "stylesheet")
 # A page that needs more than ten minutes is a stuck page, not a slow one.
 MAX_TIMEOUT_SECONDS: Final = 600.0
 EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all"})
-POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerHost", "delaySeconds", "respectRobotsTxt"})
+POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerSite", "delaySeconds", "respectRobotsTxt"})
+# Keys named before 0.1.0: a row that still uses one fails with the key's name now.
+RENAMED_POLITENESS_KEYS: Final = {"maxConcurrentPerHost": "maxConcurrentPerSite"}
 FOLLOW_KEYS: Final = frozenset(
     {"selector", "maxDepth", "maxPages", "sameDomain", "include", "exclude", "extract"}
 )
@@ -390,15 +392,18 @@ def _check_patterns(name: str, value: object) -> list[str]:
 def _check_politeness(value: object) -> list[str]:
     if not isinstance(value, Mapping):
         return [
-            'politeness must be an object {"maxConcurrentPerHost": ..., "delaySeconds": ..., '
+            'politeness must be an object {"maxConcurrentPerSite": ..., "delaySeconds": ..., '
             '"respectRobotsTxt": ...}'
         ]
     problems: list[str] = []
-    unknown = sorted(set(value) - POLITENESS_KEYS)
+    unknown = sorted(set(value) - POLITENESS_KEYS - RENAMED_POLITENESS_KEYS.keys())
     if unknown:
         problems.append(f"politeness has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    for old, new in RENAMED_POLITENESS_KEYS.items():
+        if old in value:
+            problems.append(f"politeness.{old} is now politeness.{new}")
     for key, check in (
-        ("maxConcurrentPerHost", site_limit_problem),
+        ("maxConcurrentPerSite", site_limit_problem),
         ("delaySeconds", site_delay_problem),
     ):
         if key in value and (problem := check(value[key])):

@@ -68,7 +68,7 @@ async def test_a_row_no_worker_could_load_fails_alone_and_its_neighbours_are_cla
         queues=["default"],
         limit=10,
         lease_seconds=30,
-        politeness=queue.NO_HOST_LIMIT,
+        politeness=queue.NO_SITE_LIMIT,
     )
 
     assert sorted(job.id for job in jobs) == sorted([before, after])
@@ -120,7 +120,7 @@ async def test_a_row_due_since_minus_infinity_is_claimed_like_any_other(
         queues=["default"],
         limit=10,
         lease_seconds=30,
-        politeness=queue.NO_HOST_LIMIT,
+        politeness=queue.NO_SITE_LIMIT,
     )
 
     assert sorted(job.id for job in jobs) == sorted([row[0], healthy])
