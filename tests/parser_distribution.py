@@ -86,7 +86,7 @@ def retry(page: Page) -> dict[str, object]:
 
 def slow(page: Page) -> dict[str, object]:
     # Stands for a parser stuck in a slow computation: longer than the job's timeout.
-    time.sleep(4)
+    time.sleep(8)
     return {"kind": "slow"}
 
 

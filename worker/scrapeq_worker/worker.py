@@ -46,6 +46,7 @@ from .leases import Leases
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
 from .outcomes import OutcomeReporter, job_log
+from .parser_publication import ParserPublication
 from .parsers import ParserRegistry, ParserRunner
 from .queue_gateway import PostgresBackend, QueueBackend, QueueGateway, Token
 from .readiness import (
@@ -255,6 +256,12 @@ class Worker:
                     self.gateway,
                     self.metrics,
                     lease_seconds=self.settings.lease_seconds,
+                    on_end=self._background_ended,
+                ),
+                ParserPublication(
+                    self.gateway,
+                    queues=self.settings.queues,
+                    parsers=self.parsers.names,
                     on_end=self._background_ended,
                 ),
             ):

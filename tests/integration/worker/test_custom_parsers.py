@@ -104,6 +104,11 @@ async def test_a_classic_row_whose_parser_type_names_a_registered_parser_runs_it
 
     worker = await run_burst(worker_settings)
 
+    # The worker published what it loaded for the queue it serves.
+    published = await queue.queue_parsers(connection, "default")
+    assert published.workers == 1
+    assert published.parsers == frozenset(worker.parsers.names)
+    assert {"shop.async", "shop.product", "detail"} <= published.parsers
     parsed = await job_row(connection, async_id)
     assert parsed.status == "completed", parsed.last_error
     assert parsed.result["data"] == {"kind": "async", "heading": "Laptop 2", "engine": "browser"}
@@ -180,7 +185,7 @@ async def test_a_payload_parser_the_worker_lacks_fails_unknown_parser_before_any
         ("shop.not-json", "parser_result_invalid", "not JSON", "failed"),
         ("shop.too-large", "parser_result_invalid", "result limit", "failed"),
         ("shop.not-a-mapping", "parser_result_invalid", "returned list", "failed"),
-        ("shop.slow", "parser_timeout", "did not return within the job's 1s", "failed"),
+        ("shop.slow", "parser_timeout", "did not return within the job's 3s", "failed"),
         ("shop.retry", "parser_retry", "the shop served its queue page", "pending"),
     ],
 )
@@ -196,7 +201,8 @@ async def test_a_failing_parser_fails_its_row_with_its_reason_and_the_worker_goe
     bad_id = await enqueue(
         connection,
         site.url("/static/7"),
-        payload={"render": False, "parser": parser, "timeoutSeconds": 1},
+        # 3 s: time for the page under a loaded machine, less than the slow parser takes.
+        payload={"render": False, "parser": parser, "timeoutSeconds": 3},
     )
     good_id = await enqueue(
         connection, site.url("/static/8"), payload={"render": False, "parser": "shop.product"}
