@@ -592,19 +592,29 @@ class BrowserPool:
         (None when no parser asked, `limit` 0)."""
         if limit <= 0:
             return None
-        answer = await self._bounded(
-            watch,
-            page._client.send(
-                "Runtime.evaluate",
-                {
-                    "expression": f"({PAGE_HTML_SCRIPT})({int(limit)})",
-                    "returnByValue": True,
-                },
-            ),
-            deadline,
-            page,
-            "read the HTML",
-        )
+        try:
+            answer = await self._bounded(
+                watch,
+                page._client.send(
+                    "Runtime.evaluate",
+                    {
+                        "expression": f"({PAGE_HTML_SCRIPT})({int(limit)})",
+                        "returnByValue": True,
+                    },
+                ),
+                deadline,
+                page,
+                "read the HTML",
+            )
+        except PyppeteerNetworkError as error:
+            if page.isClosed() or not _navigated_away(error):
+                raise
+            # Its fields are from one document and its HTML would be from another.
+            raise RetryLater(
+                f"{watch.url} navigated itself while its HTML was read for its parser (to "
+                f"{page.url})",
+                reason="navigated_during_extraction",
+            ) from error
         value = answer.get("result", {}).get("value") or {}
         html = value.get("html")
         if not isinstance(html, str):
