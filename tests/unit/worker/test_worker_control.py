@@ -427,3 +427,20 @@ async def test_the_rescuer_returns_expired_leases_of_dead_workers() -> None:
 
     assert harness.queue.rows[orphan].outcomes == ["expired", "completed"]
     assert harness.counter("leases_rescued") == 1
+
+
+async def test_a_worker_publishes_its_parsers_for_every_queue_it_serves_once_it_runs() -> None:
+    harness = Harness(burst=False, queues=("default", "shop"))
+
+    async with harness.running():
+        published = await eventually(
+            lambda: dict(harness.queue.published_parsers),
+            until=lambda published: len(published) == 2,
+            within=WITHIN_SECONDS,
+            what="the worker's first publication",
+        )
+
+    assert published == {
+        "default": harness.worker.parsers.names,
+        "shop": harness.worker.parsers.names,
+    }
