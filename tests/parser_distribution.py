@@ -47,7 +47,7 @@ def product(page: Page) -> ParserResult:
             for link in page.links
             if "/js/" in link or "/static/" in link
         ]
-        + [FollowRequest("http://127.0.0.1:9/elsewhere", label="detail")],
+        + [FollowRequest("http://elsewhere.example/page", label="detail")],
     )
 
 
@@ -116,9 +116,10 @@ BROKEN_ENTRY_POINTS: Mapping[str, str] = {
 _numbers = itertools.count()
 
 
-def install_parser_distribution(directory: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Write the test parser package into `directory` and put it first on sys.path for this
-    test; returns the module's name (unique per call, so no earlier copy is reused)."""
+def write_parser_distribution(directory: Path) -> str:
+    """Write the test parser package into `directory` (a module and its dist-info, as pip
+    installs them); returns the module's name, unique per call so no earlier copy is reused.
+    A process finds its parsers with `directory` on sys.path (or PYTHONPATH)."""
     module = f"scrapeq_test_parsers_{next(_numbers)}"
     (directory / f"{module}.py").write_text(textwrap.dedent(PARSERS_MODULE))
     dist_info = directory / f"{module}-1.0.dist-info"
@@ -132,5 +133,12 @@ def install_parser_distribution(directory: Path, monkeypatch: pytest.MonkeyPatch
         f"{name} = {target.format(module=module)}" for name, target in BROKEN_ENTRY_POINTS.items()
     ]
     (dist_info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return module
+
+
+def install_parser_distribution(directory: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Write the test parser package into `directory` and put it first on sys.path for this
+    test; returns the module's name."""
+    module = write_parser_distribution(directory)
     monkeypatch.syspath_prepend(str(directory))
     return module
