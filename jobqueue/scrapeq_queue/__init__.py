@@ -78,6 +78,7 @@ from scrapeq_queue.producers import (
     enqueue_for_owner,
     enqueue_many,
 )
+from scrapeq_queue.published_parsers import QueueParsers, publish_parsers, queue_parsers
 from scrapeq_queue.row_lifecycle import (
     INVALID_PAYLOAD_REASON,
     RETRY_POLICY,
@@ -137,6 +138,7 @@ __all__ = [
     "OwnerProgress",
     "QueueBacklog",
     "QueueError",
+    "QueueParsers",
     "QueueStats",
     "ResultPreview",
     "RetryOutcome",
@@ -179,7 +181,9 @@ __all__ = [
     "owners_named",
     "prune_finished",
     "prune_idle_sites",
+    "publish_parsers",
     "queue_backlog",
+    "queue_parsers",
     "queue_stats",
     "reconnect_delay",
     "release_jobs",

@@ -55,7 +55,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="{}",
         help="per-job options as a JSON object, e.g. '{\"render\": false}'",
     )
-    enqueue_parser.add_argument("--parser", default="default", help="parser_type of the rows")
+    enqueue_parser.add_argument(
+        "--parser",
+        default="default",
+        help="parser_type of the rows: a parser registered in the workers' image parses them "
+        "(docs/parsers.md); default: the payload's declarative extraction",
+    )
     enqueue_parser.add_argument("--max-retries", type=int, default=3, help="retries before failing")
     enqueue_parser.add_argument(
         "--delay", type=float, default=0.0, metavar="SECONDS", help="run no earlier than this"

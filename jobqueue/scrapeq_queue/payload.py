@@ -83,6 +83,15 @@ _RE2_HINT: Final = (
     "lookaround ((?=...), (?!...), (?<=...), (?<!...))"
 )
 
+# parser: a parser registered in the worker's image (docs/parsers.md). Its name is a label of
+# the queue's parser_type column too (VARCHAR(255)), a published name and part of a message:
+# letters, digits, ".", "_" and "-", starting with a letter or digit, at most 100 characters
+# (the CRD's spec.parser bound). `default` names the declarative extraction of the payload
+# itself and is never a registered parser's name.
+PARSER_NAME_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"
+DECLARATIVE_PARSER: Final = "default"
+_PARSER_NAME: Final = re.compile(PARSER_NAME_PATTERN)
+
 
 class URLPattern(Protocol):
     """A compiled follow.include / follow.exclude pattern."""
@@ -454,6 +463,15 @@ def _check_sealed(value: object) -> list[str]:
     return [f"sealed must be a sealed credentials text ({SEALED_PREFIX}...) made by the operator"]
 
 
+def _check_parser(value: object) -> list[str]:
+    if isinstance(value, str) and _PARSER_NAME.fullmatch(value):
+        return []
+    return [
+        "parser must be the name of a registered parser: 1-100 letters, digits, '.', '_' or "
+        "'-', starting with a letter or digit"
+    ]
+
+
 # option name -> validator returning the problems with its value.
 PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "render": _check_render,
@@ -466,6 +484,7 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "sealed": _check_sealed,
     "blockResources": lambda value: check_resource_kinds("blockResources", value),
     "politeness": _check_politeness,
+    "parser": _check_parser,
 }
 
 

@@ -1174,6 +1174,53 @@ CREATE TABLE public.scrapeq_schema_migrations (
 
 
 --
+-- Name: scrapeq_worker_parsers; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_worker_parsers (
+    queue text NOT NULL,
+    worker_id text NOT NULL,
+    parsers text[] NOT NULL,
+    published_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: TABLE scrapeq_worker_parsers; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_worker_parsers IS 'The parsers each worker loaded (entry points scrapeq.parsers of its image), per queue it serves.';
+
+
+--
+-- Name: COLUMN scrapeq_worker_parsers.queue; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_worker_parsers.queue IS 'A queue the worker claims from.';
+
+
+--
+-- Name: COLUMN scrapeq_worker_parsers.worker_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_worker_parsers.worker_id IS 'The worker (its pod name in a cluster).';
+
+
+--
+-- Name: COLUMN scrapeq_worker_parsers.parsers; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_worker_parsers.parsers IS 'The names of the parsers it loaded, sorted; empty when it has none.';
+
+
+--
+-- Name: COLUMN scrapeq_worker_parsers.published_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_worker_parsers.published_at IS 'When the worker last wrote this row.';
+
+
+--
 -- Name: scraping_jobs; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1341,6 +1388,14 @@ ALTER TABLE ONLY public.scrapeq_schema_migrations
 
 
 --
+-- Name: scrapeq_worker_parsers scrapeq_worker_parsers_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_worker_parsers
+    ADD CONSTRAINT scrapeq_worker_parsers_pkey PRIMARY KEY (queue, worker_id);
+
+
+--
 -- Name: scraping_jobs scraping_jobs_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1479,4 +1534,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0002_followed_pages'),
     ('0003_politeness'),
     ('0004_bounded_payloads'),
-    ('0005_site_politeness');
+    ('0005_site_politeness'),
+    ('0006_published_parsers');

@@ -817,3 +817,33 @@ WHERE jobs.owner_uid = %(owner_uid)s AND jobs.status = 'completed'
 ORDER BY jobs.id, item.position
 LIMIT %(limit)s
 """
+
+
+# --- published parsers (docs/parsers.md, "Publication") ------------------------------------------
+
+# Records the parsers a worker loaded for each queue it serves (one row per queue, replaced),
+# and deletes every worker's rows not refreshed for `keep_seconds`.
+PARSERS_PUBLISH: Final = """
+WITH published AS (
+    INSERT INTO scrapeq_worker_parsers AS published_row (queue, worker_id, parsers, published_at)
+    SELECT queue, %(worker_id)s, %(parsers)s::text[], now()
+    FROM unnest(%(queues)s::text[]) AS queue
+    ON CONFLICT (queue, worker_id)
+        DO UPDATE SET parsers = excluded.parsers, published_at = excluded.published_at
+    RETURNING 1
+)
+DELETE FROM scrapeq_worker_parsers
+WHERE published_at < now() - make_interval(secs => %(keep_seconds)s)
+  -- The publisher's own rows are the CTE's: one statement must not touch a row twice.
+  AND worker_id <> %(worker_id)s
+"""
+
+# How many workers ever published for the queue (within the kept week), and the union of
+# their parsers.
+PARSERS_OF_QUEUE: Final = """
+SELECT count(DISTINCT worker.worker_id),
+       coalesce(array_agg(DISTINCT name) FILTER (WHERE name IS NOT NULL), '{}')
+FROM scrapeq_worker_parsers AS worker
+LEFT JOIN LATERAL unnest(worker.parsers) AS name ON true
+WHERE worker.queue = %(queue)s
+"""

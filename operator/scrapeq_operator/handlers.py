@@ -48,6 +48,7 @@ from scrapeq_operator.job_status import (
     merge_conditions,
     summarize,
 )
+from scrapeq_operator.parser_coverage import named_parser, unknown_parser
 from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.settings import OperatorSettings
@@ -291,6 +292,13 @@ async def enqueue_scrapejob(
             problems.append("payload.sealed is written by the operator: use spec.credentials")
         if problems:
             raise JobNotRunnableError("InvalidSpec", "; ".join(problems), permanent=True)
+        parser = named_parser(options["payload"])
+        if parser is not None:
+            async with runtime.connection() as connection:
+                published = await scrapeq_queue.queue_parsers(connection, options["queue"])
+            missing = unknown_parser(parser, options["queue"], published)
+            if missing is not None:
+                raise missing
         if dependency_names(spec):
             dependencies = await await_dependencies(name, namespace, spec, runtime.cluster)
         urls = await resolve_urls(
@@ -309,7 +317,7 @@ async def enqueue_scrapejob(
     except DatabaseUnavailable as error:
         metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
         raise kopf.TemporaryError(
-            f"cannot read upstream results, database unavailable: {error}",
+            f"cannot read upstream results or published parsers, database unavailable: {error}",
             delay=settings.database_retry_seconds,
         ) from error
     except JobNotRunnableError as error:

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapeq_queue import RowOptions
+from scrapeq_queue.payload import DECLARATIVE_PARSER
 
 from scrapeq_operator.errors import JobNotRunnableError
 
@@ -165,10 +166,16 @@ def row_options(spec: Mapping[str, Any]) -> RowOptions:
     for name in PAYLOAD_FIELDS:
         if spec.get(name) is not None:
             payload[name] = spec[name]
+    parser = str(spec.get("parser") or DECLARATIVE_PARSER)
+    # spec.parser (defaulted to `default`, the declarative payload) becomes the payload's
+    # `parser` only when it names a registered parser: rows of a ScrapeJob without one keep
+    # the payload a worker without parser support accepts.
+    if parser != DECLARATIVE_PARSER:
+        payload["parser"] = parser
     return RowOptions(
         queue=str(spec.get("queue") or "default"),
         priority=int(spec.get("priority") or 0),
-        parser_type=str(spec.get("parser") or "default"),
+        parser_type=parser,
         max_retries=int(retries.get("limit", 3)),
         backoff_seconds=float(retries.get("backoffSeconds", 10)),
         payload=payload,

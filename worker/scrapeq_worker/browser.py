@@ -88,6 +88,15 @@ _NAVIGATION_TIMER_MARGIN_MS: Final = 2000
 # where it lands, this many times at most; one that keeps going is retried
 # (`navigated_during_extraction`, docs/worker.md).
 MAX_EXTRACT_NAVIGATIONS: Final = 3
+# Serialises the document for a parser inside the page: only the first `limit` characters
+# cross to the worker, however large the DOM (docs/parsers.md, "The page object").
+PAGE_HTML_SCRIPT: Final = """(limit) => {
+  const root = document.documentElement;
+  const html = root ? root.outerHTML : "";
+  const doctype = document.doctype ? "<!DOCTYPE " + document.doctype.name + ">" : "";
+  const whole = doctype + html;
+  return {html: whole.slice(0, limit), truncated: whole.length > limit};
+}"""
 # What Chromium answers a Runtime.evaluate whose document went away under it.
 _NAVIGATED_AWAY: Final = (
     "Inspected target navigated or closed",
@@ -487,10 +496,12 @@ class BrowserPool:
                 blocked_requests=watch.blocked,
                 content_length=watch.content_length,
                 skipped_requests=watch.skipped,
+                headers=watch.headers,
             )
         extracted = await self._extract(
             page, watch, options.fields, options, follow_selector, deadline
         )
+        html = await self._page_html(page, watch, options.html_limit, deadline)
         finished = time.monotonic()
         timing["extract_ms"] = round((finished - loaded) * 1000, 1)
         timing["total_ms"] = round((finished - started) * 1000, 1)
@@ -503,6 +514,9 @@ class BrowserPool:
             timing_ms=timing,
             blocked_requests=watch.blocked,
             skipped_requests=watch.skipped,
+            headers=watch.headers,
+            html=html[0] if html else None,
+            html_truncated=html[1] if html else False,
         )
 
     async def _extract(
@@ -570,6 +584,42 @@ class BrowserPool:
             watch.content_type = watch.content_type or raw["contentType"]
         page = page_from_browser(raw, page_url=watch.final_url, max_links=self.settings.max_links)
         return page, raw.get("finalUrl")
+
+    async def _page_html(
+        self, page: Any, watch: PageWatch, limit: int, deadline: float
+    ) -> tuple[str, bool] | None:
+        """The rendered document's HTML for a parser: at most `limit` characters leave the page
+        (None when no parser asked, `limit` 0)."""
+        if limit <= 0:
+            return None
+        try:
+            answer = await self._bounded(
+                watch,
+                page._client.send(
+                    "Runtime.evaluate",
+                    {
+                        "expression": f"({PAGE_HTML_SCRIPT})({int(limit)})",
+                        "returnByValue": True,
+                    },
+                ),
+                deadline,
+                page,
+                "read the HTML",
+            )
+        except PyppeteerNetworkError as error:
+            if page.isClosed() or not _navigated_away(error):
+                raise
+            # Its fields are from one document and its HTML would be from another.
+            raise RetryLater(
+                f"{watch.url} navigated itself while its HTML was read for its parser (to "
+                f"{page.url})",
+                reason="navigated_during_extraction",
+            ) from error
+        value = answer.get("result", {}).get("value") or {}
+        html = value.get("html")
+        if not isinstance(html, str):
+            return None
+        return html[:limit], bool(value.get("truncated")) or len(html) > limit
 
     async def _bounded(
         self, watch: PageWatch, awaitable: Any, deadline: float, page: Any, step: str

@@ -132,6 +132,11 @@ class PageOutcome:
     content_length: int | None = None
     # Not fetched because the job said so (blockResources): a count per kind, not a refusal.
     skipped_requests: dict[str, int] = field(default_factory=dict)
+    # For a parser (JobOptions.html_limit): the document's response headers (names lower-cased)
+    # and its HTML, at most html_limit characters (html_truncated: it was cut).
+    headers: dict[str, str] = field(default_factory=dict)
+    html: str | None = None
+    html_truncated: bool = False
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a

@@ -18,12 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from scrapeq_queue import FollowUrl
+from scrapeq_queue.payload import DEFAULT_FOLLOW_MAX_PAGES
 
 from .job_options import FollowOptions
+
+# The rules for a parser's follow requests on a row whose payload has no `follow`: one level
+# deep, the same site, the default page budget. Its followed rows carry the parent's payload
+# unchanged (they follow nothing further: they are at depth 1).
+PARSER_FOLLOW: Final = FollowOptions(selector="", max_depth=1, max_pages=DEFAULT_FOLLOW_MAX_PAGES)
 
 
 def site_host(url: str) -> str:
@@ -121,16 +127,43 @@ def page_budgets(children: int, pages: int) -> list[int]:
 
 
 def followed_rows(
-    payload: object, urls: Sequence[str], follow: FollowOptions | None, *, owned: bool
+    payload: object,
+    urls: Sequence[str],
+    follow: FollowOptions | None,
+    *,
+    owned: bool,
+    labels: Mapping[str, str] | None = None,
 ) -> list[FollowUrl]:
     """The followed rows of a completed page: each link with the payload it carries.
 
     A ScrapeJob's rows share `followed_payload` (None: the parent's). A row without an owner
     hands each followed row its share of what is left of the crawl's maxPages once these links
-    are counted (see the module's docstring).
+    are counted (see the module's docstring). A link a parser gave a label (`labels`) becomes
+    a row whose parser_type is that label and whose payload names no `parser`, so the parser
+    registered under the label parses it.
     """
     if follow is None or not urls:
         return []
+    rows = _followed_rows(payload, urls, follow, owned=owned)
+    if not labels:
+        return rows
+    return [_labelled(row, labels.get(row.url), payload) for row in rows]
+
+
+def _labelled(row: FollowUrl, label: str | None, parent_payload: object) -> FollowUrl:
+    if label is None:
+        return row
+    source = row.payload if row.payload is not None else parent_payload
+    options: dict[str, Any] = dict(source) if isinstance(source, Mapping) else {}
+    options.pop("parser", None)
+    return FollowUrl(row.url, payload=options, parser_type=label)
+
+
+def _followed_rows(
+    payload: object, urls: Sequence[str], follow: FollowOptions, *, owned: bool
+) -> list[FollowUrl]:
+    if follow is PARSER_FOLLOW:
+        return [FollowUrl(url) for url in urls]
     if owned:
         shared = followed_payload(payload, follow)
         return [FollowUrl(url, payload=shared) for url in urls]

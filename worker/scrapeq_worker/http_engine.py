@@ -306,6 +306,7 @@ class HttpEngine:
                 content_type=content_type,
                 extracted=None,
                 content_length=content_length,
+                headers=headers,
                 timing_ms={
                     "load_ms": round((loaded - started) * 1000, 1),
                     "total_ms": round((loaded - started) * 1000, 1),
@@ -338,6 +339,9 @@ class HttpEngine:
             content_type=content_type,
             extracted=extracted,
             content_length=len(body),
+            headers=headers,
+            html=text[: options.html_limit] if options.html_limit else None,
+            html_truncated=0 < options.html_limit < len(text),
             timing_ms={
                 "load_ms": round((loaded - started) * 1000, 1),
                 "extract_ms": round((finished - loaded) * 1000, 1),

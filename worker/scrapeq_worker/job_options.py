@@ -72,6 +72,10 @@ class JobOptions:
     # The job's own upstream proxies (spec.proxy, sealed with the credentials), each page
     # through one of them in turn; empty: the worker pool's upstream proxy, if any.
     upstream_proxies: tuple[UpstreamProxy, ...] = ()
+    # payload.parser: the registered parser the row names (None: see parsers.py's selection).
+    parser: str | None = None
+    # Characters of the page's HTML the engine keeps for a parser (0: none, no parser runs).
+    html_limit: int = 0
 
 
 def options_from_payload(
@@ -141,6 +145,7 @@ def _read_options(
         credentials=credentials,
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),
+        parser=str(options["parser"]) if "parser" in options else None,
     )
 
 

@@ -21,6 +21,11 @@ logger = logging.getLogger(__name__)
 DURATION_BUCKETS: Final = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 # Due -> claimed: milliseconds when workers keep up, minutes when the backlog grows.
 LATENCY_BUCKETS: Final = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+# Unregistered parser_type names counted under their own label: a producer's handful of
+# labels; the rest share `other`, so a producer writing ids there cannot swell the metric.
+MAX_PARSER_TYPE_LABELS: Final = 50
+# Unregistered parser_type names logged once each per process; past them, no more lines.
+MAX_PARSER_TYPES_LOGGED: Final = 1000
 
 
 class WorkerMetrics:
@@ -50,6 +55,15 @@ class WorkerMetrics:
             ["queue", "reason"],
             registry=r,
         )
+        self.unregistered_parser_types = Counter(
+            "scrapeq_worker_unregistered_parser_types_total",
+            "Rows whose parser_type names no parser of this worker (the first "
+            f"{MAX_PARSER_TYPE_LABELS} names as themselves, the rest as `other`).",
+            ["queue", "parser_type"],
+            registry=r,
+        )
+        self._parser_type_labels: set[str] = set()
+        self._parser_types_logged: set[str] = set()
         self.jobs_released = Counter(
             "scrapeq_worker_jobs_released_total",
             "Jobs handed back unfinished during a drain.",
@@ -132,6 +146,25 @@ class WorkerMetrics:
             ["reason"],
             registry=r,
         )
+
+    def count_unregistered_parser_type(self, queue: str, parser_type: str) -> bool:
+        """Count a row's unregistered parser_type; True when the caller should log the name
+        (the first time this process sees it, for the first MAX_PARSER_TYPES_LOGGED names).
+        Past MAX_PARSER_TYPE_LABELS names every new one is counted as `other`: producers
+        choose the names, so the labels must stay few."""
+        name = parser_type[:100]
+        if name not in self._parser_type_labels and (
+            len(self._parser_type_labels) < MAX_PARSER_TYPE_LABELS
+        ):
+            self._parser_type_labels.add(name)
+        label = name if name in self._parser_type_labels else "other"
+        self.unregistered_parser_types.labels(queue, label).inc()
+        if name in self._parser_types_logged or (
+            len(self._parser_types_logged) >= MAX_PARSER_TYPES_LOGGED
+        ):
+            return False
+        self._parser_types_logged.add(name)
+        return True
 
     def render(self) -> bytes:
         """The exposition text of every metric."""

@@ -83,7 +83,11 @@ class OutcomeReporter:
         if not self._still_ours(job):
             return
         follow = followed_rows(
-            job.payload, scraped.follow_urls, scraped.follow, owned=job.owner_uid is not None
+            job.payload,
+            scraped.follow_urls,
+            scraped.follow,
+            owned=job.owner_uid is not None,
+            labels=scraped.follow_labels,
         )
         try:
             current = await self._store_result(job, scraped, duration, follow)

@@ -129,6 +129,10 @@ class QueueBackend(Protocol):
         ttl_seconds: float,
     ) -> None: ...
 
+    async def publish_parsers(self, queues: Sequence[str], parsers: Sequence[str]) -> None:
+        """Record that this worker serves `queues` with `parsers` (replacing what it said)."""
+        ...
+
     async def listen(self, wake: Callable[[], None]) -> None:
         """Call `wake()` on every NOTIFY of new work and on every (re)connection; runs until
         cancelled."""
@@ -333,6 +337,13 @@ class PostgresBackend:
                 body=body,
                 problem=problem,
                 ttl_seconds=ttl_seconds,
+            )
+        )
+
+    async def publish_parsers(self, queues: Sequence[str], parsers: Sequence[str]) -> None:
+        await self._writes.run(
+            lambda connection: scrapeq_queue.publish_parsers(
+                connection, self._worker_id, queues, parsers
             )
         )
 
@@ -578,6 +589,17 @@ class QueueGateway:
             what=f"store the robots.txt of {origin}",
         )
 
+    # --- parsers -------------------------------------------------------------------------------
+
+    async def publish_parsers(self, queues: Sequence[str], parsers: Sequence[str]) -> bool:
+        """Publish this worker's parsers for `queues` (parser_publication.py); False when the
+        database failed."""
+        done = await self._run(
+            lambda backend: _published(backend.publish_parsers(queues, parsers)),
+            what="publish this worker's parsers",
+        )
+        return done is not None
+
     # --- lifecycle -----------------------------------------------------------------------------
 
     async def listen(self, wake: Callable[[], None]) -> None:
@@ -645,3 +667,8 @@ class QueueGateway:
     async def _pause(self, seconds: float) -> None:
         """Sleep, but wake up at once when a stop is requested."""
         await wait_for_event(self._stopping, seconds)
+
+
+async def _published(publication: Awaitable[None]) -> bool:
+    await publication
+    return True

@@ -8,15 +8,17 @@ module is where a `ClaimedJob`'s URL and options meet an engine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .browser import BrowserPool
 from .extraction import PageOutcome, cap_result
-from .following import FollowPlan, follow_dropped, plan_follow, select_links
+from .following import PARSER_FOLLOW, FollowPlan, follow_dropped, plan_follow, select_links
 from .http_engine import HttpEngine
 from .job_options import FollowOptions, JobOptions
 from .metrics import WorkerMetrics
+from .parsers import ParserRunner, page_for_parser
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,8 @@ class ScrapeResult:
     follow_urls: tuple[str, ...]
     # The follow options the links were chosen by (None: nothing to follow from this page).
     follow: FollowOptions | None = None
+    # A parser's follow labels: URL -> the followed row's parser_type.
+    follow_labels: Mapping[str, str] = field(default_factory=dict)
 
 
 class Scraper:
@@ -39,17 +43,35 @@ class Scraper:
         *,
         max_result_bytes: int,
         metrics: WorkerMetrics | None = None,
+        parsers: ParserRunner | None = None,
+        html_limit: int = 0,
     ) -> None:
+        """`parsers` runs the parsers a row may name; `html_limit` is how many characters of
+        a page's HTML a parser gets (the page size limit is the natural bound)."""
         self.browser = browser
         self.http = http
         self.max_result_bytes = max_result_bytes
         self._metrics = metrics
+        self.parsers = parsers
+        self.html_limit = html_limit
 
     async def scrape(
-        self, url: str, options: JobOptions, *, depth: int = 0, owner: str | None = None
+        self,
+        url: str,
+        options: JobOptions,
+        *,
+        depth: int = 0,
+        owner: str | None = None,
+        parser: str | None = None,
+        parser_type: str = "default",
+        payload: Mapping[str, Any] | None = None,
     ) -> ScrapeResult:
         """Fetch `url` as `options` say; raise a WorkerError subclass on failure. `owner` (the
-        ScrapeJob's uid) picks the browser contexts the page may share state with."""
+        ScrapeJob's uid) picks the browser contexts the page may share state with. `parser`
+        (a name chosen by ParserRegistry.choose) runs on the page; the row's `parser_type` and
+        `payload` are shown to it."""
+        if parser is not None:
+            options = replace(options, html_limit=self.html_limit)
         follow = options.follow if options.follow and depth < options.follow.max_depth else None
         follow_selector = follow.selector if follow else None
         engine = "browser" if options.render else "http"
@@ -68,19 +90,54 @@ class Scraper:
                 gauge.dec()
         plan = FollowPlan(())
         document = result_document(outcome, engine)
+        page_urls = (url, outcome.final_url or url)
+        chosen: list[str] = []
+        read = 0
         if follow is not None and outcome.extracted is not None:
-            chosen = select_links(
-                outcome.extracted.follow, follow, page_urls=(url, outcome.final_url or url)
+            chosen = select_links(outcome.extracted.follow, follow, page_urls=page_urls)
+            read = len(outcome.extracted.follow)
+        labels: dict[str, str] = {}
+        if parser is not None:
+            assert self.parsers is not None, "a parser was chosen without a ParserRunner"
+            parsed = await self.parsers.run(
+                parser,
+                page_for_parser(
+                    outcome,
+                    engine=engine,
+                    parser_type=parser_type,
+                    payload=payload or {},
+                    html_limit=self.html_limit,
+                ),
+                timeout_seconds=options.timeout_seconds,
             )
+            document["parser"] = parser
+            document["data"] = parsed.data
+            # A row without `follow` may still follow what its parser asks for, one level deep
+            # within the default page budget; with `follow`, its rules decide.
+            if options.follow is None and depth < PARSER_FOLLOW.max_depth:
+                follow = PARSER_FOLLOW
+            if follow is not None and parsed.follow:
+                requested = select_links(
+                    (request.url for request in parsed.follow), follow, page_urls=page_urls
+                )
+                for request in parsed.follow:
+                    if request.label is not None:
+                        labels.setdefault(request.url, request.label)
+                chosen = list(dict.fromkeys([*chosen, *requested]))
+            if parsed.dropped:
+                document["parser_follow_dropped"] = parsed.dropped
+        if follow is not None and chosen:
             plan = plan_follow(chosen, follow, owned=owner is not None)
+        if follow is not None and (read or plan.dropped):
             link_cap = self.browser.settings.max_links if options.render else self.http.max_links
-            dropped = follow_dropped(len(outcome.extracted.follow), link_cap, plan.dropped)
+            dropped = follow_dropped(read, link_cap, plan.dropped)
             if dropped:
                 document["follow_dropped"] = dropped
         return ScrapeResult(
             result=cap_result(document, self.max_result_bytes),
             follow_urls=plan.urls,
             follow=follow,
+            follow_labels={link: labels[link] for link in plan.urls if link in labels},
         )
 
 

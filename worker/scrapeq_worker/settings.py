@@ -147,6 +147,19 @@ class WorkerSettings:
         "for rows that set no politeness.respectRobotsTxt; false turns it off for the pool.",
         switch=True,
     )
+    # Off by default: producers fill parser_type with labels of their own (`product_page`),
+    # and a pool that has always ignored them keeps running those rows.
+    require_registered_parsers: bool = option(
+        False,
+        flag="--require-registered-parsers",
+        negative_flag="--allow-unregistered-parsers",
+        env="SCRAPEQ_REQUIRE_REGISTERED_PARSERS",
+        parse=parse_bool,
+        help="Fail a row whose parser_type names no parser of this worker's image "
+        "(unknown_parser) instead of running its declarative payload; `default` always means "
+        "the declarative payload.",
+        switch=True,
+    )
     # Long enough that a slow page (30 s default timeout) is renewed twice before it could lapse.
     lease_seconds: float = option(
         60.0,

@@ -46,6 +46,8 @@ from .leases import Leases
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
 from .outcomes import OutcomeReporter, job_log
+from .parser_publication import ParserPublication
+from .parsers import ParserRegistry, ParserRunner
 from .queue_gateway import PostgresBackend, QueueBackend, QueueGateway, Token
 from .readiness import (
     RECHECK_SECONDS,
@@ -103,10 +105,13 @@ class Worker:
         scrape: Scrape | None = None,
         checks: LocalChecks | None = None,
         reconnect_delay: Callable[[int], float] = scrapeq_queue.reconnect_delay,
+        parsers: ParserRegistry | None = None,
     ) -> None:
         """`recheck_seconds`: how often a worker that cannot work checks again. `backend`,
         `scrape`, `checks` and `reconnect_delay` replace the real queue, the engines, the
-        machine checks and the backoff after a database failure (the unit tests' seams)."""
+        machine checks and the backoff after a database failure (the unit tests' seams).
+        `parsers`: the parsers to offer; by default those the image's installed packages
+        register (loaded here, once per process)."""
         if not settings.database_url:
             raise ValueError("the worker needs a database (--database-url or DATABASE_URL)")
         if len(set(settings.queues)) != len(settings.queues) or not settings.queues:
@@ -134,11 +139,18 @@ class Worker:
             user_agent=settings.user_agent,
             upstream_proxy=settings.upstream_proxy,
         )
+        self.parsers = parsers if parsers is not None else ParserRegistry.from_entry_points()
+        self.parser_runner = ParserRunner(
+            self.parsers, threads=settings.concurrency, max_result_bytes=settings.max_result_bytes
+        )
         self.scraper = Scraper(
             self.browser,
             self.http,
             max_result_bytes=settings.max_result_bytes,
             metrics=self.metrics,
+            parsers=self.parser_runner,
+            # A parser reads at most what a page may download.
+            html_limit=settings.max_response_bytes,
         )
         self._scrape = scrape or self._scrape_page
         self._install_signal_handlers = install_signal_handlers
@@ -252,6 +264,12 @@ class Worker:
                     lease_seconds=self.settings.lease_seconds,
                     on_end=self._background_ended,
                 ),
+                ParserPublication(
+                    self.gateway,
+                    queues=self.settings.queues,
+                    parsers=self.parsers.names,
+                    on_end=self._background_ended,
+                ),
             ):
                 await self._claim_loop()
                 await self._drain()
@@ -259,6 +277,7 @@ class Worker:
             await self._abandon_all()
             await self.browser.close()
             await self.http.close()
+            self.parser_runner.close()
             await self.gateway.close()
             if self.metrics_server is not None:
                 await self.metrics_server.stop()
@@ -433,7 +452,33 @@ class Worker:
             running.reporting |= reporting
 
     async def _scrape_page(self, job: ClaimedJob, options: JobOptions) -> ScrapeResult:
-        return await self.scraper.scrape(job.url, options, depth=job.depth, owner=job.owner_uid)
+        parser = self.parsers.choose(
+            payload_parser=options.parser,
+            parser_type=job.parser_type,
+            require_registered=self.settings.require_registered_parsers,
+            unregistered=lambda name: self._unregistered_parser_type(job, name),
+        )
+        return await self.scraper.scrape(
+            job.url,
+            options,
+            depth=job.depth,
+            owner=job.owner_uid,
+            parser=parser,
+            parser_type=job.parser_type,
+            payload=job.payload,
+        )
+
+    def _unregistered_parser_type(self, job: ClaimedJob, name: str) -> None:
+        if self.metrics.count_unregistered_parser_type(job.queue, name):
+            logger.info(
+                "parser_type %r names no parser of this worker (registered: %s); %s",
+                name[:100],
+                ", ".join(self.parsers.names) or "none",
+                "such rows fail unknown_parser"
+                if self.settings.require_registered_parsers
+                else "such rows run their declarative payload",
+                extra=job_log(job),
+            )
 
     async def _obey_robots_txt(self, job: ClaimedJob, options: JobOptions) -> None:
         """Raise when the site's robots.txt forbids the job's URL (or cannot be read); the job

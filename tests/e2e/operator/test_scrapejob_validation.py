@@ -37,6 +37,8 @@ pytestmark = pytest.mark.controlplane
         ({"url": "https://a.example.com/", "timeoutSeconds": 0}, "spec.timeoutSeconds"),
         ({"url": "https://a.example.com/", "waitUntil": "whenever"}, "spec.waitUntil"),
         ({"url": "https://a.example.com/", "blockResources": ["script"]}, "spec.blockResources"),
+        ({"url": "https://a.example.com/", "parser": "shop product"}, "spec.parser"),
+        ({"url": "https://a.example.com/", "parser": "-shop"}, "spec.parser"),
         (
             {"url": "https://a.example.com/", "blockResources": ["image", "image"]},
             "spec.blockResources",

@@ -303,3 +303,8 @@ async def test_the_robots_copy_is_leased_to_one_fetcher_then_shared(harness: Har
 async def test_the_schema_check_passes_on_a_current_schema(harness: Harness) -> None:
     await harness.backend.require_current_schema()
     await harness.backend.set_crawl_delay("site1.test", 2.0)
+
+
+async def test_a_worker_may_publish_its_parsers_again_and_again(harness: Harness) -> None:
+    await harness.backend.publish_parsers(["default", "shop"], ["shop.product", "detail"])
+    await harness.backend.publish_parsers(["default"], [])

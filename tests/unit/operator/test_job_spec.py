@@ -94,7 +94,15 @@ def test_row_options_carry_the_scrape_settings_in_the_payload() -> None:
         "waitUntil": "load",
         "timeoutSeconds": 20,
         "extract": {"title": {"selector": "h1"}},
+        "parser": "product",
     }
+
+
+def test_the_default_parser_leaves_the_payload_without_a_parser_option() -> None:
+    for spec in ({"url": "https://a.example/"}, {"url": "https://a.example/", "parser": "default"}):
+        options = row_options(spec)
+        assert options["parser_type"] == "default"
+        assert "parser" not in options["payload"]
 
 
 def test_row_payload_passes_the_queue_payload_validation() -> None:

@@ -35,6 +35,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             Credentials(origins=("https://shop.example:443",), headers={"X-Token": "t"})
         ),
         "politeness": {"maxConcurrentPerSite": 4, "delaySeconds": 1.5, "respectRobotsTxt": True},
+        "parser": "shop.product-page_v2",
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
@@ -88,6 +89,10 @@ def test_an_unknown_option_is_reported_with_the_known_ones() -> None:
         ({"blockResources": "image"}, "blockResources must be a list of distinct kinds"),
         ({"blockResources": ["image", "script"]}, "from image, font, media, stylesheet"),
         ({"blockResources": ["font", "font"]}, "blockResources must be a list of distinct"),
+        ({"parser": ""}, "parser must be the name of a registered parser"),
+        ({"parser": "my parser"}, "parser must be the name of a registered parser"),
+        ({"parser": "p" * 101}, "1-100 letters, digits"),
+        ({"parser": ["a"]}, "parser must be the name of a registered parser"),
     ],
 )
 def test_an_option_with_a_wrong_value_is_reported_by_name(

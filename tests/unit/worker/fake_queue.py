@@ -74,6 +74,8 @@ class FakeQueue:
         self.now = 0.0
         self._ids = itertools.count(1)
         self._robots: dict[str, _RobotsEntry] = {}
+        # queue -> the parsers a worker last published for it (publish_parsers).
+        self.published_parsers: dict[str, tuple[str, ...]] = {}
         self._wakes: list[Callable[[], None]] = []
         # While set, every operation fails as a lost connection does.
         self.down = False
@@ -386,6 +388,11 @@ class FakeQueue:
     ) -> None:
         self._enter("store_robots_copy")
         self._robots[origin] = _RobotsEntry(status, body, problem, self.now + ttl_seconds, None)
+
+    async def publish_parsers(self, queues: Sequence[str], parsers: Sequence[str]) -> None:
+        self._enter("publish_parsers")
+        for queue in queues:
+            self.published_parsers[queue] = tuple(sorted(set(parsers)))
 
     async def listen(self, wake: Callable[[], None]) -> None:
         self._wakes.append(wake)

@@ -186,3 +186,37 @@ def test_followed_rows_of_a_classic_row_carry_what_is_left_of_the_budget() -> No
     assert all(row.payload == {"extract": {"n": "h1"}} for row in last)
     owned = followed_rows(payload, ["https://a.example/1"], options.follow, owned=True)
     assert owned[0].payload == {**payload, "extract": {"n": "h1"}}
+
+
+def test_a_labelled_link_becomes_a_row_of_the_labels_parser_and_the_others_keep_the_parents() -> (
+    None
+):
+    parent = {"parser": "shop.listing", "extract": {"name": "h1"}}
+    urls = ["https://shop.example/p/1", "https://shop.example/p/2"]
+    labels = {"https://shop.example/p/1": "shop.product"}
+
+    owned = followed_rows(parent, urls, follow(), owned=True, labels=labels)
+    classic = followed_rows(parent, urls, follow(max_pages=10), owned=False, labels=labels)
+
+    assert owned[0].parser_type == "shop.product"
+    assert owned[0].payload == {"extract": {"name": "h1"}}
+    assert (owned[1].parser_type, owned[1].payload) == (None, None)
+    assert classic[0].parser_type == "shop.product"
+    assert classic[0].payload is not None
+    assert "parser" not in classic[0].payload
+    assert classic[0].payload["follow"]["maxPages"] == 4
+    assert classic[1].parser_type is None
+    assert classic[1].payload is not None
+    assert classic[1].payload["parser"] == "shop.listing"
+
+
+def test_a_parsers_follow_requests_without_a_follow_option_carry_the_parents_payload() -> None:
+    from scrapeq_worker.following import PARSER_FOLLOW
+
+    rows = followed_rows(
+        {"parser": "shop.listing"}, ["https://shop.example/p/1"], PARSER_FOLLOW, owned=False
+    )
+
+    assert [(row.url, row.payload, row.parser_type) for row in rows] == [
+        ("https://shop.example/p/1", None, None)
+    ]

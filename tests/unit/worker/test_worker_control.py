@@ -433,3 +433,20 @@ def test_a_worker_given_a_queue_twice_refuses_to_start_and_says_why() -> None:
     settings = WorkerSettings(database_url="postgresql://unused/", queues=("a", "b", "a"))
     with pytest.raises(ValueError, match=r"each queue named once, got \['a', 'b', 'a'\]"):
         Worker(settings, install_signal_handlers=False)
+
+
+async def test_a_worker_publishes_its_parsers_for_every_queue_it_serves_once_it_runs() -> None:
+    harness = Harness(burst=False, queues=("default", "shop"))
+
+    async with harness.running():
+        published = await eventually(
+            lambda: dict(harness.queue.published_parsers),
+            until=lambda published: len(published) == 2,
+            within=WITHIN_SECONDS,
+            what="the worker's first publication",
+        )
+
+    assert published == {
+        "default": harness.worker.parsers.names,
+        "shop": harness.worker.parsers.names,
+    }
