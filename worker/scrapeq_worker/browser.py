@@ -521,6 +521,7 @@ class BrowserPool:
             follow_selector=follow_selector,
             max_links=self.settings.max_links,
             max_result_bytes=self.settings.max_result_bytes,
+            text_sample=options.text_sample,
         )
         # One Runtime.evaluate round trip (pyppeteer's evaluate takes three).
         expression = f"({BROWSER_EXTRACT_SCRIPT.strip()})({json.dumps(argument)})"

@@ -56,6 +56,12 @@ WHITESPACE_CLASS: Final = (
     r"[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
 )
 _WHITESPACE: Final = re.compile(WHITESPACE_CLASS + "+")
+# Characters of a page's text kept as `text_sample` in the result of a job that asks for no
+# fields: what the classic worker stored beside the title.
+TEXT_SAMPLE_CHARACTERS: Final = 1000
+# Elements whose text is no part of the text sample: never shown as text (a `<template>`'s
+# contents are not in the tree at all, in either engine).
+TEXT_SAMPLE_SKIPPED: Final = ("script", "style", "noscript", "template")
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,8 @@ class ExtractedPage:
     title: str | None = None
     links: list[str] = field(default_factory=list)
     follow: list[str] = field(default_factory=list)
+    # The first TEXT_SAMPLE_CHARACTERS of the body's text, when the job asked for no fields.
+    text_sample: str | None = None
 
 
 @dataclass
@@ -239,9 +247,34 @@ async (spec) => {
     const [raw, more] = text(titleNode, spec.maxChars);
     title = more ? norm(raw) + MARK : norm(raw);
   }
+  // The first `spec.textSample` characters (code points) of the body's text as `norm` would
+  // make it, read node by node and no further than needed.
+  let textSample = null;
+  if (spec.textSample && document.body) {
+    const skipped = new Set(spec.textSampleSkipped);
+    const walker = document.createTreeWalker(
+      document.body, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT,
+      {acceptNode: (n) => n.nodeType === 1 && skipped.has(n.localName)
+        ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+    const points = (s) => s.length - (s.match(/[\uD800-\uDBFF][\uDC00-\uDFFF]/g) || []).length;
+    let out = '', length = 0, space = false;
+    while (length < spec.textSample && walker.nextNode()) {
+      if (walker.currentNode.nodeType !== 3) continue;
+      const collapsed = walker.currentNode.data.replace(/WHITESPACE_CLASS+/g, ' ');
+      if (collapsed === '') continue;
+      const lead = collapsed[0] === ' ', trail = collapsed[collapsed.length - 1] === ' ';
+      const core = collapsed.slice(lead ? 1 : 0, trail ? collapsed.length - 1 : undefined);
+      if (core === '') { space = true; continue; }
+      if (out && (space || lead)) { out += ' '; length += 1; }
+      out += core;
+      length += points(core);
+      space = trail;
+    }
+    textSample = Array.from(out).slice(0, spec.textSample).join('') || null;
+  }
   const base = document.querySelector('base[href]');
   const baseHref = base ? base.getAttribute('href') : null;
-  return {fields, title, links: hrefs('a[href]'), follow,
+  return {fields, title, links: hrefs('a[href]'), follow, textSample,
           baseHref: baseHref !== null && baseHref.length <= spec.linkChars ? baseHref : null,
           finalUrl: location.href, contentType: document.contentType};
 }
@@ -256,11 +289,15 @@ def browser_script_argument(
     follow_selector: str | None,
     max_links: int,
     max_result_bytes: int,
+    text_sample: bool = False,
 ) -> dict[str, Any]:
     """The JSON argument `BROWSER_EXTRACT_SCRIPT` expects. `max_result_bytes` (the stored
     result's limit) bounds what the script copies out of the page: field values together at
-    that many characters, each list of raw links at LINK_CHARS_PER_LINK per kept link."""
+    that many characters, each list of raw links at LINK_CHARS_PER_LINK per kept link.
+    `text_sample`: read the page's text sample (TEXT_SAMPLE_CHARACTERS)."""
     return {
+        "textSample": TEXT_SAMPLE_CHARACTERS if text_sample else 0,
+        "textSampleSkipped": list(TEXT_SAMPLE_SKIPPED),
         "fields": [spec.as_json() for spec in fields],
         "waitFor": wait_for,
         "waitForMs": wait_for_ms,
@@ -291,6 +328,7 @@ def page_from_browser(
         title=raw.get("title") or None,
         links=resolve_links(raw.get("links") or [], base, max_links),
         follow=resolve_links(raw.get("follow") or [], base, max_links),
+        text_sample=raw.get("textSample") or None,
     )
 
 
@@ -413,6 +451,7 @@ def extract_static(
     max_links: int = DEFAULT_MAX_LINKS,
     max_characters: int = MAX_EXTRACTED_CHARACTERS,
     wait_for: str | None = None,
+    text_sample: bool = False,
 ) -> ExtractedPage:
     """Extract fields, title and links from an HTML document without a browser, with the same
     meaning as BROWSER_EXTRACT_SCRIPT. Raises BadInput for a selector lexbor cannot parse.
@@ -422,7 +461,7 @@ def extract_static(
     ends with the marker as its last item, a field read after the budget is spent is the
     marker alone, and no more text is read from the page.
     `wait_for`: a selector that must match (PermanentFailure `wait_for_timeout` otherwise; the
-    static HTML is all there is to wait for).
+    static HTML is all there is to wait for). `text_sample`: read the page's text sample.
 
     CPU-bound and unbounded in time on hostile HTML (a parse of deeply nested lists takes
     seconds): the worker runs it in a child process within the job's time
@@ -482,7 +521,47 @@ def extract_static(
     page.links = resolve_links(_hrefs(document, "a[href]", candidates), base, max_links)
     if follow_selector:
         page.follow = resolve_links(_hrefs(document, follow_selector, candidates), base, max_links)
+    if text_sample and document.body is not None:
+        page.text_sample = _text_sample(document.body, TEXT_SAMPLE_CHARACTERS) or None
     return page
+
+
+def _text_sample(body: LexborNode, limit: int) -> str:
+    """The first `limit` characters of `body`'s text, normalised as `normalise_text` would
+    (the browser script's `textSample`, step for step), reading no further than needed."""
+    parts: list[str] = []
+    length = 0
+    space = False
+    node = body.child
+    while node is not None and length < limit:
+        descend = False
+        if node.tag == "-text":
+            collapsed = _WHITESPACE.sub(" ", node.text_content or "")
+            if collapsed:
+                lead, trail = collapsed[0] == " ", collapsed[-1] == " "
+                core = collapsed[1 if lead else 0 : len(collapsed) - 1 if trail else None]
+                if not core:
+                    space = True
+                else:
+                    if parts and (space or lead):
+                        parts.append(" ")
+                        length += 1
+                    parts.append(core)
+                    length += len(core)
+                    space = trail
+        elif node.tag not in TEXT_SAMPLE_SKIPPED and node.child is not None:
+            descend = True
+        if descend:
+            node = node.child
+            continue
+        # The next node in document order outside this one's subtree, never leaving `body`.
+        while node is not None and node.next is None:
+            node = node.parent
+            if node is None or node.mem_id == body.mem_id:
+                node = None
+        if node is not None:
+            node = node.next
+    return "".join(parts)[:limit]
 
 
 # --- the size cap ----------------------------------------------------------------------------
@@ -532,7 +611,9 @@ def cap_result(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
         )
     if isinstance(fields, dict):
         slots.extend((f"fields.{name}", fields, name) for name in fields)
-    slots.extend((key, result, key) for key in ("links", "follow", "title") if result.get(key))
+    slots.extend(
+        (key, result, key) for key in ("links", "follow", "title", "text_sample") if result.get(key)
+    )
     sizes = [_size(container[key]) for _, container, key in slots]
     # The size of everything else: the result with each slot's value as null (4 bytes).
     skeleton = dict(result)

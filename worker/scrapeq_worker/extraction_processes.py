@@ -65,6 +65,7 @@ class _Request:
     max_links: int
     wait_for: str | None
     max_characters: int
+    text_sample: bool
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                     max_links=request.max_links,
                     wait_for=request.wait_for,
                     max_characters=request.max_characters,
+                    text_sample=request.text_sample,
                 )
                 answer = ("ok", page, "")
         except BadInput as error:
@@ -208,6 +210,7 @@ class ExtractionProcesses:
         wait_for: str | None = None,
         max_characters: int = MAX_EXTRACTED_CHARACTERS,
         deadline: float,
+        text_sample: bool = False,
     ) -> ExtractedPage:
         """`extract_static` in a child, finished by `deadline` (time.monotonic()).
 
@@ -217,7 +220,14 @@ class ExtractionProcesses:
         than the child's memory, RetryLater(internal_error) when a child fails otherwise.
         """
         request = _Request(
-            html, tuple(fields), base_url, follow_selector, max_links, wait_for, max_characters
+            html,
+            tuple(fields),
+            base_url,
+            follow_selector,
+            max_links,
+            wait_for,
+            max_characters,
+            text_sample,
         )
         answer = await self._ask(request, url=url, deadline=deadline, doing="extracting from")
         page: ExtractedPage = answer

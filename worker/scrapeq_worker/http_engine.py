@@ -329,6 +329,7 @@ class HttpEngine:
             wait_for=options.wait_for,
             max_characters=self.max_result_bytes,
             deadline=deadline,
+            text_sample=options.text_sample,
         )
         finished = time.monotonic()
         return PageOutcome(

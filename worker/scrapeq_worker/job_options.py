@@ -73,6 +73,11 @@ class JobOptions:
     # through one of them in turn; empty: the worker pool's upstream proxy, if any.
     upstream_proxies: tuple[UpstreamProxy, ...] = ()
 
+    @property
+    def text_sample(self) -> bool:
+        """The result carries the page's text sample: the job asked for no fields."""
+        return not self.fields
+
 
 def options_from_payload(
     payload: object,

@@ -98,6 +98,8 @@ def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:
         "links": outcome.extracted.links if outcome.extracted else [],
         "timing_ms": outcome.timing_ms,
     }
+    if outcome.extracted is not None and outcome.extracted.text_sample is not None:
+        document["text_sample"] = outcome.extracted.text_sample
     if outcome.extracted is None and outcome.content_length is not None:
         document["content_length"] = outcome.content_length
     if outcome.blocked_requests:

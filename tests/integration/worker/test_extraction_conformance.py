@@ -91,6 +91,22 @@ QUIRKS_FIELDS: dict[str, Any] = {
 }
 
 
+# Text in every shape the text sample meets: whitespace-only nodes, entities, wide spaces,
+# text in script/style/noscript/template (not part of it), characters outside the BMP (one
+# character each, though JavaScript counts two), and more than the sample keeps.
+TEXT_PAGE = (
+    """<!doctype html><html><head><title>Plain text</title><style>h1 { color: red }</style>
+</head><body>
+  <h1>Hello\u3000<em>world</em></h1>  <script>var hidden = "script text";</script>
+  <p>caf&eacute;&nbsp;&amp; <b>bar</b>\t\n</p><template><p>inside a template</p></template>
+  <noscript>enable scripts</noscript><style>p { margin: 0 }</style><!-- a comment -->
+  <ul><li>one<li>two</ul><svg><text>in svg</text></svg>
+  <div>"""
+    + "\U0001f600 word " * 400
+    + """</div></body></html>"""
+)
+
+
 def both_engines(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     rendered = {**payload, "render": True, "waitUntil": "load"}
     return rendered, {**payload, "render": False}
@@ -162,6 +178,49 @@ async def test_the_same_specs_give_identical_results_in_chromium_and_the_http_en
     ]
     quirks = (await job_row(connection, rows[1][1])).result["fields"]
     assert quirks == {"by_class": "Two", "by_id": "One", "items": ["a", "b"]}
+
+
+@pytest.mark.timeout(90)
+async def test_a_row_that_asks_for_no_fields_gets_the_same_title_and_text_sample_in_both_engines(
+    site: HostileSite, worker_settings: Any, connection: Connection
+) -> None:
+    site.pages["text"] = TEXT_PAGE
+    site.pages["empty"] = "<!doctype html><title>Empty</title><body> \n <script>1</script>"
+    rows: list[tuple[int, int]] = []
+    for name in ("text", "empty"):
+        rendered, static = both_engines({})
+        url = site.url(f"/page/{name}")
+        rows.append(
+            (
+                await insert_classic_row(connection, url, rendered),
+                await insert_classic_row(connection, url + "?static", static),
+            )
+        )
+    asks_for_fields = await insert_classic_row(
+        connection, site.url("/page/text?fields"), {"extract": {"heading": "h1"}}
+    )
+
+    await run_burst(worker_settings)
+
+    results = []
+    for browser_id, http_id in rows:
+        browser = await job_row(connection, browser_id)
+        http = await job_row(connection, http_id)
+        assert browser.status == "completed", browser.last_error
+        assert http.status == "completed", http.last_error
+        assert http.result.get("text_sample") == browser.result.get("text_sample")
+        assert http.result["title"] == browser.result["title"]
+        results.append(browser.result)
+    sample = results[0]["text_sample"]
+    assert sample.startswith("Hello world café & bar onetwoin svg \U0001f600 word \U0001f600 word")
+    assert len(sample) == 1000
+    for hidden in ("script text", "template", "enable scripts", "margin"):
+        assert hidden not in sample
+    assert results[0]["title"] == "Plain text"
+    assert "text_sample" not in results[1]
+    fields_row = await job_row(connection, asks_for_fields)
+    assert fields_row.status == "completed", fields_row.last_error
+    assert "text_sample" not in fields_row.result
 
 
 @pytest.mark.parametrize("selector", ["li >", "li:nth-child(", "::before-ish"])
