@@ -27,6 +27,7 @@ PAYLOAD_FIELDS = (
     "extract",
     "follow",
     "politeness",
+    "items",
 )
 # How many bad lines an error message quotes.
 QUOTED_BAD_LINES = 3

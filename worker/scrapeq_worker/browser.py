@@ -522,6 +522,7 @@ class BrowserPool:
             max_links=self.settings.max_links,
             max_result_bytes=self.settings.max_result_bytes,
             text_sample=options.text_sample,
+            items=options.items,
         )
         # One Runtime.evaluate round trip (pyppeteer's evaluate takes three).
         expression = f"({BROWSER_EXTRACT_SCRIPT.strip()})({json.dumps(argument)})"

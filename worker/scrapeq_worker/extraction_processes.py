@@ -39,6 +39,7 @@ from .extraction import (
     MAX_EXTRACTED_CHARACTERS,
     ExtractedPage,
     FieldSpec,
+    ItemsSpec,
     check_selector,
     extract_static,
 )
@@ -66,6 +67,7 @@ class _Request:
     wait_for: str | None
     max_characters: int
     text_sample: bool
+    items: ItemsSpec | None
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                     wait_for=request.wait_for,
                     max_characters=request.max_characters,
                     text_sample=request.text_sample,
+                    items=request.items,
                 )
                 answer = ("ok", page, "")
         except BadInput as error:
@@ -211,6 +214,7 @@ class ExtractionProcesses:
         max_characters: int = MAX_EXTRACTED_CHARACTERS,
         deadline: float,
         text_sample: bool = False,
+        items: ItemsSpec | None = None,
     ) -> ExtractedPage:
         """`extract_static` in a child, finished by `deadline` (time.monotonic()).
 
@@ -228,6 +232,7 @@ class ExtractionProcesses:
             wait_for,
             max_characters,
             text_sample,
+            items,
         )
         answer = await self._ask(request, url=url, deadline=deadline, doing="extracting from")
         page: ExtractedPage = answer

@@ -21,6 +21,7 @@ from typing import Final
 from urllib.parse import urljoin
 
 import aiohttp
+from scrapeq_queue.payload import ITEM_ELEMENT_SELECTOR
 from scrapeq_queue.sealed_credentials import Credentials
 
 from .credential_headers import request_headers
@@ -157,7 +158,16 @@ class HttpEngine:
         deadline = started + options.timeout_seconds
         # Reject selectors the static engine cannot parse before any network traffic.
         wanted = (*(spec.selector for spec in options.fields), follow_selector, options.wait_for)
-        selectors = list(dict.fromkeys(selector for selector in wanted if selector))
+        if options.items is not None:
+            wanted += (
+                options.items.selector,
+                *(spec.selector for spec in options.items.fields),
+            )
+        selectors = list(
+            dict.fromkeys(
+                selector for selector in wanted if selector and selector != ITEM_ELEMENT_SELECTOR
+            )
+        )
         if len(selectors) <= _SELECTORS_CHECKED_ON_LOOP:
             for selector in selectors:
                 check_selector(selector)
@@ -330,6 +340,7 @@ class HttpEngine:
             max_characters=self.max_result_bytes,
             deadline=deadline,
             text_sample=options.text_sample,
+            items=options.items,
         )
         finished = time.monotonic()
         return PageOutcome(

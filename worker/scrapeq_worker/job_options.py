@@ -21,7 +21,7 @@ from scrapeq_queue.sealed_credentials import Credentials, SealingError, SealingK
 
 from .egress_proxy import UpstreamProxy
 from .errors import BadInput, RetryLater, WorkerError
-from .extraction import FieldSpec, parse_fields
+from .extraction import FieldSpec, ItemsSpec, parse_fields, parse_items
 
 WaitUntil = Literal["load", "domcontentloaded", "networkidle0", "networkidle2"]
 
@@ -72,11 +72,13 @@ class JobOptions:
     # The job's own upstream proxies (spec.proxy, sealed with the credentials), each page
     # through one of them in turn; empty: the worker pool's upstream proxy, if any.
     upstream_proxies: tuple[UpstreamProxy, ...] = ()
+    # payload.items: one object per element matching its selector.
+    items: ItemsSpec | None = None
 
     @property
     def text_sample(self) -> bool:
-        """The result carries the page's text sample: the job asked for no fields."""
-        return not self.fields
+        """The result carries the page's text sample: the job asked for no fields or items."""
+        return not self.fields and self.items is None
 
 
 def options_from_payload(
@@ -146,6 +148,7 @@ def _read_options(
         credentials=credentials,
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),
+        items=parse_items(options.get("items")),
     )
 
 

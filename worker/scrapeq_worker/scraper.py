@@ -100,6 +100,10 @@ def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:
     }
     if outcome.extracted is not None and outcome.extracted.text_sample is not None:
         document["text_sample"] = outcome.extracted.text_sample
+    if outcome.extracted is not None and outcome.extracted.items is not None:
+        document["items"] = outcome.extracted.items
+    if outcome.extracted is not None and outcome.extracted.truncated:
+        document["truncated"] = list(outcome.extracted.truncated)
     if outcome.extracted is None and outcome.content_length is not None:
         document["content_length"] = outcome.content_length
     if outcome.blocked_requests:

@@ -107,6 +107,41 @@ TEXT_PAGE = (
 )
 
 
+# A product list: items whose fields are missing, nested lists of items, attributes, a selector
+# that reaches outside the item (as querySelectorAll does: the whole document decides whether an
+# element matches, only the item's descendants are returned) and a relative link under <base>.
+PRODUCTS = """<!doctype html><html><head><title>Products</title><base href="/shop/"></head>
+<body><div class="shop">
+<ul class="products">
+  <li class="product" data-sku="a1"><h2>Laptop <b>One</b></h2>
+    <span class="price">$1,299.00</span><a href="p/1">more</a>
+    <ul class="tags"><li>new</li><li>sale</li></ul></li>
+  <li class="product" data-sku="b2"><h2>Laptop Two</h2><a href="p/2?x=1">more</a>
+    <ul class="tags"></ul></li>
+  <li class="product featured" data-sku="c3"><h2>  Laptop\u00a0Three </h2>
+    <span class="price">1.499,50 EUR</span><span class="price">old</span>
+    <ul class="variants"><li class="product" data-sku="c3-s"><h2>Small</h2></li></ul></li>
+</ul></div></body></html>"""
+
+PRODUCT_ITEMS: dict[str, Any] = {
+    "selector": "li.product",
+    "fields": {
+        "name": "h2",
+        "bold": "h2 b",
+        "price": ".price",
+        "prices": {"selector": ".price", "all": True},
+        "sku": {"attribute": "data-sku"},
+        "class": {"selector": ":scope", "attribute": "class"},
+        "missing_attribute": {"selector": "", "attribute": "data-none"},
+        "link": {"selector": "a", "attribute": "href"},
+        "tags": {"selector": "ul.tags li", "all": True},
+        "outside": {"selector": "div.shop h2", "all": True},
+        "nested_products": {"selector": "li.product", "attribute": "data-sku", "all": True},
+        "itself_by_class": "li.product",
+    },
+}
+
+
 def both_engines(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     rendered = {**payload, "render": True, "waitUntil": "load"}
     return rendered, {**payload, "render": False}
@@ -181,6 +216,71 @@ async def test_the_same_specs_give_identical_results_in_chromium_and_the_http_en
 
 
 @pytest.mark.timeout(90)
+async def test_the_same_items_spec_gives_identical_items_in_chromium_and_the_http_engine(
+    site: HostileSite, worker_settings: Any, connection: Connection
+) -> None:
+    site.pages["products"] = PRODUCTS
+    cases = [
+        {"items": PRODUCT_ITEMS, "extract": {"heading": "h2"}},
+        {"items": {**PRODUCT_ITEMS, "limit": 2}},
+    ]
+    rows: list[tuple[int, int]] = []
+    for number, payload in enumerate(cases):
+        rendered, static = both_engines(payload)
+        url = site.url(f"/page/products?case={number}")
+        rows.append(
+            (
+                await insert_classic_row(connection, url, rendered),
+                await insert_classic_row(connection, url + "&static", static),
+            )
+        )
+
+    await run_burst(worker_settings)
+
+    results = []
+    for browser_id, http_id in rows:
+        browser = await job_row(connection, browser_id)
+        http = await job_row(connection, http_id)
+        assert browser.status == "completed", browser.last_error
+        assert http.status == "completed", http.last_error
+        assert http.result["items"] == browser.result["items"]
+        assert http.result["fields"] == browser.result["fields"]
+        assert http.result.get("truncated") == browser.result.get("truncated")
+        assert "text_sample" not in browser.result
+        results.append(browser.result)
+    items = results[0]["items"]
+    assert [item["sku"] for item in items] == ["a1", "b2", "c3", "c3-s"]
+    first, second, third, nested = items
+    assert first == {
+        "name": "Laptop One",
+        "bold": "One",
+        "price": "$1,299.00",
+        "prices": ["$1,299.00"],
+        "sku": "a1",
+        "class": "product",
+        "missing_attribute": None,
+        "link": "p/1",
+        "tags": ["new", "sale"],
+        "outside": ["Laptop One"],
+        "nested_products": [],
+        "itself_by_class": None,
+    }
+    assert second["price"] is None
+    assert second["prices"] == []
+    assert second["tags"] == []
+    assert third["name"] == "Laptop Three"
+    assert third["prices"] == ["1.499,50 EUR", "old"]
+    assert third["class"] == "product featured"
+    assert third["outside"] == ["Laptop Three", "Small"]
+    assert third["nested_products"] == ["c3-s"]
+    assert third["itself_by_class"] == "Small"
+    assert nested["name"] == "Small"
+    assert "truncated" not in results[0]
+    assert [item["sku"] for item in results[1]["items"]] == ["a1", "b2"]
+    assert results[1]["truncated"] == ["items"]
+
+
+@pytest.mark.timeout(90)
 async def test_a_row_that_asks_for_no_fields_gets_the_same_title_and_text_sample_in_both_engines(
     site: HostileSite, worker_settings: Any, connection: Connection
 ) -> None:
@@ -241,3 +341,27 @@ async def test_a_selector_either_engine_cannot_parse_fails_both_rows_as_bad_sele
         assert row.status == "failed"
         assert row.last_reason == "bad_selector"
         assert selector in (row.last_error or "")
+
+
+@pytest.mark.parametrize("where", ["item", "field"])
+async def test_an_items_selector_either_engine_cannot_parse_fails_both_rows_as_bad_selector(
+    site: HostileSite, worker_settings: Any, connection: Connection, where: str
+) -> None:
+    site.pages["list"] = "<ul><li>a</li></ul>"
+    items = (
+        {"selector": "li >", "fields": {"x": ""}}
+        if where == "item"
+        else {"selector": "li", "fields": {"x": "b:nth-child("}}
+    )
+    rendered, static = both_engines({"items": items})
+    ids = [
+        await insert_classic_row(connection, site.url("/page/list"), rendered),
+        await insert_classic_row(connection, site.url("/page/list?static"), static),
+    ]
+
+    await run_burst(worker_settings)
+
+    for job_id in ids:
+        row = await job_row(connection, job_id)
+        assert row.status == "failed"
+        assert row.last_reason == "bad_selector"

@@ -35,6 +35,11 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             Credentials(origins=("https://shop.example:443",), headers={"X-Token": "t"})
         ),
         "politeness": {"maxConcurrentPerHost": 4, "delaySeconds": 1.5, "respectRobotsTxt": True},
+        "items": {
+            "selector": "li.product",
+            "fields": {"name": "h2", "sku": {"attribute": "data-sku"}, "itself": ""},
+            "limit": 100,
+        },
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
@@ -227,3 +232,42 @@ def test_a_payload_with_thousands_of_problems_names_a_bounded_number_of_them() -
     assert problems[-1] == "and 4980 more problems"
     (long_name,) = validate_payload({"x" * 100_000: 1})
     assert len(long_name) < 300
+
+
+@pytest.mark.parametrize(
+    ("items", "fragment"),
+    [
+        ([], 'items must be an object {"selector": ...'),
+        ({"fields": {"a": "b"}}, "items.selector must be a CSS selector of 1-1024 characters"),
+        ({"selector": "li", "fields": {}}, "items.fields must be a non-empty object"),
+        ({"selector": "li", "fields": {"a": "b"}, "limit": 0}, "items.limit must be an integer"),
+        ({"selector": "li", "fields": {"a": "b"}, "limit": 10_001}, "from 1 to 10000"),
+        ({"selector": "li", "fields": {"a": "b"}, "sort": 1}, "items has unknown keys: sort"),
+        ({"selector": "li", "fields": {"a": 3}}, "items.fields.a must be a selector string"),
+        ({"selector": "li", "fields": {"a": {"attribute": 3}}}, "items.fields.a.attribute must"),
+        ({"selector": "li", "fields": {"a": ":scope > b"}}, "items.fields.a.selector may be"),
+        ({"selector": "li", "fields": {"a": {"all": "yes"}}}, "items.fields.a.all must be"),
+    ],
+)
+def test_a_bad_items_spec_is_reported_by_name(items: object, fragment: str) -> None:
+    problems = validate_payload({"items": items})
+    assert any(fragment in problem for problem in problems), problems
+
+
+def test_items_fields_are_bounded_like_extract_fields() -> None:
+    fields = {f"f{number}": "b" for number in range(51)}
+    (problem,) = validate_payload({"items": {"selector": "li", "fields": fields}})
+    assert problem == "items.fields has 51 fields; at most 50 are allowed"
+
+
+def test_an_item_field_without_a_selector_or_with_an_empty_one_reads_the_element_itself() -> None:
+    from scrapeq_queue.payload import item_fields_as_extract
+
+    assert item_fields_as_extract(
+        {"a": "", "b": {"attribute": "href"}, "c": {"selector": " "}, "d": "b"}
+    ) == {
+        "a": ":scope",
+        "b": {"attribute": "href", "selector": ":scope"},
+        "c": {"selector": ":scope"},
+        "d": "b",
+    }
