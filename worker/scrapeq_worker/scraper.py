@@ -17,6 +17,7 @@ from .following import FollowPlan, follow_dropped, plan_follow, select_links
 from .http_engine import HttpEngine
 from .job_options import FollowOptions, JobOptions
 from .metrics import WorkerMetrics
+from .transforms import transform_page
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,8 @@ class Scraper:
         finally:
             if gauge is not None:
                 gauge.dec()
+        if outcome.extracted is not None:
+            transform_page(outcome.extracted, options.fields, options.items)
         plan = FollowPlan(())
         document = result_document(outcome, engine)
         if follow is not None and outcome.extracted is not None:

@@ -281,6 +281,76 @@ async def test_the_same_items_spec_gives_identical_items_in_chromium_and_the_htt
 
 
 @pytest.mark.timeout(90)
+async def test_transforms_give_identical_values_after_either_engine(
+    site: HostileSite, worker_settings: Any, connection: Connection
+) -> None:
+    site.pages["products"] = PRODUCTS
+    payload = {
+        "extract": {
+            "count": {"selector": "li.product", "all": True, "transforms": [{"type": "join"}]},
+            "first_price": {"selector": ".price", "transforms": [{"type": "price"}]},
+        },
+        "items": {
+            "selector": "ul.products > li.product",
+            "fields": {
+                "name": {"selector": "h2", "transforms": [{"type": "uppercase"}]},
+                "price": {
+                    "selector": ".price",
+                    "transforms": [
+                        {"type": "regex", "pattern": "[0-9][0-9.,]*", "group": 0},
+                        {"type": "price", "decimal": ",", "currency": "EUR"},
+                    ],
+                },
+                "url": {
+                    "selector": "a",
+                    "attribute": "href",
+                    "transforms": [{"type": "absoluteUrl"}],
+                },
+                "sku": {
+                    "attribute": "data-sku",
+                    "transforms": [{"type": "regex", "pattern": "^([a-z])"}, {"type": "uppercase"}],
+                },
+                "tags": {
+                    "selector": "ul.tags li",
+                    "all": True,
+                    "transforms": [
+                        {"type": "join", "separator": "|"},
+                        {"type": "default", "value": "none"},
+                    ],
+                },
+                "class": {"attribute": "class", "transforms": [{"type": "number"}]},
+            },
+        },
+    }
+    rendered, static = both_engines(payload)
+    url = site.url("/page/products?transforms")
+    browser_id = await insert_classic_row(connection, url, rendered)
+    http_id = await insert_classic_row(connection, url + "&static", static)
+
+    await run_burst(worker_settings)
+
+    browser = await job_row(connection, browser_id)
+    http = await job_row(connection, http_id)
+    assert browser.status == "completed", browser.last_error
+    assert http.status == "completed", http.last_error
+    assert http.result["items"] == browser.result["items"]
+    assert http.result["fields"] == browser.result["fields"]
+    assert browser.result["fields"]["first_price"] == {"amount": 1299.0, "currency": "USD"}
+    first, second, third = browser.result["items"]
+    assert first["name"] == "LAPTOP ONE"
+    assert first["url"] == site.url("/shop/p/1")
+    assert second["url"] == site.url("/shop/p/2?x=1")
+    assert third["url"] is None
+    # "$1,299.00" read as the job said, with a decimal comma: 1.299.
+    assert first["price"] == {"amount": 1.299, "currency": "EUR"}
+    assert second["price"] is None
+    assert third["price"] == {"amount": 1499.5, "currency": "EUR"}
+    assert [item["sku"] for item in (first, second, third)] == ["A", "B", "C"]
+    assert [item["tags"] for item in (first, second, third)] == ["new|sale", "none", "none"]
+    assert first["class"] is None
+
+
+@pytest.mark.timeout(90)
 async def test_a_row_that_asks_for_no_fields_gets_the_same_title_and_text_sample_in_both_engines(
     site: HostileSite, worker_settings: Any, connection: Connection
 ) -> None:

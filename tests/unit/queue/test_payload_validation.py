@@ -271,3 +271,63 @@ def test_an_item_field_without_a_selector_or_with_an_empty_one_reads_the_element
         "c": {"selector": ":scope"},
         "d": "b",
     }
+
+
+def test_every_transform_is_accepted_with_valid_options() -> None:
+    transforms = [
+        {"type": "trim"},
+        {"type": "lowercase"},
+        {"type": "uppercase"},
+        {"type": "number", "decimal": ",", "thousands": "."},
+        {"type": "price", "decimal": ".", "thousands": "", "currency": "CAD"},
+        {"type": "regex", "pattern": r"SKU-(\d+)", "group": 1},
+        {"type": "absoluteUrl"},
+        {"type": "join", "separator": ", "},
+        {"type": "default", "value": "n/a"},
+    ]
+    from scrapeq_queue.payload import TRANSFORM_KEYS
+
+    assert {transform["type"] for transform in transforms} == set(TRANSFORM_KEYS)
+    payload = {
+        "extract": {"a": {"selector": "b", "transforms": transforms[:9]}},
+        "items": {
+            "selector": "li",
+            "fields": {"a": {"transforms": [{"type": "default", "value": 0}]}},
+        },
+    }
+    assert validate_payload(payload) == []
+
+
+@pytest.mark.parametrize(
+    ("transforms", "fragment"),
+    [
+        ("trim", "extract.f.transforms must be a list of at most 10 transforms"),
+        ([{"type": "trim"}] * 11, "must be a list of at most 10 transforms"),
+        (["trim"], 'extract.f.transforms[0] must be an object {"type": ...} with type one of'),
+        ([{"type": "eval"}], "with type one of trim, lowercase"),
+        ([{"type": "trim", "pattern": "x"}], "transforms[0] (trim) has unknown keys: pattern"),
+        ([{"type": "number", "decimal": ";"}], '(number) decimal must be "." or ","'),
+        ([{"type": "number", "decimal": ",", "thousands": ","}], "differ from decimal"),
+        ([{"type": "price", "currency": "usd"}], "currency must be an ISO 4217 code"),
+        ([{"type": "regex"}], "(regex) pattern must be a regular expression of 1-1024"),
+        ([{"type": "regex", "pattern": "x" * 1025}], "pattern must be a regular expression"),
+        ([{"type": "regex", "pattern": r"(a)\1"}], "is not a valid regular expression"),
+        ([{"type": "regex", "pattern": r"(?=a)"}], "no backreferences"),
+        ([{"type": "regex", "pattern": "(a)", "group": 2}], "group must be an integer from 0 to 1"),
+        ([{"type": "join", "separator": 1}], "separator must be a string of at most 64"),
+        ([{"type": "default", "value": [1]}], "value must be a string of at most 1024"),
+        ([{"type": "default", "value": "x" * 1025}], "value must be a string of at most 1024"),
+    ],
+)
+def test_a_bad_transform_is_reported_by_field_position_and_kind(
+    transforms: object, fragment: str
+) -> None:
+    problems = validate_payload({"extract": {"f": {"selector": "b", "transforms": transforms}}})
+    assert any(fragment in problem for problem in problems), problems
+
+
+def test_a_bad_item_field_transform_is_reported_under_items() -> None:
+    (problem,) = validate_payload(
+        {"items": {"selector": "li", "fields": {"f": {"transforms": [{"type": "nope"}]}}}}
+    )
+    assert problem.startswith("items.fields.f.transforms[0] must be an object")
