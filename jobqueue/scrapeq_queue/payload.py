@@ -95,6 +95,8 @@ MAX_DEFAULT_VALUE_CHARS: Final = 1024
 # number/price: the decimal separator, and the thousands separators that may go with it.
 DECIMAL_SEPARATORS: Final = (".", ",")
 THOUSANDS_SEPARATORS: Final = (",", ".", " ", "'", "")
+# structuredData: the syntaxes a page's structured data is read in (`true`: all of them).
+STRUCTURED_DATA_SYNTAXES: Final = ("json-ld", "microdata", "opengraph")
 # RFC 9110 token characters: what a header name may be made of.
 _TOKEN_CHARACTERS: Final = frozenset(
     "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -553,6 +555,29 @@ def _regex_problems(transform: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def _check_structured_data(value: object) -> list[str]:
+    if isinstance(value, bool) or (
+        isinstance(value, list)
+        and value
+        and all(syntax in STRUCTURED_DATA_SYNTAXES for syntax in value)
+        and len(set(value)) == len(value)
+    ):
+        return []
+    return [
+        "structuredData must be true, false or a list of distinct syntaxes from "
+        + ", ".join(STRUCTURED_DATA_SYNTAXES)
+    ]
+
+
+def structured_data_syntaxes(value: object) -> tuple[str, ...]:
+    """The syntaxes a valid structuredData option asks for (`true`: all; `false`: none)."""
+    if value is True:
+        return STRUCTURED_DATA_SYNTAXES
+    if isinstance(value, list):
+        return tuple(str(syntax) for syntax in value)
+    return ()
+
+
 def _check_patterns(name: str, value: object) -> list[str]:
     """A list of regular expressions (RE2 syntax, searched anywhere in the URL)."""
     if not isinstance(value, list) or len(value) > MAX_FOLLOW_PATTERNS:
@@ -650,6 +675,7 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "blockResources": lambda value: check_resource_kinds("blockResources", value),
     "politeness": _check_politeness,
     "items": _check_items,
+    "structuredData": _check_structured_data,
 }
 
 

@@ -28,6 +28,7 @@ PAYLOAD_FIELDS = (
     "follow",
     "politeness",
     "items",
+    "structuredData",
 )
 # How many bad lines an error message quotes.
 QUOTED_BAD_LINES = 3

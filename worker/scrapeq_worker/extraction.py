@@ -41,6 +41,7 @@ from scrapeq_queue.payload import (
 from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
 from .errors import BadInput, PermanentFailure
+from .structured_data import StructuredData, read_structured_data
 
 # Links kept per page (for following and for the result): enough for a listing page.
 DEFAULT_MAX_LINKS = 500
@@ -194,6 +195,10 @@ class ExtractedPage:
     truncated: list[str] = field(default_factory=list)
     # The URL the page's relative links resolve against (its <base href>, else its final URL).
     link_base: str | None = None
+    # What structuredData asked for, once read.
+    structured_data: StructuredData | None = None
+    # A rendered page's HTML, when its structured data is still to be read (never stored).
+    document_html: str | None = None
 
 
 @dataclass
@@ -378,9 +383,17 @@ async (spec) => {
     }
     textSample = Array.from(out).slice(0, spec.textSample).join('') || null;
   }
+  // The rendered document for its structured data, unless it is larger than a page may be.
+  let documentHtml = null, documentHtmlTooLarge = false;
+  if (spec.documentHtmlChars > 0 && document.documentElement) {
+    const html = document.documentElement.outerHTML;
+    if (html.length > spec.documentHtmlChars) documentHtmlTooLarge = true;
+    else documentHtml = html;
+  }
   const base = document.querySelector('base[href]');
   const baseHref = base ? base.getAttribute('href') : null;
   return {fields, items, itemsCut, title, links: hrefs('a[href]'), follow, textSample,
+          documentHtml, documentHtmlTooLarge,
           baseHref: baseHref !== null && baseHref.length <= spec.linkChars ? baseHref : null,
           finalUrl: location.href, contentType: document.contentType};
 }
@@ -397,13 +410,16 @@ def browser_script_argument(
     max_result_bytes: int,
     text_sample: bool = False,
     items: ItemsSpec | None = None,
+    document_html_chars: int = 0,
 ) -> dict[str, Any]:
     """The JSON argument `BROWSER_EXTRACT_SCRIPT` expects. `max_result_bytes` (the stored
     result's limit) bounds what the script copies out of the page: field values together at
     that many characters, each list of raw links at LINK_CHARS_PER_LINK per kept link.
     `text_sample`: read the page's text sample (TEXT_SAMPLE_CHARACTERS). `items`: read them
-    after the fields, from the same budget."""
+    after the fields, from the same budget. `document_html_chars`: hand over the rendered
+    document's HTML when it has at most that many characters (0: never)."""
     return {
+        "documentHtmlChars": document_html_chars,
         "items": items.as_json() if items is not None else None,
         "itemElement": ITEM_ELEMENT_SELECTOR,
         "textSample": TEXT_SAMPLE_CHARACTERS if text_sample else 0,
@@ -440,8 +456,12 @@ def page_from_browser(
         follow=resolve_links(raw.get("follow") or [], base, max_links),
         text_sample=raw.get("textSample") or None,
         items=list(raw["items"]) if raw.get("items") is not None else None,
-        truncated=["items"] if raw.get("itemsCut") else [],
+        truncated=[
+            *(["items"] if raw.get("itemsCut") else []),
+            *(["structured_data"] if raw.get("documentHtmlTooLarge") else []),
+        ],
         link_base=base,
+        document_html=raw.get("documentHtml"),
     )
 
 
@@ -583,6 +603,7 @@ def extract_static(
     wait_for: str | None = None,
     text_sample: bool = False,
     items: ItemsSpec | None = None,
+    structured_data: Sequence[str] = (),
 ) -> ExtractedPage:
     """Extract fields, title and links from an HTML document without a browser, with the same
     meaning as BROWSER_EXTRACT_SCRIPT. Raises BadInput for a selector lexbor cannot parse.
@@ -594,6 +615,7 @@ def extract_static(
     `wait_for`: a selector that must match (PermanentFailure `wait_for_timeout` otherwise; the
     static HTML is all there is to wait for). `text_sample`: read the page's text sample.
     `items`: read after the fields, from the same budget, as the browser script reads them.
+    `structured_data`: the syntaxes of the page's structured data to read (structured_data.py).
 
     CPU-bound and unbounded in time on hostile HTML (a parse of deeply nested lists takes
     seconds): the worker runs it in a child process within the job's time
@@ -656,6 +678,8 @@ def extract_static(
     page.links = resolve_links(_hrefs(document, "a[href]", candidates), base, max_links)
     if follow_selector:
         page.follow = resolve_links(_hrefs(document, follow_selector, candidates), base, max_links)
+    if structured_data:
+        page.structured_data = read_structured_data(html, base, structured_data)
     if text_sample and document.body is not None:
         page.text_sample = _text_sample(document.body, TEXT_SAMPLE_CHARACTERS) or None
     return page
@@ -771,7 +795,7 @@ def cap_result(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
         slots.extend((f"fields.{name}", fields, name) for name in fields)
     slots.extend(
         (key, result, key)
-        for key in ("items", "links", "follow", "title", "text_sample")
+        for key in ("items", "structured_data", "links", "follow", "title", "text_sample")
         if result.get(key)
     )
     sizes = [_size(container[key]) for _, container, key in slots]

@@ -43,6 +43,7 @@ from .extraction import (
     check_selector,
     extract_static,
 )
+from .structured_data import StructuredData, read_structured_data
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,14 @@ class _Request:
     max_characters: int
     text_sample: bool
     items: ItemsSpec | None
+    structured_data: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _StructuredDataRequest:
+    html: str
+    base_url: str
+    syntaxes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,9 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                 for selector in request.selectors:
                     check_selector(selector)
                 answer = ("ok", None, "")
+            elif isinstance(request, _StructuredDataRequest):
+                found = read_structured_data(request.html, request.base_url, request.syntaxes)
+                answer = ("ok", found, "")
             else:
                 page = extract_static(
                     request.html,
@@ -103,6 +115,7 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                     max_characters=request.max_characters,
                     text_sample=request.text_sample,
                     items=request.items,
+                    structured_data=request.structured_data,
                 )
                 answer = ("ok", page, "")
         except BadInput as error:
@@ -215,6 +228,7 @@ class ExtractionProcesses:
         deadline: float,
         text_sample: bool = False,
         items: ItemsSpec | None = None,
+        structured_data: Sequence[str] = (),
     ) -> ExtractedPage:
         """`extract_static` in a child, finished by `deadline` (time.monotonic()).
 
@@ -233,10 +247,22 @@ class ExtractionProcesses:
             max_characters,
             text_sample,
             items,
+            tuple(structured_data),
         )
         answer = await self._ask(request, url=url, deadline=deadline, doing="extracting from")
         page: ExtractedPage = answer
         return page
+
+    async def structured_data(
+        self, html: str, syntaxes: Sequence[str], *, url: str, base_url: str, deadline: float
+    ) -> StructuredData:
+        """A rendered page's structured data (structured_data.py) read in a child by
+        `deadline`; the same errors as `extract` (RetryLater `timeout` when it passes)."""
+        request = _StructuredDataRequest(html, base_url, tuple(syntaxes))
+        found: StructuredData = await self._ask(
+            request, url=url, deadline=deadline, doing="reading the structured data of"
+        )
+        return found
 
     async def check_selectors(self, selectors: Sequence[str], *, url: str, deadline: float) -> None:
         """Raise BadInput(bad_selector) for the first selector lexbor cannot parse, checked in

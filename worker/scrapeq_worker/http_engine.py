@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Final
 from urllib.parse import urljoin
 
@@ -37,6 +37,7 @@ from .extraction_processes import DEFAULT_PROCESSES, ExtractionProcesses
 from .http_status import charset_of, check_status, is_html
 from .job_options import JobOptions
 from .network_guard import GuardedResolver, NetworkGuard
+from .structured_data import StructuredData
 from .user_agent import DEFAULT_USER_AGENT
 
 # Browsers stop at 20 redirects; a scraper that needs more is being led in circles.
@@ -341,6 +342,7 @@ class HttpEngine:
             deadline=deadline,
             text_sample=options.text_sample,
             items=options.items,
+            structured_data=options.structured_data,
         )
         finished = time.monotonic()
         return PageOutcome(
@@ -355,6 +357,17 @@ class HttpEngine:
                 "extract_ms": round((finished - loaded) * 1000, 1),
                 "total_ms": round((finished - started) * 1000, 1),
             },
+        )
+
+    async def structured_data(
+        self, html: str, syntaxes: Sequence[str], *, url: str, base_url: str, deadline: float
+    ) -> StructuredData:
+        """The structured data of a rendered page's `html`, read in one of this engine's
+        extraction processes by `deadline` (the parse is the same for both engines)."""
+        if self.extraction is None:
+            raise RetryLater("the worker is stopping", reason="internal_error")
+        return await self.extraction.structured_data(
+            html, syntaxes, url=url, base_url=base_url, deadline=deadline
         )
 
     def _too_large(self, url: str) -> PermanentFailure:

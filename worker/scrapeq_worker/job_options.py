@@ -15,6 +15,7 @@ from scrapeq_queue.payload import (
     DEFAULT_FOLLOW_MAX_PAGES,
     URLPattern,
     compile_url_pattern,
+    structured_data_syntaxes,
     validate_payload,
 )
 from scrapeq_queue.sealed_credentials import Credentials, SealingError, SealingKeys
@@ -74,6 +75,8 @@ class JobOptions:
     upstream_proxies: tuple[UpstreamProxy, ...] = ()
     # payload.items: one object per element matching its selector.
     items: ItemsSpec | None = None
+    # payload.structuredData: the syntaxes of the page's structured data to read.
+    structured_data: tuple[str, ...] = ()
 
     @property
     def text_sample(self) -> bool:
@@ -149,6 +152,7 @@ def _read_options(
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),
         items=parse_items(options.get("items")),
+        structured_data=structured_data_syntaxes(options.get("structuredData")),
     )
 
 

@@ -8,6 +8,7 @@ module is where a `ClaimedJob`'s URL and options meet an engine.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,7 @@ class Scraper:
         ScrapeJob's uid) picks the browser contexts the page may share state with."""
         follow = options.follow if options.follow and depth < options.follow.max_depth else None
         follow_selector = follow.selector if follow else None
+        deadline = time.monotonic() + options.timeout_seconds
         engine = "browser" if options.render else "http"
         gauge = self._metrics.pages_in_flight.labels(engine) if self._metrics else None
         if gauge is not None:
@@ -69,6 +71,7 @@ class Scraper:
                 gauge.dec()
         if outcome.extracted is not None:
             transform_page(outcome.extracted, options.fields, options.items)
+            await self._read_structured_data(outcome, options, deadline)
         plan = FollowPlan(())
         document = result_document(outcome, engine)
         if follow is not None and outcome.extracted is not None:
@@ -84,6 +87,23 @@ class Scraper:
             result=cap_result(document, self.max_result_bytes),
             follow_urls=plan.urls,
             follow=follow,
+        )
+
+    async def _read_structured_data(
+        self, outcome: PageOutcome, options: JobOptions, deadline: float
+    ) -> None:
+        """A rendered page's structured data, read from its HTML in an extraction process (the
+        static engine reads it with the page)."""
+        page = outcome.extracted
+        if page is None or page.document_html is None:
+            return
+        html, page.document_html = page.document_html, None
+        page.structured_data = await self.http.structured_data(
+            html,
+            options.structured_data,
+            url=outcome.final_url or outcome.url,
+            base_url=page.link_base or outcome.final_url or outcome.url,
+            deadline=deadline,
         )
 
 
@@ -105,6 +125,10 @@ def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:
         document["text_sample"] = outcome.extracted.text_sample
     if outcome.extracted is not None and outcome.extracted.items is not None:
         document["items"] = outcome.extracted.items
+    if outcome.extracted is not None and outcome.extracted.structured_data is not None:
+        document["structured_data"] = outcome.extracted.structured_data.items
+        if outcome.extracted.structured_data.errors:
+            document["structured_data_errors"] = outcome.extracted.structured_data.errors
     if outcome.extracted is not None and outcome.extracted.truncated:
         document["truncated"] = list(outcome.extracted.truncated)
     if outcome.extracted is None and outcome.content_length is not None:

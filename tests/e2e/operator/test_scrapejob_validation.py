@@ -143,6 +143,12 @@ pytestmark = pytest.mark.controlplane
             },
             "pattern and group belong to a regex transform",
         ),
+        ({"url": "https://a.example.com/", "structuredData": ["rdfa"]}, "spec.structuredData"),
+        (
+            {"url": "https://a.example.com/", "structuredData": ["json-ld", "json-ld"]},
+            "spec.structuredData",
+        ),
+        ({"url": "https://a.example.com/", "structuredData": True}, "spec.structuredData"),
     ],
 )
 def test_an_invalid_scrapejob_is_rejected_with_a_readable_message(
@@ -195,7 +201,7 @@ def test_a_valid_scrapejob_gets_its_defaults(kubectl: Kubectl, namespace: str) -
     assert (spec["queue"], spec["priority"], spec["parser"]) == ("default", 0, "default")
 
 
-def test_a_scrapejob_with_items_and_every_transform_is_accepted(
+def test_a_scrapejob_with_items_every_transform_and_structured_data_is_accepted(
     kubectl: Kubectl, namespace: str
 ) -> None:
     transforms = [
@@ -232,6 +238,11 @@ def test_a_scrapejob_with_items_and_every_transform_is_accepted(
         }
     )
     spec = kubectl.get("scrapejob", "items", namespace)["spec"]
+    manifest = scrapejob(
+        "structured", url="https://a.example.com/", structuredData=["json-ld", "opengraph"]
+    )
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.create(manifest)
     assert spec["items"]["limit"] == 1000
     assert spec["extract"]["price"]["transforms"] == transforms
 

@@ -40,6 +40,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             "fields": {"name": "h2", "sku": {"attribute": "data-sku"}, "itself": ""},
             "limit": 100,
         },
+        "structuredData": ["json-ld", "opengraph"],
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
@@ -331,3 +332,17 @@ def test_a_bad_item_field_transform_is_reported_under_items() -> None:
         {"items": {"selector": "li", "fields": {"f": {"transforms": [{"type": "nope"}]}}}}
     )
     assert problem.startswith("items.fields.f.transforms[0] must be an object")
+
+
+@pytest.mark.parametrize("value", [True, False, ["json-ld"], ["opengraph", "microdata", "json-ld"]])
+def test_structured_data_is_true_false_or_a_list_of_syntaxes(value: object) -> None:
+    assert validate_payload({"structuredData": value}) == []
+
+
+@pytest.mark.parametrize("value", [[], ["rdfa"], ["json-ld", "json-ld"], "json-ld", 1, None])
+def test_a_bad_structured_data_option_names_the_syntaxes(value: object) -> None:
+    (problem,) = validate_payload({"structuredData": value})
+    assert problem == (
+        "structuredData must be true, false or a list of distinct syntaxes from "
+        "json-ld, microdata, opengraph"
+    )
