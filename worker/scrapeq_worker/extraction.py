@@ -1,4 +1,5 @@
-"""Turning a page into the job's result: named fields from CSS selectors, title, links.
+"""Turning a page into the job's result: named fields and items from CSS selectors, title,
+links, and the text sample of a job that asks for no fields.
 
 One extract spec means the same thing in both engines. Rendered pages are extracted inside
 Chromium (`BROWSER_EXTRACT_SCRIPT`, after the page's scripts ran); `render: false` pages by
@@ -8,8 +9,11 @@ kept apart) and a CSS Selectors Level 4 engine (`:nth-child`, `+`, `~`, `:not`, 
 attribute selectors with `i`). Everything around the selector engines is one definition used by
 both: whitespace normalisation (`WHITESPACE_CLASS`, the same characters in JavaScript and
 Python), missing elements and attributes (`null`), `all` (a list, in document order, each
-element once), the title (the text of the first `title` element), and links (raw `href`
-values resolved, filtered and deduplicated here, in Python, for both engines). A conformance
+element once), items (each field read inside its element as `element.querySelector` reads,
+`:scope` for the element itself), the title (the text of the first `title` element), the text
+sample (the body's text without script, style, noscript and template text, read node by node
+until it has enough), and links (raw `href` values resolved, filtered and deduplicated here, in
+Python, for both engines). Transforms run after either engine (transforms.py). A conformance
 test runs the same specs against the same pages in both and requires identical results.
 
 XPath is offered in neither engine: lxml's XPath would run over libxml2's tree, which is not

@@ -111,3 +111,29 @@ async def test_a_rendered_page_gives_the_structured_data_its_scripts_made(
         ]
     }
     assert http.result["structured_data"] == {"json-ld": []}
+
+
+async def test_a_rendered_document_larger_than_a_page_may_be_is_not_parsed_and_is_named(
+    site: HostileSite, worker_settings: Any, connection: Connection
+) -> None:
+    # A few hundred bytes of script make 60,000 characters of document: the page's download
+    # stays far under the limit, its rendered HTML does not.
+    site.pages["grown"] = (
+        "<!doctype html><html><head><title>Grown</title></head><body><script>"
+        "document.body.appendChild(document.createElement('p')).textContent ="
+        " 'x'.repeat(60000);</script></body></html>"
+    )
+    site.pages["small"] = PRODUCT
+    rendered, _ = both_engines({"structuredData": ["json-ld"]})
+    grown_id = await insert_classic_row(connection, site.url("/page/grown"), rendered)
+    small_id = await insert_classic_row(connection, site.url("/page/small"), rendered)
+
+    await run_burst(worker_settings, max_response_bytes=20_000)
+
+    grown = await job_row(connection, grown_id)
+    assert grown.status == "completed", grown.last_error
+    assert "structured_data" not in grown.result
+    assert grown.result["truncated"] == ["structured_data"]
+    small = await job_row(connection, small_id)
+    assert small.status == "completed", small.last_error
+    assert small.result["structured_data"]["json-ld"][0]["name"] == "Laptop One"
