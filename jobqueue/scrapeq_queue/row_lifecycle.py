@@ -92,10 +92,11 @@ def job_from_row(row: Sequence[Any]) -> ClaimedJob:
     )
 
 
-def _unworkable(row: Sequence[Any]) -> tuple[str, str] | None:
+def unworkable(row: Sequence[Any]) -> tuple[str, str] | None:
     """(reason, error) when no worker can run a claimed row: its payload breaks a rule, or its
-    URL cannot be fetched by any engine; None when it can be tried."""
-    problems = validate_payload(row[4])
+    URL cannot be fetched by any engine; None when it can be tried. The payload is what the
+    claim's cursor loaded with load_payload (row_loading.py), its bounds already checked."""
+    problems = validate_payload(row[4], loaded=True)
     if problems:
         return INVALID_PAYLOAD_REASON, "invalid payload: " + "; ".join(problems)
     url_problem = target_problem(row[2])
@@ -164,7 +165,7 @@ async def claim_jobs(
         jobs: list[ClaimedJob] = []
         for row in rows:
             try:
-                failure = _unworkable(row) if reject_invalid_payloads else None
+                failure = unworkable(row) if reject_invalid_payloads else None
                 job = job_from_row(row)
             except Exception as unreadable:  # no rule foresaw it: the row's failure alone
                 logger.exception("job %s: its claimed row could not be read", row[0])
