@@ -44,6 +44,7 @@ from .extraction import (
     extract_static,
 )
 from .structured_data import StructuredData, read_structured_data
+from .transforms import transform_page
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,13 @@ class _Request:
     text_sample: bool
     items: ItemsSpec | None
     structured_data: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _TransformRequest:
+    page: ExtractedPage
+    fields: tuple[FieldSpec, ...]
+    items: ItemsSpec | None
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,9 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                 for selector in request.selectors:
                     check_selector(selector)
                 answer = ("ok", None, "")
+            elif isinstance(request, _TransformRequest):
+                transform_page(request.page, request.fields, request.items)
+                answer = ("ok", request.page, "")
             elif isinstance(request, _StructuredDataRequest):
                 found = read_structured_data(request.html, request.base_url, request.syntaxes)
                 answer = ("ok", found, "")
@@ -252,6 +263,25 @@ class ExtractionProcesses:
         answer = await self._ask(request, url=url, deadline=deadline, doing="extracting from")
         page: ExtractedPage = answer
         return page
+
+    async def transform(
+        self,
+        page: ExtractedPage,
+        fields: Sequence[FieldSpec],
+        items: ItemsSpec | None,
+        *,
+        url: str,
+        deadline: float,
+    ) -> ExtractedPage:
+        """`page` with its fields' transforms applied (transforms.py) in a child by `deadline`:
+        a page's values can be tens of thousands of short strings, each resolved or parsed
+        (seconds of CPU at the result limit), so never on the event loop. The same errors as
+        `extract`."""
+        request = _TransformRequest(page, tuple(fields), items)
+        transformed: ExtractedPage = await self._ask(
+            request, url=url, deadline=deadline, doing="transforming the values of"
+        )
+        return transformed
 
     async def structured_data(
         self, html: str, syntaxes: Sequence[str], *, url: str, base_url: str, deadline: float

@@ -30,6 +30,9 @@ from .errors import BlockedRequest, PermanentFailure, RetryLater
 from .extraction import (
     DEFAULT_MAX_LINKS,
     MAX_EXTRACTED_CHARACTERS,
+    ExtractedPage,
+    FieldSpec,
+    ItemsSpec,
     PageOutcome,
     check_selector,
 )
@@ -358,6 +361,21 @@ class HttpEngine:
                 "total_ms": round((finished - started) * 1000, 1),
             },
         )
+
+    async def transform(
+        self,
+        page: ExtractedPage,
+        fields: Sequence[FieldSpec],
+        items: ItemsSpec | None,
+        *,
+        url: str,
+        deadline: float,
+    ) -> ExtractedPage:
+        """`page` with its fields' transforms applied in one of this engine's extraction
+        processes by `deadline`, whichever engine extracted it."""
+        if self.extraction is None:
+            raise RetryLater("the worker is stopping", reason="internal_error")
+        return await self.extraction.transform(page, fields, items, url=url, deadline=deadline)
 
     async def structured_data(
         self, html: str, syntaxes: Sequence[str], *, url: str, base_url: str, deadline: float

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .browser import BrowserPool
-from .extraction import PageOutcome, cap_result
+from .extraction import FieldSpec, PageOutcome, cap_result
 from .following import FollowPlan, follow_dropped, plan_follow, select_links
 from .http_engine import HttpEngine
 from .job_options import FollowOptions, JobOptions
 from .metrics import WorkerMetrics
-from .transforms import transform_page
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,14 @@ class Scraper:
             if gauge is not None:
                 gauge.dec()
         if outcome.extracted is not None:
-            transform_page(outcome.extracted, options.fields, options.items)
+            if any(spec.transforms for spec in _all_fields(options)):
+                outcome.extracted = await self.http.transform(
+                    outcome.extracted,
+                    options.fields,
+                    options.items,
+                    url=outcome.final_url or url,
+                    deadline=deadline,
+                )
             await self._read_structured_data(outcome, options, deadline)
         plan = FollowPlan(())
         document = result_document(outcome, engine)
@@ -105,6 +111,11 @@ class Scraper:
             base_url=page.link_base or outcome.final_url or outcome.url,
             deadline=deadline,
         )
+
+
+def _all_fields(options: JobOptions) -> tuple[FieldSpec, ...]:
+    """The job's extract fields and item fields."""
+    return (*options.fields, *(options.items.fields if options.items is not None else ()))
 
 
 def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:

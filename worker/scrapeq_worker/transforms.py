@@ -2,8 +2,12 @@
 
 Both engines extract raw values (text or attribute values, null for a missing element, lists
 with `all`); the transforms run here, in Python, after either engine, so one spec means the same
-in both. They are declarative (the queue package's TRANSFORM_KEYS lists them and
-`validate_payload` checks their options) and total: a transform that cannot apply to a value
+in both. `transform_page` runs in an extraction process (extraction_processes.py), never on the
+event loop: at the result limit a page's values can be tens of thousands of strings to parse or
+resolve (docs/worker.md, "Jobs: options and results").
+
+They are declarative (the queue package's TRANSFORM_KEYS lists them and `validate_payload`
+checks their options) and total: a transform that cannot apply to a value
 (no number in the text, a pattern that does not match, a value that is not text) gives null,
 never an exception, so a page whose text is not what the spec expected still completes and
 shows where it differs. docs/scrapejob.md, "Transforms", is the reference.
