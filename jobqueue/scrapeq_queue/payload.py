@@ -452,8 +452,8 @@ def _check_items(value: object) -> list[str]:
         )
         if (
             isinstance(selector, str)
-            and selector.strip() != ITEM_ELEMENT_SELECTOR
-            and ITEM_ELEMENT_SELECTOR in selector
+            and not _is_item_element(selector)
+            and ITEM_ELEMENT_SELECTOR in selector.lower()
         ):
             problems.append(
                 f"items.fields.{_shown(field_name)}.selector may be {ITEM_ELEMENT_SELECTOR} (the "
@@ -463,19 +463,24 @@ def _check_items(value: object) -> list[str]:
 
 
 def item_fields_as_extract(fields: Mapping[str, Any]) -> dict[str, Any]:
-    """items.fields as an `extract` mapping: a field without a selector, or with an empty one,
-    reads the item's element itself (ITEM_ELEMENT_SELECTOR)."""
+    """items.fields as an `extract` mapping: a field without a selector, with an empty one or
+    with `:scope` in any case reads the item's element itself (ITEM_ELEMENT_SELECTOR)."""
     extract: dict[str, Any] = {}
     for name, spec in fields.items():
-        if isinstance(spec, str) and not spec.strip():
+        if isinstance(spec, str) and _is_item_element(spec):
             spec = ITEM_ELEMENT_SELECTOR
         elif isinstance(spec, Mapping) and (
             "selector" not in spec
-            or (isinstance(spec["selector"], str) and not spec["selector"].strip())
+            or (isinstance(spec["selector"], str) and _is_item_element(spec["selector"]))
         ):
             spec = {**spec, "selector": ITEM_ELEMENT_SELECTOR}
         extract[name] = spec
     return extract
+
+
+def _is_item_element(selector: str) -> bool:
+    # CSS pseudo-classes ignore case: ":SCOPE" is ":scope" to Chromium.
+    return selector.strip().lower() in ("", ITEM_ELEMENT_SELECTOR)
 
 
 def _check_transforms(name: str, value: object) -> list[str]:

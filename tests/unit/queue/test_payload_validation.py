@@ -247,6 +247,7 @@ def test_a_payload_with_thousands_of_problems_names_a_bounded_number_of_them() -
         ({"selector": "li", "fields": {"a": 3}}, "items.fields.a must be a selector string"),
         ({"selector": "li", "fields": {"a": {"attribute": 3}}}, "items.fields.a.attribute must"),
         ({"selector": "li", "fields": {"a": ":scope > b"}}, "items.fields.a.selector may be"),
+        ({"selector": "li", "fields": {"a": "b :SCOPE"}}, "items.fields.a.selector may be"),
         ({"selector": "li", "fields": {"a": {"all": "yes"}}}, "items.fields.a.all must be"),
     ],
 )
@@ -265,12 +266,13 @@ def test_an_item_field_without_a_selector_or_with_an_empty_one_reads_the_element
     from scrapeq_queue.payload import item_fields_as_extract
 
     assert item_fields_as_extract(
-        {"a": "", "b": {"attribute": "href"}, "c": {"selector": " "}, "d": "b"}
+        {"a": "", "b": {"attribute": "href"}, "c": {"selector": " "}, "d": "b", "e": " :Scope"}
     ) == {
         "a": ":scope",
         "b": {"attribute": "href", "selector": ":scope"},
         "c": {"selector": ":scope"},
         "d": "b",
+        "e": ":scope",
     }
 
 
