@@ -32,7 +32,7 @@ WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "network
 RESOURCE_KINDS: Final = ("image", "font", "media", "stylesheet")
 # A page that needs more than ten minutes is a stuck page, not a slow one.
 MAX_TIMEOUT_SECONDS: Final = 600.0
-EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all"})
+EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all", "transforms"})
 POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerSite", "delaySeconds", "respectRobotsTxt"})
 # Keys named before 0.1.0: a row that still uses one fails with the key's name now.
 RENAMED_POLITENESS_KEYS: Final = {"maxConcurrentPerHost": "maxConcurrentPerSite"}
@@ -67,6 +67,38 @@ MAX_HEADER_VALUE_CHARS: Final = 8192
 # An error names at most this many problems and quotes at most this much of a bad name.
 MAX_REPORTED_PROBLEMS: Final = 20
 _QUOTED_CHARS: Final = 60
+# items: one object per element matching `selector`, of `fields` read inside that element.
+ITEMS_KEYS: Final = frozenset({"selector", "fields", "limit"})
+# Items kept per page when items.limit is not given: a listing page's worth.
+DEFAULT_ITEMS_LIMIT: Final = 1000
+# The most items.limit may say (the CRD's maximum too): each item is one query per field.
+MAX_ITEMS_LIMIT: Final = 10_000
+# An item field whose selector is this (or empty, or left out) reads the item's element itself.
+ITEM_ELEMENT_SELECTOR: Final = ":scope"
+# transforms of a field: what each is called and which keys it takes beside `type`
+# (docs/queue.md, "Transforms"); applied in order to the extracted value.
+TRANSFORM_KEYS: Final[Mapping[str, frozenset[str]]] = {
+    "trim": frozenset(),
+    "lowercase": frozenset(),
+    "uppercase": frozenset(),
+    "number": frozenset({"decimal", "thousands"}),
+    "price": frozenset({"decimal", "thousands", "currency"}),
+    "regex": frozenset({"pattern", "group"}),
+    "absoluteUrl": frozenset(),
+    "join": frozenset({"separator"}),
+    "default": frozenset({"value"}),
+}
+# A field's transforms, and the sizes of their strings: a chain of ten is more than any field
+# needs, and each runs on every value of every page.
+MAX_TRANSFORMS: Final = 10
+MAX_TRANSFORM_PATTERN_CHARS: Final = 1024
+MAX_JOIN_SEPARATOR_CHARS: Final = 64
+MAX_DEFAULT_VALUE_CHARS: Final = 1024
+# number/price: the decimal separator, and the thousands separators that may go with it.
+DECIMAL_SEPARATORS: Final = (".", ",")
+THOUSANDS_SEPARATORS: Final = (",", ".", " ", "'", "")
+# structuredData: the syntaxes a page's structured data is read in (`true`: all of them).
+STRUCTURED_DATA_SYNTAXES: Final = ("json-ld", "microdata", "opengraph")
 # RFC 9110 token characters: what a header name may be made of.
 _TOKEN_CHARACTERS: Final = frozenset(
     "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -116,6 +148,29 @@ def compile_url_pattern(pattern: str) -> URLPattern:
             detail = detail.decode("utf-8", "replace")
         raise ValueError(str(detail)) from error
     return compiled
+
+
+class ValueMatch(Protocol):
+    """A match of a regex transform's pattern."""
+
+    def group(self, index: int, /) -> str | None: ...
+
+
+class ValuePattern(Protocol):
+    """A compiled regex transform pattern: how many groups it has, and its first match."""
+
+    @property
+    def groups(self) -> int: ...
+
+    def search(self, text: str) -> ValueMatch | None: ...
+
+
+def compile_value_pattern(pattern: str) -> ValuePattern:
+    """Compile a regex transform's pattern with RE2, as compile_url_pattern does (linear-time
+    matching on any extracted text); raises ValueError naming what RE2 refused."""
+    compiled: Any = compile_url_pattern(pattern)
+    value_pattern: ValuePattern = compiled
+    return value_pattern
 
 
 @dataclass(frozen=True)
@@ -339,6 +394,8 @@ def _check_extract(value: object) -> list[str]:
                 chars += len(attribute)
         if "all" in spec and not isinstance(spec["all"], bool):
             problems.append(f"extract.{name}.all must be true or false")
+        if "transforms" in spec:
+            problems.extend(_check_transforms(f"extract.{name}.transforms", spec["transforms"]))
     if chars > MAX_EXTRACT_CHARS:
         problems.append(
             f"extract's names, selectors and attributes have {chars} characters; at most "
@@ -374,6 +431,167 @@ def _check_follow(value: object) -> list[str]:
             for problem in _check_extract(value["extract"])
         )
     return problems
+
+
+def _check_items(value: object) -> list[str]:
+    if not isinstance(value, Mapping):
+        return ['items must be an object {"selector": ..., "fields": {...}, "limit": ...}']
+    problems: list[str] = []
+    unknown = sorted(set(value) - ITEMS_KEYS)
+    if unknown:
+        problems.append(f"items has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    selector = value.get("selector")
+    if not isinstance(selector, str) or not selector.strip() or len(selector) > MAX_SELECTOR_CHARS:
+        problems.append(
+            f"items.selector must be a CSS selector of 1-{MAX_SELECTOR_CHARS} characters"
+        )
+    if "limit" in value and not _is_integer(value["limit"], 1, MAX_ITEMS_LIMIT):
+        problems.append(f"items.limit must be an integer from 1 to {MAX_ITEMS_LIMIT}")
+    fields = value.get("fields")
+    if not isinstance(fields, Mapping) or not fields:
+        problems.append("items.fields must be a non-empty object of field name -> selector")
+        return problems
+    problems.extend(
+        problem.replace("extract", "items.fields", 1)
+        for problem in _check_extract(item_fields_as_extract(fields))
+    )
+    for field_name, spec in fields.items():
+        selector = (
+            spec
+            if isinstance(spec, str)
+            else (spec.get("selector") if isinstance(spec, Mapping) else None)
+        )
+        if (
+            isinstance(selector, str)
+            and not _is_item_element(selector)
+            and ITEM_ELEMENT_SELECTOR in selector.lower()
+        ):
+            problems.append(
+                f"items.fields.{_shown(field_name)}.selector may be {ITEM_ELEMENT_SELECTOR} (the "
+                f"item's element) but not use it inside a longer selector"
+            )
+    return problems
+
+
+def item_fields_as_extract(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """items.fields as an `extract` mapping: a field without a selector, with an empty one or
+    with `:scope` in any case reads the item's element itself (ITEM_ELEMENT_SELECTOR)."""
+    extract: dict[str, Any] = {}
+    for name, spec in fields.items():
+        if isinstance(spec, str) and _is_item_element(spec):
+            spec = ITEM_ELEMENT_SELECTOR
+        elif isinstance(spec, Mapping) and (
+            "selector" not in spec
+            or (isinstance(spec["selector"], str) and _is_item_element(spec["selector"]))
+        ):
+            spec = {**spec, "selector": ITEM_ELEMENT_SELECTOR}
+        extract[name] = spec
+    return extract
+
+
+def _is_item_element(selector: str) -> bool:
+    # CSS pseudo-classes ignore case: ":SCOPE" is ":scope" to Chromium.
+    return selector.strip().lower() in ("", ITEM_ELEMENT_SELECTOR)
+
+
+def _check_transforms(name: str, value: object) -> list[str]:
+    """A field's transforms: a list of `{"type": ..., options}` objects (TRANSFORM_KEYS)."""
+    if not isinstance(value, list) or len(value) > MAX_TRANSFORMS:
+        return [f"{name} must be a list of at most {MAX_TRANSFORMS} transforms"]
+    problems: list[str] = []
+    for position, transform in enumerate(value):
+        label = f"{name}[{position}]"
+        kind = transform.get("type") if isinstance(transform, Mapping) else None
+        if not isinstance(kind, str) or kind not in TRANSFORM_KEYS:
+            problems.append(
+                f'{label} must be an object {{"type": ...}} with type one of '
+                f"{', '.join(TRANSFORM_KEYS)}"
+            )
+            continue
+        assert isinstance(transform, Mapping)
+        unknown = sorted(set(transform) - TRANSFORM_KEYS[kind] - {"type"})
+        if unknown:
+            problems.append(
+                f"{label} ({kind}) has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}"
+            )
+        problems.extend(f"{label} ({kind}) {problem}" for problem in _transform_problems(transform))
+    return problems
+
+
+def _transform_problems(transform: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
+    decimal = transform.get("decimal", ".")
+    if "decimal" in transform and decimal not in DECIMAL_SEPARATORS:
+        problems.append('decimal must be "." or ","')
+    if "thousands" in transform and (
+        transform["thousands"] not in THOUSANDS_SEPARATORS or transform["thousands"] == decimal
+    ):
+        problems.append(
+            'thousands must be one of ",", ".", " ", "\'" or "" and differ from decimal'
+        )
+    if "currency" in transform and not (
+        isinstance(transform["currency"], str) and re.fullmatch("[A-Z]{3}", transform["currency"])
+    ):
+        problems.append("currency must be an ISO 4217 code of three capital letters")
+    if "separator" in transform and not (
+        isinstance(transform["separator"], str)
+        and len(transform["separator"]) <= MAX_JOIN_SEPARATOR_CHARS
+    ):
+        problems.append(
+            f"separator must be a string of at most {MAX_JOIN_SEPARATOR_CHARS} characters"
+        )
+    if transform.get("type") == "default":
+        default = transform.get("value")
+        if not (
+            (isinstance(default, str) and len(default) <= MAX_DEFAULT_VALUE_CHARS)
+            or _is_number(default)
+            or isinstance(default, bool)
+        ):
+            problems.append(
+                f"value must be a string of at most {MAX_DEFAULT_VALUE_CHARS} characters, a "
+                "number or true/false"
+            )
+    if transform.get("type") == "regex":
+        problems.extend(_regex_problems(transform))
+    return problems
+
+
+def _regex_problems(transform: Mapping[str, Any]) -> list[str]:
+    pattern = transform.get("pattern")
+    if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_TRANSFORM_PATTERN_CHARS:
+        return [
+            f"pattern must be a regular expression of 1-{MAX_TRANSFORM_PATTERN_CHARS} characters"
+        ]
+    try:
+        compiled = compile_value_pattern(pattern)
+    except ValueError as error:
+        return [f"pattern {pattern!r} is not a valid regular expression: {error} ({_RE2_HINT})"]
+    if "group" in transform and not _is_integer(transform["group"], 0, compiled.groups):
+        return [f"group must be an integer from 0 to {compiled.groups} (the pattern's groups)"]
+    return []
+
+
+def _check_structured_data(value: object) -> list[str]:
+    if isinstance(value, bool) or (
+        isinstance(value, list)
+        and value
+        and all(syntax in STRUCTURED_DATA_SYNTAXES for syntax in value)
+        and len(set(value)) == len(value)
+    ):
+        return []
+    return [
+        "structuredData must be true, false or a list of distinct syntaxes from "
+        + ", ".join(STRUCTURED_DATA_SYNTAXES)
+    ]
+
+
+def structured_data_syntaxes(value: object) -> tuple[str, ...]:
+    """The syntaxes a valid structuredData option asks for (`true`: all; `false`: none)."""
+    if value is True:
+        return STRUCTURED_DATA_SYNTAXES
+    if isinstance(value, list):
+        return tuple(str(syntax) for syntax in value)
+    return ()
 
 
 def _check_patterns(name: str, value: object) -> list[str]:
@@ -485,6 +703,8 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "blockResources": lambda value: check_resource_kinds("blockResources", value),
     "politeness": _check_politeness,
     "parser": _check_parser,
+    "items": _check_items,
+    "structuredData": _check_structured_data,
 }
 
 

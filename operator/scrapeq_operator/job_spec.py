@@ -28,6 +28,8 @@ PAYLOAD_FIELDS = (
     "extract",
     "follow",
     "politeness",
+    "items",
+    "structuredData",
 )
 # How many bad lines an error message quotes.
 QUOTED_BAD_LINES = 3

@@ -1,4 +1,5 @@
-"""Turning a page into the job's result: named fields from CSS selectors, title, links.
+"""Turning a page into the job's result: named fields and items from CSS selectors, title,
+links, and the text sample of a job that asks for no fields.
 
 One extract spec means the same thing in both engines. Rendered pages are extracted inside
 Chromium (`BROWSER_EXTRACT_SCRIPT`, after the page's scripts ran); `render: false` pages by
@@ -8,8 +9,11 @@ kept apart) and a CSS Selectors Level 4 engine (`:nth-child`, `+`, `~`, `:not`, 
 attribute selectors with `i`). Everything around the selector engines is one definition used by
 both: whitespace normalisation (`WHITESPACE_CLASS`, the same characters in JavaScript and
 Python), missing elements and attributes (`null`), `all` (a list, in document order, each
-element once), the title (the text of the first `title` element), and links (raw `href`
-values resolved, filtered and deduplicated here, in Python, for both engines). A conformance
+element once), items (each field read inside its element as `element.querySelector` reads,
+`:scope` for the element itself), the title (the text of the first `title` element), the text
+sample (the body's text without script, style, noscript and template text, read node by node
+until it has enough), and links (raw `href` values resolved, filtered and deduplicated here, in
+Python, for both engines). Transforms run after either engine (transforms.py). A conformance
 test runs the same specs against the same pages in both and requires identical results.
 
 XPath is offered in neither engine: lxml's XPath would run over libxml2's tree, which is not
@@ -33,9 +37,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urljoin, urlsplit
 
+from scrapeq_queue.payload import (
+    DEFAULT_ITEMS_LIMIT,
+    ITEM_ELEMENT_SELECTOR,
+    item_fields_as_extract,
+)
 from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
 from .errors import BadInput, PermanentFailure
+from .structured_data import StructuredData, read_structured_data
 
 # Links kept per page (for following and for the result): enough for a listing page.
 DEFAULT_MAX_LINKS = 500
@@ -56,16 +66,41 @@ WHITESPACE_CLASS: Final = (
     r"[\t\n\v\f\r \u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff]"
 )
 _WHITESPACE: Final = re.compile(WHITESPACE_CLASS + "+")
+# Characters of a page's text kept as `text_sample` in the result of a job that asks for no
+# fields: what the classic worker stored beside the title.
+TEXT_SAMPLE_CHARACTERS: Final = 1000
+# Elements whose text is no part of the text sample: never shown as text (a `<template>`'s
+# contents are not in the tree at all, in either engine).
+TEXT_SAMPLE_SKIPPED: Final = ("script", "style", "noscript", "template")
+
+
+@dataclass(frozen=True)
+class Transform:
+    """One step of a field's `transforms` (`{"type": ..., options}`; transforms.py applies
+    it): plain data, so that a field spec travels to an extraction process as it is."""
+
+    type: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def option(self, name: str, default: Any = None) -> Any:
+        """The value of option `name`, or `default` when the payload left it out."""
+        for key, value in self.options:
+            if key == name:
+                return value
+        return default
 
 
 @dataclass(frozen=True)
 class FieldSpec:
-    """One named field: the first match's text (or `attribute`), or every match with `all`."""
+    """One named field: the first match's text (or `attribute`), or every match with `all`,
+    then its `transforms` in order. In an item, the selector ITEM_ELEMENT_SELECTOR reads the
+    item's element itself."""
 
     name: str
     selector: str
     attribute: str | None = None
     all: bool = False
+    transforms: tuple[Transform, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -91,7 +126,7 @@ def parse_fields(extract: object) -> tuple[FieldSpec, ...]:
             spec = {"selector": spec}
         if not isinstance(spec, Mapping):
             raise BadInput(f"extract.{name} must be a selector string or a mapping")
-        unknown = set(spec) - {"selector", "attribute", "all"}
+        unknown = set(spec) - {"selector", "attribute", "all", "transforms"}
         if unknown:
             raise BadInput(f"extract.{name} has unknown keys: {', '.join(sorted(unknown))}")
         selector = spec.get("selector")
@@ -103,8 +138,48 @@ def parse_fields(extract: object) -> tuple[FieldSpec, ...]:
             raise BadInput(f"extract.{name}.attribute must be a non-empty string")
         if not isinstance(take_all, bool):
             raise BadInput(f"extract.{name}.all must be true or false")
-        fields.append(FieldSpec(name, selector.strip(), attribute, take_all))
+        transforms = tuple(
+            Transform(
+                str(step["type"]),
+                tuple((key, value) for key, value in step.items() if key != "type"),
+            )
+            for step in spec.get("transforms") or ()
+        )
+        fields.append(FieldSpec(name, selector.strip(), attribute, take_all, transforms))
     return tuple(fields)
+
+
+@dataclass(frozen=True)
+class ItemsSpec:
+    """The payload's `items`: one object per element matching `selector` (at most `limit`),
+    each of `fields` read inside that element."""
+
+    selector: str
+    fields: tuple[FieldSpec, ...]
+    limit: int = DEFAULT_ITEMS_LIMIT
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "selector": self.selector,
+            "fields": [spec.as_json() for spec in self.fields],
+            "limit": self.limit,
+        }
+
+
+def parse_items(items: object) -> ItemsSpec | None:
+    """Read the payload's `items` (validated by the queue's rules); None when absent."""
+    if items is None:
+        return None
+    if not isinstance(items, Mapping) or not isinstance(items.get("fields"), Mapping):
+        raise BadInput("items must be a mapping with a selector and fields")
+    selector = items.get("selector")
+    if not isinstance(selector, str) or not selector.strip():
+        raise BadInput("items.selector must be a non-empty string")
+    return ItemsSpec(
+        selector.strip(),
+        parse_fields(item_fields_as_extract(items["fields"])),
+        int(items.get("limit", DEFAULT_ITEMS_LIMIT)),
+    )
 
 
 @dataclass
@@ -115,6 +190,19 @@ class ExtractedPage:
     title: str | None = None
     links: list[str] = field(default_factory=list)
     follow: list[str] = field(default_factory=list)
+    # The first TEXT_SAMPLE_CHARACTERS of the body's text, when the job asked for no fields.
+    text_sample: str | None = None
+    # One object per item element, when the job asked for items.
+    items: list[dict[str, Any]] | None = None
+    # What the extraction left out or cut beyond a marked value ("items": elements past the
+    # limit or the budget), named in the result's `truncated`.
+    truncated: list[str] = field(default_factory=list)
+    # The URL the page's relative links resolve against (its <base href>, else its final URL).
+    link_base: str | None = None
+    # What structuredData asked for, once read.
+    structured_data: StructuredData | None = None
+    # A rendered page's HTML, when its structured data is still to be read (never stored).
+    document_html: str | None = None
 
 
 @dataclass
@@ -220,6 +308,41 @@ async (spec) => {
     }
     fields[f.name] = values;
   }
+  // Items: one object per element, in document order, each field read inside its element (an
+  // element's querySelector never returns the element itself: ':scope' stands for it).
+  let items = null, itemsCut = false;
+  if (spec.items) {
+    const scope = spec.itemElement;
+    let elements;
+    try { elements = document.querySelectorAll(spec.items.selector); }
+    catch (e) { return {badSelector: spec.items.selector, error: String(e)}; }
+    const probe = document.createElement('div');
+    for (const f of spec.items.fields) {
+      if (f.selector === scope) continue;
+      try { probe.querySelector(f.selector); }
+      catch (e) { return {badSelector: f.selector, error: String(e)}; }
+    }
+    items = [];
+    itemsCut = elements.length > spec.items.limit;
+    for (const element of elements) {
+      if (items.length >= spec.items.limit) break;
+      if (left <= 0) { itemsCut = true; break; }
+      const item = {};
+      for (const f of spec.items.fields) {
+        const nodes = f.selector === scope ? [element]
+          : f.all ? element.querySelectorAll(f.selector)
+          : [element.querySelector(f.selector)].filter((n) => n !== null);
+        if (!f.all) { item[f.name] = nodes.length ? take(f, nodes[0]) : null; continue; }
+        const values = [];
+        for (const n of nodes) {
+          if (left <= 0) { values.push(MARK); break; }
+          values.push(take(f, n));
+        }
+        item[f.name] = values;
+      }
+      items.push(item);
+    }
+  }
   const hrefs = (selector) => {
     const out = [];
     let chars = spec.linkChars;
@@ -244,9 +367,42 @@ async (spec) => {
     const [raw, more] = text(titleNode, spec.maxChars);
     title = more ? norm(raw) + MARK : norm(raw);
   }
+  // The first `spec.textSample` characters (code points) of the body's text as `norm` would
+  // make it, read node by node and no further than needed.
+  let textSample = null;
+  if (spec.textSample && document.body) {
+    const skipped = new Set(spec.textSampleSkipped);
+    const walker = document.createTreeWalker(
+      document.body, NodeFilter.SHOW_ELEMENT | NodeFilter.SHOW_TEXT,
+      {acceptNode: (n) => n.nodeType === 1 && skipped.has(n.localName)
+        ? NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+    const points = (s) => s.length - (s.match(/[\uD800-\uDBFF][\uDC00-\uDFFF]/g) || []).length;
+    let out = '', length = 0, space = false;
+    while (length < spec.textSample && walker.nextNode()) {
+      if (walker.currentNode.nodeType !== 3) continue;
+      const collapsed = walker.currentNode.data.replace(/WHITESPACE_CLASS+/g, ' ');
+      if (collapsed === '') continue;
+      const lead = collapsed[0] === ' ', trail = collapsed[collapsed.length - 1] === ' ';
+      const core = collapsed.slice(lead ? 1 : 0, trail ? collapsed.length - 1 : undefined);
+      if (core === '') { space = true; continue; }
+      if (out && (space || lead)) { out += ' '; length += 1; }
+      out += core;
+      length += points(core);
+      space = trail;
+    }
+    textSample = Array.from(out).slice(0, spec.textSample).join('') || null;
+  }
+  // The rendered document for its structured data, unless it is larger than a page may be.
+  let documentHtml = null, documentHtmlTooLarge = false;
+  if (spec.documentHtmlChars > 0 && document.documentElement) {
+    const html = document.documentElement.outerHTML;
+    if (html.length > spec.documentHtmlChars) documentHtmlTooLarge = true;
+    else documentHtml = html;
+  }
   const base = document.querySelector('base[href]');
   const baseHref = base ? base.getAttribute('href') : null;
-  return {fields, title, links: hrefs('a[href]'), follow,
+  return {fields, items, itemsCut, title, links: hrefs('a[href]'), follow, textSample,
+          documentHtml, documentHtmlTooLarge,
           baseHref: baseHref !== null && baseHref.length <= spec.linkChars ? baseHref : null,
           finalUrl: location.href, contentType: document.contentType};
 }
@@ -261,11 +417,22 @@ def browser_script_argument(
     follow_selector: str | None,
     max_links: int,
     max_result_bytes: int,
+    text_sample: bool = False,
+    items: ItemsSpec | None = None,
+    document_html_chars: int = 0,
 ) -> dict[str, Any]:
     """The JSON argument `BROWSER_EXTRACT_SCRIPT` expects. `max_result_bytes` (the stored
     result's limit) bounds what the script copies out of the page: field values together at
-    that many characters, each list of raw links at LINK_CHARS_PER_LINK per kept link."""
+    that many characters, each list of raw links at LINK_CHARS_PER_LINK per kept link.
+    `text_sample`: read the page's text sample (TEXT_SAMPLE_CHARACTERS). `items`: read them
+    after the fields, from the same budget. `document_html_chars`: hand over the rendered
+    document's HTML when it has at most that many characters (0: never)."""
     return {
+        "documentHtmlChars": document_html_chars,
+        "items": items.as_json() if items is not None else None,
+        "itemElement": ITEM_ELEMENT_SELECTOR,
+        "textSample": TEXT_SAMPLE_CHARACTERS if text_sample else 0,
+        "textSampleSkipped": list(TEXT_SAMPLE_SKIPPED),
         "fields": [spec.as_json() for spec in fields],
         "waitFor": wait_for,
         "waitForMs": wait_for_ms,
@@ -296,6 +463,14 @@ def page_from_browser(
         title=raw.get("title") or None,
         links=resolve_links(raw.get("links") or [], base, max_links),
         follow=resolve_links(raw.get("follow") or [], base, max_links),
+        text_sample=raw.get("textSample") or None,
+        items=list(raw["items"]) if raw.get("items") is not None else None,
+        truncated=[
+            *(["items"] if raw.get("itemsCut") else []),
+            *(["structured_data"] if raw.get("documentHtmlTooLarge") else []),
+        ],
+        link_base=base,
+        document_html=raw.get("documentHtml"),
     )
 
 
@@ -365,6 +540,23 @@ def _select(document: LexborHTMLParser, selector: str, *, first: bool) -> list[L
     return found
 
 
+def _select_inside(element: LexborNode, selector: str, *, first: bool) -> list[LexborNode]:
+    """`element.querySelectorAll(selector)` (or querySelector): matches among its descendants,
+    in document order, each once. lexbor's own lists the element itself when it matches."""
+    if selector == ITEM_ELEMENT_SELECTOR:
+        return [element]
+    found: list[LexborNode] = []
+    seen: set[int] = {element.mem_id}
+    for node in element.css(selector):
+        if node.mem_id in seen:
+            continue
+        seen.add(node.mem_id)
+        found.append(node)
+        if first:
+            break
+    return found
+
+
 def _attribute(node: LexborNode, name: str) -> str | None:
     """`getAttribute(name)`: None when absent, "" for an attribute without a value."""
     attributes = node.attributes
@@ -418,6 +610,9 @@ def extract_static(
     max_links: int = DEFAULT_MAX_LINKS,
     max_characters: int = MAX_EXTRACTED_CHARACTERS,
     wait_for: str | None = None,
+    text_sample: bool = False,
+    items: ItemsSpec | None = None,
+    structured_data: Sequence[str] = (),
 ) -> ExtractedPage:
     """Extract fields, title and links from an HTML document without a browser, with the same
     meaning as BROWSER_EXTRACT_SCRIPT. Raises BadInput for a selector lexbor cannot parse.
@@ -427,15 +622,18 @@ def extract_static(
     ends with the marker as its last item, a field read after the budget is spent is the
     marker alone, and no more text is read from the page.
     `wait_for`: a selector that must match (PermanentFailure `wait_for_timeout` otherwise; the
-    static HTML is all there is to wait for).
+    static HTML is all there is to wait for). `text_sample`: read the page's text sample.
+    `items`: read after the fields, from the same budget, as the browser script reads them.
+    `structured_data`: the syntaxes of the page's structured data to read (structured_data.py).
 
     CPU-bound and unbounded in time on hostile HTML (a parse of deeply nested lists takes
     seconds): the worker runs it in a child process within the job's time
     (extraction_processes.py), never on the event loop.
     """
-    for spec in fields:
-        check_selector(spec.selector)
-    for selector in (follow_selector, wait_for):
+    for spec in (*fields, *(items.fields if items is not None else ())):
+        if spec.selector != ITEM_ELEMENT_SELECTOR:
+            check_selector(spec.selector)
+    for selector in (follow_selector, wait_for, items.selector if items is not None else None):
         if selector:
             check_selector(selector)
     try:
@@ -458,24 +656,25 @@ def extract_static(
     budget = _TextBudget(max_characters)
     for spec in fields:
         matches = _select(document, spec.selector, first=not spec.all)
-
-        def value(node: LexborNode, spec: FieldSpec = spec) -> str | None:
+        page.fields[spec.name] = _field_value(spec, matches, budget)
+    if items is not None:
+        elements = _select(document, items.selector, first=False)
+        page.items = []
+        if len(elements) > items.limit:
+            page.truncated.append("items")
+        for element in elements[: items.limit]:
             if budget.left <= 0:
-                return TRUNCATION_MARKER  # spent: no more text is read
-            if spec.attribute is not None:
-                return budget.take(_attribute(node, spec.attribute))
-            return budget.take(normalise_text(node.text(deep=True)))
-
-        if not spec.all:
-            page.fields[spec.name] = value(matches[0]) if matches else None
-            continue
-        values: list[str | None] = []
-        for node in matches:
-            if budget.left <= 0:
-                values.append(TRUNCATION_MARKER)
+                if "items" not in page.truncated:
+                    page.truncated.append("items")
                 break
-            values.append(value(node))
-        page.fields[spec.name] = values
+            page.items.append(
+                {
+                    spec.name: _field_value(
+                        spec, _select_inside(element, spec.selector, first=not spec.all), budget
+                    )
+                    for spec in items.fields
+                }
+            )
     titles = _select(document, "title", first=True)
     title = normalise_text(titles[0].text(deep=True)) if titles else ""
     if len(title) > max_characters:
@@ -484,10 +683,76 @@ def extract_static(
     bases = _select(document, "base[href]", first=True)
     base = link_base(base_url, bases[0].attributes.get("href") or "" if bases else None)
     candidates = max_links * LINK_CANDIDATES_PER_LINK
+    page.link_base = base
     page.links = resolve_links(_hrefs(document, "a[href]", candidates), base, max_links)
     if follow_selector:
         page.follow = resolve_links(_hrefs(document, follow_selector, candidates), base, max_links)
+    if structured_data:
+        page.structured_data = read_structured_data(html, base, structured_data)
+    if text_sample and document.body is not None:
+        page.text_sample = _text_sample(document.body, TEXT_SAMPLE_CHARACTERS) or None
     return page
+
+
+def _field_value(
+    spec: FieldSpec, matches: list[LexborNode], budget: _TextBudget
+) -> str | list[str | None] | None:
+    """A field's value from its matches, charged to `budget` as the browser script's `take`."""
+
+    def value(node: LexborNode) -> str | None:
+        if budget.left <= 0:
+            return TRUNCATION_MARKER  # spent: no more text is read
+        if spec.attribute is not None:
+            return budget.take(_attribute(node, spec.attribute))
+        return budget.take(normalise_text(node.text(deep=True)))
+
+    if not spec.all:
+        return value(matches[0]) if matches else None
+    values: list[str | None] = []
+    for node in matches:
+        if budget.left <= 0:
+            values.append(TRUNCATION_MARKER)
+            break
+        values.append(value(node))
+    return values
+
+
+def _text_sample(body: LexborNode, limit: int) -> str:
+    """The first `limit` characters of `body`'s text, normalised as `normalise_text` would
+    (the browser script's `textSample`, step for step), reading no further than needed."""
+    parts: list[str] = []
+    length = 0
+    space = False
+    node = body.child
+    while node is not None and length < limit:
+        descend = False
+        if node.tag == "-text":
+            collapsed = _WHITESPACE.sub(" ", node.text_content or "")
+            if collapsed:
+                lead, trail = collapsed[0] == " ", collapsed[-1] == " "
+                core = collapsed[1 if lead else 0 : len(collapsed) - 1 if trail else None]
+                if not core:
+                    space = True
+                else:
+                    if parts and (space or lead):
+                        parts.append(" ")
+                        length += 1
+                    parts.append(core)
+                    length += len(core)
+                    space = trail
+        elif node.tag not in TEXT_SAMPLE_SKIPPED and node.child is not None:
+            descend = True
+        if descend:
+            node = node.child
+            continue
+        # The next node in document order outside this one's subtree, never leaving `body`.
+        while node is not None and node.next is None:
+            node = node.parent
+            if node is None or node.mem_id == body.mem_id:
+                node = None
+        if node is not None:
+            node = node.next
+    return "".join(parts)[:limit]
 
 
 # --- the size cap ----------------------------------------------------------------------------
@@ -537,7 +802,11 @@ def cap_result(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
         )
     if isinstance(fields, dict):
         slots.extend((f"fields.{name}", fields, name) for name in fields)
-    slots.extend((key, result, key) for key in ("links", "follow", "title") if result.get(key))
+    slots.extend(
+        (key, result, key)
+        for key in ("items", "structured_data", "links", "follow", "title", "text_sample")
+        if result.get(key)
+    )
     sizes = [_size(container[key]) for _, container, key in slots]
     # The size of everything else: the result with each slot's value as null (4 bytes).
     skeleton = dict(result)

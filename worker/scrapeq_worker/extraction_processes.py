@@ -39,9 +39,12 @@ from .extraction import (
     MAX_EXTRACTED_CHARACTERS,
     ExtractedPage,
     FieldSpec,
+    ItemsSpec,
     check_selector,
     extract_static,
 )
+from .structured_data import StructuredData, read_structured_data
+from .transforms import transform_page
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,23 @@ class _Request:
     max_links: int
     wait_for: str | None
     max_characters: int
+    text_sample: bool
+    items: ItemsSpec | None
+    structured_data: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _TransformRequest:
+    page: ExtractedPage
+    fields: tuple[FieldSpec, ...]
+    items: ItemsSpec | None
+
+
+@dataclass(frozen=True)
+class _StructuredDataRequest:
+    html: str
+    base_url: str
+    syntaxes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -89,6 +109,12 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                 for selector in request.selectors:
                     check_selector(selector)
                 answer = ("ok", None, "")
+            elif isinstance(request, _TransformRequest):
+                transform_page(request.page, request.fields, request.items)
+                answer = ("ok", request.page, "")
+            elif isinstance(request, _StructuredDataRequest):
+                found = read_structured_data(request.html, request.base_url, request.syntaxes)
+                answer = ("ok", found, "")
             else:
                 page = extract_static(
                     request.html,
@@ -98,6 +124,9 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                     max_links=request.max_links,
                     wait_for=request.wait_for,
                     max_characters=request.max_characters,
+                    text_sample=request.text_sample,
+                    items=request.items,
+                    structured_data=request.structured_data,
                 )
                 answer = ("ok", page, "")
         except BadInput as error:
@@ -208,6 +237,9 @@ class ExtractionProcesses:
         wait_for: str | None = None,
         max_characters: int = MAX_EXTRACTED_CHARACTERS,
         deadline: float,
+        text_sample: bool = False,
+        items: ItemsSpec | None = None,
+        structured_data: Sequence[str] = (),
     ) -> ExtractedPage:
         """`extract_static` in a child, finished by `deadline` (time.monotonic()).
 
@@ -217,11 +249,50 @@ class ExtractionProcesses:
         than the child's memory, RetryLater(internal_error) when a child fails otherwise.
         """
         request = _Request(
-            html, tuple(fields), base_url, follow_selector, max_links, wait_for, max_characters
+            html,
+            tuple(fields),
+            base_url,
+            follow_selector,
+            max_links,
+            wait_for,
+            max_characters,
+            text_sample,
+            items,
+            tuple(structured_data),
         )
         answer = await self._ask(request, url=url, deadline=deadline, doing="extracting from")
         page: ExtractedPage = answer
         return page
+
+    async def transform(
+        self,
+        page: ExtractedPage,
+        fields: Sequence[FieldSpec],
+        items: ItemsSpec | None,
+        *,
+        url: str,
+        deadline: float,
+    ) -> ExtractedPage:
+        """`page` with its fields' transforms applied (transforms.py) in a child by `deadline`:
+        a page's values can be tens of thousands of short strings, each resolved or parsed
+        (seconds of CPU at the result limit), so never on the event loop. The same errors as
+        `extract`."""
+        request = _TransformRequest(page, tuple(fields), items)
+        transformed: ExtractedPage = await self._ask(
+            request, url=url, deadline=deadline, doing="transforming the values of"
+        )
+        return transformed
+
+    async def structured_data(
+        self, html: str, syntaxes: Sequence[str], *, url: str, base_url: str, deadline: float
+    ) -> StructuredData:
+        """A rendered page's structured data (structured_data.py) read in a child by
+        `deadline`; the same errors as `extract` (RetryLater `timeout` when it passes)."""
+        request = _StructuredDataRequest(html, base_url, tuple(syntaxes))
+        found: StructuredData = await self._ask(
+            request, url=url, deadline=deadline, doing="reading the structured data of"
+        )
+        return found
 
     async def check_selectors(self, selectors: Sequence[str], *, url: str, deadline: float) -> None:
         """Raise BadInput(bad_selector) for the first selector lexbor cannot parse, checked in

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Final
 from urllib.parse import urljoin
 
 import aiohttp
+from scrapeq_queue.payload import ITEM_ELEMENT_SELECTOR
 from scrapeq_queue.sealed_credentials import Credentials
 
 from .credential_headers import request_headers
@@ -29,6 +30,9 @@ from .errors import BlockedRequest, PermanentFailure, RetryLater
 from .extraction import (
     DEFAULT_MAX_LINKS,
     MAX_EXTRACTED_CHARACTERS,
+    ExtractedPage,
+    FieldSpec,
+    ItemsSpec,
     PageOutcome,
     check_selector,
 )
@@ -36,6 +40,7 @@ from .extraction_processes import DEFAULT_PROCESSES, ExtractionProcesses
 from .http_status import charset_of, check_status, is_html
 from .job_options import JobOptions
 from .network_guard import GuardedResolver, NetworkGuard
+from .structured_data import StructuredData
 from .user_agent import DEFAULT_USER_AGENT
 
 # Browsers stop at 20 redirects; a scraper that needs more is being led in circles.
@@ -157,7 +162,16 @@ class HttpEngine:
         deadline = started + options.timeout_seconds
         # Reject selectors the static engine cannot parse before any network traffic.
         wanted = (*(spec.selector for spec in options.fields), follow_selector, options.wait_for)
-        selectors = list(dict.fromkeys(selector for selector in wanted if selector))
+        if options.items is not None:
+            wanted += (
+                options.items.selector,
+                *(spec.selector for spec in options.items.fields),
+            )
+        selectors = list(
+            dict.fromkeys(
+                selector for selector in wanted if selector and selector != ITEM_ELEMENT_SELECTOR
+            )
+        )
         if len(selectors) <= _SELECTORS_CHECKED_ON_LOOP:
             for selector in selectors:
                 check_selector(selector)
@@ -330,6 +344,9 @@ class HttpEngine:
             wait_for=options.wait_for,
             max_characters=self.max_result_bytes,
             deadline=deadline,
+            text_sample=options.text_sample,
+            items=options.items,
+            structured_data=options.structured_data,
         )
         finished = time.monotonic()
         return PageOutcome(
@@ -347,6 +364,32 @@ class HttpEngine:
                 "extract_ms": round((finished - loaded) * 1000, 1),
                 "total_ms": round((finished - started) * 1000, 1),
             },
+        )
+
+    async def transform(
+        self,
+        page: ExtractedPage,
+        fields: Sequence[FieldSpec],
+        items: ItemsSpec | None,
+        *,
+        url: str,
+        deadline: float,
+    ) -> ExtractedPage:
+        """`page` with its fields' transforms applied in one of this engine's extraction
+        processes by `deadline`, whichever engine extracted it."""
+        if self.extraction is None:
+            raise RetryLater("the worker is stopping", reason="internal_error")
+        return await self.extraction.transform(page, fields, items, url=url, deadline=deadline)
+
+    async def structured_data(
+        self, html: str, syntaxes: Sequence[str], *, url: str, base_url: str, deadline: float
+    ) -> StructuredData:
+        """The structured data of a rendered page's `html`, read in one of this engine's
+        extraction processes by `deadline` (the parse is the same for both engines)."""
+        if self.extraction is None:
+            raise RetryLater("the worker is stopping", reason="internal_error")
+        return await self.extraction.structured_data(
+            html, syntaxes, url=url, base_url=base_url, deadline=deadline
         )
 
     def _too_large(self, url: str) -> PermanentFailure:

@@ -15,13 +15,14 @@ from scrapeq_queue.payload import (
     DEFAULT_FOLLOW_MAX_PAGES,
     URLPattern,
     compile_url_pattern,
+    structured_data_syntaxes,
     validate_payload,
 )
 from scrapeq_queue.sealed_credentials import Credentials, SealingError, SealingKeys
 
 from .egress_proxy import UpstreamProxy
 from .errors import BadInput, RetryLater, WorkerError
-from .extraction import FieldSpec, parse_fields
+from .extraction import FieldSpec, ItemsSpec, parse_fields, parse_items
 
 WaitUntil = Literal["load", "domcontentloaded", "networkidle0", "networkidle2"]
 
@@ -76,6 +77,15 @@ class JobOptions:
     parser: str | None = None
     # Characters of the page's HTML the engine keeps for a parser (0: none, no parser runs).
     html_limit: int = 0
+    # payload.items: one object per element matching its selector.
+    items: ItemsSpec | None = None
+    # payload.structuredData: the syntaxes of the page's structured data to read.
+    structured_data: tuple[str, ...] = ()
+
+    @property
+    def text_sample(self) -> bool:
+        """The result carries the page's text sample: the job asked for no fields or items."""
+        return not self.fields and self.items is None
 
 
 def options_from_payload(
@@ -146,6 +156,8 @@ def _read_options(
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),
         parser=str(options["parser"]) if "parser" in options else None,
+        items=parse_items(options.get("items")),
+        structured_data=structured_data_syntaxes(options.get("structuredData")),
     )
 
 

@@ -8,12 +8,13 @@ module is where a `ClaimedJob`'s URL and options meet an engine.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .browser import BrowserPool
-from .extraction import PageOutcome, cap_result
+from .extraction import FieldSpec, PageOutcome, cap_result
 from .following import PARSER_FOLLOW, FollowPlan, follow_dropped, plan_follow, select_links
 from .http_engine import HttpEngine
 from .job_options import FollowOptions, JobOptions
@@ -74,6 +75,7 @@ class Scraper:
             options = replace(options, html_limit=self.html_limit)
         follow = options.follow if options.follow and depth < options.follow.max_depth else None
         follow_selector = follow.selector if follow else None
+        deadline = time.monotonic() + options.timeout_seconds
         engine = "browser" if options.render else "http"
         gauge = self._metrics.pages_in_flight.labels(engine) if self._metrics else None
         if gauge is not None:
@@ -88,6 +90,16 @@ class Scraper:
         finally:
             if gauge is not None:
                 gauge.dec()
+        if outcome.extracted is not None:
+            if any(spec.transforms for spec in _all_fields(options)):
+                outcome.extracted = await self.http.transform(
+                    outcome.extracted,
+                    options.fields,
+                    options.items,
+                    url=outcome.final_url or url,
+                    deadline=deadline,
+                )
+            await self._read_structured_data(outcome, options, deadline)
         plan = FollowPlan(())
         document = result_document(outcome, engine)
         page_urls = (url, outcome.final_url or url)
@@ -140,6 +152,28 @@ class Scraper:
             follow_labels={link: labels[link] for link in plan.urls if link in labels},
         )
 
+    async def _read_structured_data(
+        self, outcome: PageOutcome, options: JobOptions, deadline: float
+    ) -> None:
+        """A rendered page's structured data, read from its HTML in an extraction process (the
+        static engine reads it with the page)."""
+        page = outcome.extracted
+        if page is None or page.document_html is None:
+            return
+        html, page.document_html = page.document_html, None
+        page.structured_data = await self.http.structured_data(
+            html,
+            options.structured_data,
+            url=outcome.final_url or outcome.url,
+            base_url=page.link_base or outcome.final_url or outcome.url,
+            deadline=deadline,
+        )
+
+
+def _all_fields(options: JobOptions) -> tuple[FieldSpec, ...]:
+    """The job's extract fields and item fields."""
+    return (*options.fields, *(options.items.fields if options.items is not None else ()))
+
 
 def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:
     """The JSON object stored for one page (documented in docs/worker.md)."""
@@ -155,6 +189,16 @@ def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:
         "links": outcome.extracted.links if outcome.extracted else [],
         "timing_ms": outcome.timing_ms,
     }
+    if outcome.extracted is not None and outcome.extracted.text_sample is not None:
+        document["text_sample"] = outcome.extracted.text_sample
+    if outcome.extracted is not None and outcome.extracted.items is not None:
+        document["items"] = outcome.extracted.items
+    if outcome.extracted is not None and outcome.extracted.structured_data is not None:
+        document["structured_data"] = outcome.extracted.structured_data.items
+        if outcome.extracted.structured_data.errors:
+            document["structured_data_errors"] = outcome.extracted.structured_data.errors
+    if outcome.extracted is not None and outcome.extracted.truncated:
+        document["truncated"] = list(outcome.extracted.truncated)
     if outcome.extracted is None and outcome.content_length is not None:
         document["content_length"] = outcome.content_length
     if outcome.blocked_requests:

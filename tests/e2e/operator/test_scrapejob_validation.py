@@ -113,6 +113,44 @@ pytestmark = pytest.mark.controlplane
             {"url": "https://a.example.com/", "follow": {"selector": "a", "maxPages": 0}},
             "spec.follow.maxPages",
         ),
+        (
+            {"url": "https://a.example.com/", "items": {"selector": "li", "fields": {}}},
+            "spec.items.fields",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "items": {"selector": "li", "fields": {"a": "b"}, "limit": 10_001},
+            },
+            "spec.items.limit",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "extract": {"a": {"selector": "b", "transforms": [{"type": "eval"}]}},
+            },
+            "spec.extract.a.transforms[0].type",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "items": {"selector": "li", "fields": {"a": {"transforms": [{"type": "regex"}]}}},
+            },
+            "pattern and group belong to a regex transform, which needs a pattern",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "extract": {"a": {"selector": "b", "transforms": [{"type": "trim", "group": 1}]}},
+            },
+            "pattern and group belong to a regex transform",
+        ),
+        ({"url": "https://a.example.com/", "structuredData": ["rdfa"]}, "spec.structuredData"),
+        (
+            {"url": "https://a.example.com/", "structuredData": ["json-ld", "json-ld"]},
+            "spec.structuredData",
+        ),
+        ({"url": "https://a.example.com/", "structuredData": True}, "spec.structuredData"),
     ],
 )
 def test_an_invalid_scrapejob_is_rejected_with_a_readable_message(
@@ -163,6 +201,52 @@ def test_a_valid_scrapejob_gets_its_defaults(kubectl: Kubectl, namespace: str) -
     assert spec["timeoutSeconds"] == 30
     assert spec["retries"] == {"limit": 3, "backoffSeconds": 10}
     assert (spec["queue"], spec["priority"], spec["parser"]) == ("default", 0, "default")
+
+
+def test_a_scrapejob_with_items_every_transform_and_structured_data_is_accepted(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    transforms = [
+        {"type": "trim"},
+        {"type": "regex", "pattern": "[0-9.,]+", "group": 0},
+        {"type": "price", "decimal": ",", "thousands": ".", "currency": "EUR"},
+        {"type": "default", "value": 0},
+    ]
+    kubectl.create(
+        {
+            **scrapejob(
+                "items",
+                url="https://a.example.com/",
+                extract={"price": {"selector": ".price", "transforms": transforms}},
+                items={
+                    "selector": "li.product",
+                    "fields": {
+                        "link": {
+                            "selector": "a",
+                            "attribute": "href",
+                            "transforms": [{"type": "absoluteUrl"}],
+                        },
+                        "sku": {"attribute": "data-sku", "transforms": [{"type": "uppercase"}]},
+                        "tags": {
+                            "selector": "li",
+                            "all": True,
+                            "transforms": [{"type": "join", "separator": ", "}],
+                        },
+                        "n": {"transforms": [{"type": "number"}, {"type": "lowercase"}]},
+                    },
+                },
+            ),
+            "metadata": {"name": "items", "namespace": namespace},
+        }
+    )
+    spec = kubectl.get("scrapejob", "items", namespace)["spec"]
+    manifest = scrapejob(
+        "structured", url="https://a.example.com/", structuredData=["json-ld", "opengraph"]
+    )
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.create(manifest)
+    assert spec["items"]["limit"] == 1000
+    assert spec["extract"]["price"]["transforms"] == transforms
 
 
 def test_the_spec_of_a_scrapejob_cannot_be_changed(kubectl: Kubectl, namespace: str) -> None:

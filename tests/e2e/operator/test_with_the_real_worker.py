@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from functools import partial
 
+import psycopg
 import pytest
 
 from tests.e2e.operator.operator_parts import (
@@ -99,3 +100,70 @@ def test_the_real_worker_completes_the_rows_and_kubectl_shows_the_outcome(
     assert any("Product" in item["result"] for item in status["preview"])
     failed = kubectl.get("scrapejob", "missing", namespace)["status"]
     assert "404" in failed["lastError"]
+
+
+LIST_PAGE = b"""<!doctype html><html><head><title>Laptops</title><base href="/shop/">
+<script type="application/ld+json">{"@context": "https://schema.org", "@type": "ItemList",
+ "numberOfItems": 2}</script></head><body><ul>
+<li class="product" data-sku="SKU-1"><h2> Laptop One </h2><span class="price">$1,299.00</span>
+<a href="p/1">more</a></li>
+<li class="product" data-sku="SKU-2"><h2>Laptop Two</h2><a href="p/2">more</a></li>
+</ul></body></html>"""
+
+
+def test_a_scrapejob_with_items_transforms_and_structured_data_gets_them_in_its_rows(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    """The spec's items, transforms and structuredData reach the row's payload through the
+    operator as the CRD defaulted them, and the worker's result holds what they ask for."""
+    operator_factory(empty_database_url)
+    with loopback_site(lambda path: LIST_PAGE if path == "/list" else None) as url:
+        manifest = scrapejob(
+            "items",
+            url=url + "/list",
+            render=False,
+            structuredData=["json-ld"],
+            items={
+                "selector": "li.product",
+                "fields": {
+                    "name": {"selector": "h2"},
+                    "price": {"selector": ".price", "transforms": [{"type": "price"}]},
+                    "link": {
+                        "selector": "a",
+                        "attribute": "href",
+                        "transforms": [{"type": "absoluteUrl"}],
+                    },
+                    "sku": {
+                        "attribute": "data-sku",
+                        "transforms": [{"type": "number"}, {"type": "default", "value": 0}],
+                    },
+                },
+            },
+        )
+        manifest["metadata"]["namespace"] = namespace
+        kubectl.apply(manifest)
+        uid = kubectl.get("scrapejob", "items", namespace)["metadata"]["uid"]
+        eventually_blocking(
+            partial(_has_rows, empty_database_url, uid, 1), within=30, what="the row"
+        )
+        worker = run_worker_until_idle(empty_database_url)
+        assert worker.returncode == 0, worker.stderr[-3000:]
+
+    with psycopg.connect(empty_database_url) as conn:
+        status, result = conn.execute(
+            "SELECT status, result FROM scraping_jobs WHERE owner_uid = %s", (uid,)
+        ).fetchone() or (None, None)
+    assert status == "completed", result
+    assert result["items"] == [
+        {
+            "name": "Laptop One",
+            "price": {"amount": 1299.0, "currency": "USD"},
+            "link": url + "/shop/p/1",
+            "sku": 1,
+        },
+        {"name": "Laptop Two", "price": None, "link": url + "/shop/p/2", "sku": 2},
+    ]
+    assert result["structured_data"]["json-ld"][0]["numberOfItems"] == 2

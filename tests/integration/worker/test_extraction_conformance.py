@@ -91,6 +91,57 @@ QUIRKS_FIELDS: dict[str, Any] = {
 }
 
 
+# Text in every shape the text sample meets: whitespace-only nodes, entities, wide spaces,
+# text in script/style/noscript/template (not part of it), characters outside the BMP (one
+# character each, though JavaScript counts two), and more than the sample keeps.
+TEXT_PAGE = (
+    """<!doctype html><html><head><title>Plain text</title><style>h1 { color: red }</style>
+</head><body>
+  <h1>Hello\u3000<em>world</em></h1>  <script>var hidden = "script text";</script>
+  <p>caf&eacute;&nbsp;&amp; <b>bar</b>\t\n</p><template><p>inside a template</p></template>
+  <noscript>enable scripts</noscript><style>p { margin: 0 }</style><!-- a comment -->
+  <ul><li>one<li>two</ul><svg><text>in svg</text></svg>
+  <div>"""
+    + "\U0001f600 word " * 400
+    + """</div></body></html>"""
+)
+
+
+# A product list: items whose fields are missing, nested lists of items, attributes, a selector
+# that reaches outside the item (as querySelectorAll does: the whole document decides whether an
+# element matches, only the item's descendants are returned) and a relative link under <base>.
+PRODUCTS = """<!doctype html><html><head><title>Products</title><base href="/shop/"></head>
+<body><div class="shop">
+<ul class="products">
+  <li class="product" data-sku="a1"><h2>Laptop <b>One</b></h2>
+    <span class="price">$1,299.00</span><a href="p/1">more</a>
+    <ul class="tags"><li>new</li><li>sale</li></ul></li>
+  <li class="product" data-sku="b2"><h2>Laptop Two</h2><a href="p/2?x=1">more</a>
+    <ul class="tags"></ul></li>
+  <li class="product featured" data-sku="c3"><h2>  Laptop\u00a0Three </h2>
+    <span class="price">1.499,50 EUR</span><span class="price">old</span>
+    <ul class="variants"><li class="product" data-sku="c3-s"><h2>Small</h2></li></ul></li>
+</ul></div></body></html>"""
+
+PRODUCT_ITEMS: dict[str, Any] = {
+    "selector": "li.product",
+    "fields": {
+        "name": "h2",
+        "bold": "h2 b",
+        "price": ".price",
+        "prices": {"selector": ".price", "all": True},
+        "sku": {"attribute": "data-sku"},
+        "class": {"selector": ":scope", "attribute": "class"},
+        "missing_attribute": {"selector": "", "attribute": "data-none"},
+        "link": {"selector": "a", "attribute": "href"},
+        "tags": {"selector": "ul.tags li", "all": True},
+        "outside": {"selector": "div.shop h2", "all": True},
+        "nested_products": {"selector": "li.product", "attribute": "data-sku", "all": True},
+        "itself_by_class": "li.product",
+    },
+}
+
+
 def both_engines(payload: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     rendered = {**payload, "render": True, "waitUntil": "load"}
     return rendered, {**payload, "render": False}
@@ -164,6 +215,184 @@ async def test_the_same_specs_give_identical_results_in_chromium_and_the_http_en
     assert quirks == {"by_class": "Two", "by_id": "One", "items": ["a", "b"]}
 
 
+@pytest.mark.timeout(90)
+async def test_the_same_items_spec_gives_identical_items_in_chromium_and_the_http_engine(
+    site: HostileSite, worker_settings: Any, connection: Connection
+) -> None:
+    site.pages["products"] = PRODUCTS
+    cases = [
+        {"items": PRODUCT_ITEMS, "extract": {"heading": "h2"}},
+        {"items": {**PRODUCT_ITEMS, "limit": 2}},
+    ]
+    rows: list[tuple[int, int]] = []
+    for number, payload in enumerate(cases):
+        rendered, static = both_engines(payload)
+        url = site.url(f"/page/products?case={number}")
+        rows.append(
+            (
+                await insert_classic_row(connection, url, rendered),
+                await insert_classic_row(connection, url + "&static", static),
+            )
+        )
+
+    await run_burst(worker_settings)
+
+    results = []
+    for browser_id, http_id in rows:
+        browser = await job_row(connection, browser_id)
+        http = await job_row(connection, http_id)
+        assert browser.status == "completed", browser.last_error
+        assert http.status == "completed", http.last_error
+        assert http.result["items"] == browser.result["items"]
+        assert http.result["fields"] == browser.result["fields"]
+        assert http.result.get("truncated") == browser.result.get("truncated")
+        assert "text_sample" not in browser.result
+        results.append(browser.result)
+    items = results[0]["items"]
+    assert [item["sku"] for item in items] == ["a1", "b2", "c3", "c3-s"]
+    first, second, third, nested = items
+    assert first == {
+        "name": "Laptop One",
+        "bold": "One",
+        "price": "$1,299.00",
+        "prices": ["$1,299.00"],
+        "sku": "a1",
+        "class": "product",
+        "missing_attribute": None,
+        "link": "p/1",
+        "tags": ["new", "sale"],
+        "outside": ["Laptop One"],
+        "nested_products": [],
+        "itself_by_class": None,
+    }
+    assert second["price"] is None
+    assert second["prices"] == []
+    assert second["tags"] == []
+    assert third["name"] == "Laptop Three"
+    assert third["prices"] == ["1.499,50 EUR", "old"]
+    assert third["class"] == "product featured"
+    assert third["outside"] == ["Laptop Three", "Small"]
+    assert third["nested_products"] == ["c3-s"]
+    assert third["itself_by_class"] == "Small"
+    assert nested["name"] == "Small"
+    assert "truncated" not in results[0]
+    assert [item["sku"] for item in results[1]["items"]] == ["a1", "b2"]
+    assert results[1]["truncated"] == ["items"]
+
+
+@pytest.mark.timeout(90)
+async def test_transforms_give_identical_values_after_either_engine(
+    site: HostileSite, worker_settings: Any, connection: Connection
+) -> None:
+    site.pages["products"] = PRODUCTS
+    payload = {
+        "extract": {
+            "count": {"selector": "li.product", "all": True, "transforms": [{"type": "join"}]},
+            "first_price": {"selector": ".price", "transforms": [{"type": "price"}]},
+        },
+        "items": {
+            "selector": "ul.products > li.product",
+            "fields": {
+                "name": {"selector": "h2", "transforms": [{"type": "uppercase"}]},
+                "price": {
+                    "selector": ".price",
+                    "transforms": [
+                        {"type": "regex", "pattern": "[0-9][0-9.,]*", "group": 0},
+                        {"type": "price", "decimal": ",", "currency": "EUR"},
+                    ],
+                },
+                "url": {
+                    "selector": "a",
+                    "attribute": "href",
+                    "transforms": [{"type": "absoluteUrl"}],
+                },
+                "sku": {
+                    "attribute": "data-sku",
+                    "transforms": [{"type": "regex", "pattern": "^([a-z])"}, {"type": "uppercase"}],
+                },
+                "tags": {
+                    "selector": "ul.tags li",
+                    "all": True,
+                    "transforms": [
+                        {"type": "join", "separator": "|"},
+                        {"type": "default", "value": "none"},
+                    ],
+                },
+                "class": {"attribute": "class", "transforms": [{"type": "number"}]},
+            },
+        },
+    }
+    rendered, static = both_engines(payload)
+    url = site.url("/page/products?transforms")
+    browser_id = await insert_classic_row(connection, url, rendered)
+    http_id = await insert_classic_row(connection, url + "&static", static)
+
+    await run_burst(worker_settings)
+
+    browser = await job_row(connection, browser_id)
+    http = await job_row(connection, http_id)
+    assert browser.status == "completed", browser.last_error
+    assert http.status == "completed", http.last_error
+    assert http.result["items"] == browser.result["items"]
+    assert http.result["fields"] == browser.result["fields"]
+    assert browser.result["fields"]["first_price"] == {"amount": 1299.0, "currency": "USD"}
+    first, second, third = browser.result["items"]
+    assert first["name"] == "LAPTOP ONE"
+    assert first["url"] == site.url("/shop/p/1")
+    assert second["url"] == site.url("/shop/p/2?x=1")
+    assert third["url"] is None
+    # "$1,299.00" read as the job said, with a decimal comma: 1.299.
+    assert first["price"] == {"amount": 1.299, "currency": "EUR"}
+    assert second["price"] is None
+    assert third["price"] == {"amount": 1499.5, "currency": "EUR"}
+    assert [item["sku"] for item in (first, second, third)] == ["A", "B", "C"]
+    assert [item["tags"] for item in (first, second, third)] == ["new|sale", "none", "none"]
+    assert first["class"] is None
+
+
+@pytest.mark.timeout(90)
+async def test_a_row_that_asks_for_no_fields_gets_the_same_title_and_text_sample_in_both_engines(
+    site: HostileSite, worker_settings: Any, connection: Connection
+) -> None:
+    site.pages["text"] = TEXT_PAGE
+    site.pages["empty"] = "<!doctype html><title>Empty</title><body> \n <script>1</script>"
+    rows: list[tuple[int, int]] = []
+    for name in ("text", "empty"):
+        rendered, static = both_engines({})
+        url = site.url(f"/page/{name}")
+        rows.append(
+            (
+                await insert_classic_row(connection, url, rendered),
+                await insert_classic_row(connection, url + "?static", static),
+            )
+        )
+    asks_for_fields = await insert_classic_row(
+        connection, site.url("/page/text?fields"), {"extract": {"heading": "h1"}}
+    )
+
+    await run_burst(worker_settings)
+
+    results = []
+    for browser_id, http_id in rows:
+        browser = await job_row(connection, browser_id)
+        http = await job_row(connection, http_id)
+        assert browser.status == "completed", browser.last_error
+        assert http.status == "completed", http.last_error
+        assert http.result.get("text_sample") == browser.result.get("text_sample")
+        assert http.result["title"] == browser.result["title"]
+        results.append(browser.result)
+    sample = results[0]["text_sample"]
+    assert sample.startswith("Hello world café & bar onetwoin svg \U0001f600 word \U0001f600 word")
+    assert len(sample) == 1000
+    for hidden in ("script text", "template", "enable scripts", "margin"):
+        assert hidden not in sample
+    assert results[0]["title"] == "Plain text"
+    assert "text_sample" not in results[1]
+    fields_row = await job_row(connection, asks_for_fields)
+    assert fields_row.status == "completed", fields_row.last_error
+    assert "text_sample" not in fields_row.result
+
+
 @pytest.mark.parametrize("selector", ["li >", "li:nth-child(", "::before-ish"])
 async def test_a_selector_either_engine_cannot_parse_fails_both_rows_as_bad_selector(
     site: HostileSite, worker_settings: Any, connection: Connection, selector: str
@@ -182,3 +411,27 @@ async def test_a_selector_either_engine_cannot_parse_fails_both_rows_as_bad_sele
         assert row.status == "failed"
         assert row.last_reason == "bad_selector"
         assert selector in (row.last_error or "")
+
+
+@pytest.mark.parametrize("where", ["item", "field"])
+async def test_an_items_selector_either_engine_cannot_parse_fails_both_rows_as_bad_selector(
+    site: HostileSite, worker_settings: Any, connection: Connection, where: str
+) -> None:
+    site.pages["list"] = "<ul><li>a</li></ul>"
+    items = (
+        {"selector": "li >", "fields": {"x": ""}}
+        if where == "item"
+        else {"selector": "li", "fields": {"x": "b:nth-child("}}
+    )
+    rendered, static = both_engines({"items": items})
+    ids = [
+        await insert_classic_row(connection, site.url("/page/list"), rendered),
+        await insert_classic_row(connection, site.url("/page/list?static"), static),
+    ]
+
+    await run_burst(worker_settings)
+
+    for job_id in ids:
+        row = await job_row(connection, job_id)
+        assert row.status == "failed"
+        assert row.last_reason == "bad_selector"

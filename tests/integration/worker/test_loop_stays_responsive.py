@@ -2,9 +2,11 @@
 
 Beside healthy rows of both engines, a worker gets a 252 KB page of 63,000 nested lists (lexbor
 needs tens of seconds for it here), a page whose 1,000 nested 1 KB elements repeat their text
-(500 MB if copied with `all`), and a rendered page with 50 fields (the most a payload may name)
-of 20 KB each (a result four times the cap). A thread outside the worker's loop asks /healthz
-every 100 ms: every answer must come within a second. The nested page ends with `timeout`
+(500 MB if copied with `all`), a rendered page with 50 fields (the most a payload may name)
+of 20 KB each (a result four times the cap), and a page of 40,000 items whose links and prices
+are transformed in both engines (tens of thousands of URLs to resolve, seconds of CPU). A
+thread outside the worker's loop asks /healthz every 100 ms: every answer must come within a
+second. The nested page ends with `timeout`
 within its job's time and its extraction process is killed; the others complete, their results
 cut to the cap; the healthy rows take no longer than HEALTHY_WITHIN_SECONDS; no extraction
 process outlives the worker.
@@ -70,6 +72,17 @@ async def test_hostile_pages_beside_healthy_rows_never_keep_healthz_waiting_a_se
     site.pages["wide"] = "<!doctype html><title>wide</title>" + "".join(
         f"<p class='n{n}'>{'w' * 20_000}</p>" for n in range(50)
     )
+    site.pages["many"] = "<!doctype html><title>many</title><ul>" + "".join(
+        f"<li><a href='p/{n}'>${n},299.00</a></li>" for n in range(40_000)
+    )
+    many_items = {
+        "selector": "li",
+        "limit": 10_000,
+        "fields": {
+            "link": {"selector": "a", "attribute": "href", "transforms": [{"type": "absoluteUrl"}]},
+            "price": {"selector": "a", "transforms": [{"type": "price"}]},
+        },
+    }
     port = free_port()
     settings = dataclasses.replace(
         worker_settings, burst=False, metrics_port=port, metrics_host="127.0.0.1"
@@ -101,7 +114,15 @@ async def test_hostile_pages_beside_healthy_rows_never_keep_healthz_waiting_a_se
                 ),
                 await enqueue(connection, site.url("/js/1"), {"waitFor": "h1.name"}),
             ]
-            rows = [nested, repeated, wide, *healthy]
+            many = [
+                await enqueue(connection, site.url("/page/many"), {"items": many_items}),
+                await enqueue(
+                    connection,
+                    site.url("/page/many?static"),
+                    {"render": False, "items": many_items},
+                ),
+            ]
+            rows = [nested, repeated, wide, *many, *healthy]
             async with asyncio.timeout(120):
                 while True:
                     states = [(await job_row(connection, job_id)).status for job_id in rows]
@@ -143,6 +164,14 @@ async def test_hostile_pages_beside_healthy_rows_never_keep_healthz_waiting_a_se
     assert sorted(row.result["truncated"]) == sorted(f"fields.f{n}" for n in range(50))
     assert all(value.endswith(TRUNCATION_MARKER) for value in row.result["fields"].values())
     assert row.result["fields"]["f0"].startswith("w" * 1000)
+    for job_id in many:
+        row = await job_row(connection, job_id)
+        assert row.status == "completed", row.last_error
+        assert row.result["truncated"] == ["items"]
+        assert row.result["items"][0] == {
+            "link": site.url("/page/p/0"),
+            "price": {"amount": 299.0, "currency": "USD"},
+        }
     for job_id in healthy:
         row = await job_row(connection, job_id)
         assert row.status == "completed", row.last_error

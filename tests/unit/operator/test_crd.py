@@ -107,3 +107,27 @@ def test_the_crd_bounds_every_payload_field_as_the_queue_does() -> None:
     for patterns in (follow["include"], follow["exclude"]):
         assert patterns["maxItems"] == payload.MAX_FOLLOW_PATTERNS
         assert patterns["items"]["maxLength"] == payload.MAX_FOLLOW_PATTERN_CHARS
+
+
+def test_the_crd_bounds_items_and_transforms_as_the_queue_does() -> None:
+    spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
+    items = spec[".spec.items"]["properties"]
+    assert items["limit"]["maximum"] == payload.MAX_ITEMS_LIMIT
+    assert items["limit"]["default"] == payload.DEFAULT_ITEMS_LIMIT
+    assert items["selector"]["maxLength"] == payload.MAX_SELECTOR_CHARS
+    assert items["fields"]["maxProperties"] == payload.MAX_EXTRACT_FIELDS
+    fields = [
+        spec[".spec.extract"]["additionalProperties"],
+        spec[".spec.follow.extract"]["additionalProperties"],
+        items["fields"]["additionalProperties"],
+    ]
+    for field in fields:
+        transforms = field["properties"]["transforms"]
+        assert transforms["maxItems"] == payload.MAX_TRANSFORMS
+        step = transforms["items"]["properties"]
+        assert step["type"]["enum"] == list(payload.TRANSFORM_KEYS)
+        assert set(step) - {"type"} == set().union(*payload.TRANSFORM_KEYS.values())
+        assert step["decimal"]["enum"] == list(payload.DECIMAL_SEPARATORS)
+        assert step["thousands"]["enum"] == list(payload.THOUSANDS_SEPARATORS)
+        assert step["pattern"]["maxLength"] == payload.MAX_TRANSFORM_PATTERN_CHARS
+        assert step["separator"]["maxLength"] == payload.MAX_JOIN_SEPARATOR_CHARS

@@ -36,6 +36,12 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
         ),
         "politeness": {"maxConcurrentPerSite": 4, "delaySeconds": 1.5, "respectRobotsTxt": True},
         "parser": "shop.product-page_v2",
+        "items": {
+            "selector": "li.product",
+            "fields": {"name": "h2", "sku": {"attribute": "data-sku"}, "itself": ""},
+            "limit": 100,
+        },
+        "structuredData": ["json-ld", "opengraph"],
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
@@ -232,3 +238,118 @@ def test_a_payload_with_thousands_of_problems_names_a_bounded_number_of_them() -
     assert problems[-1] == "and 4980 more problems"
     (long_name,) = validate_payload({"x" * 100_000: 1})
     assert len(long_name) < 300
+
+
+@pytest.mark.parametrize(
+    ("items", "fragment"),
+    [
+        ([], 'items must be an object {"selector": ...'),
+        ({"fields": {"a": "b"}}, "items.selector must be a CSS selector of 1-1024 characters"),
+        ({"selector": "li", "fields": {}}, "items.fields must be a non-empty object"),
+        ({"selector": "li", "fields": {"a": "b"}, "limit": 0}, "items.limit must be an integer"),
+        ({"selector": "li", "fields": {"a": "b"}, "limit": 10_001}, "from 1 to 10000"),
+        ({"selector": "li", "fields": {"a": "b"}, "sort": 1}, "items has unknown keys: sort"),
+        ({"selector": "li", "fields": {"a": 3}}, "items.fields.a must be a selector string"),
+        ({"selector": "li", "fields": {"a": {"attribute": 3}}}, "items.fields.a.attribute must"),
+        ({"selector": "li", "fields": {"a": ":scope > b"}}, "items.fields.a.selector may be"),
+        ({"selector": "li", "fields": {"a": "b :SCOPE"}}, "items.fields.a.selector may be"),
+        ({"selector": "li", "fields": {"a": {"all": "yes"}}}, "items.fields.a.all must be"),
+    ],
+)
+def test_a_bad_items_spec_is_reported_by_name(items: object, fragment: str) -> None:
+    problems = validate_payload({"items": items})
+    assert any(fragment in problem for problem in problems), problems
+
+
+def test_items_fields_are_bounded_like_extract_fields() -> None:
+    fields = {f"f{number}": "b" for number in range(51)}
+    (problem,) = validate_payload({"items": {"selector": "li", "fields": fields}})
+    assert problem == "items.fields has 51 fields; at most 50 are allowed"
+
+
+def test_an_item_field_without_a_selector_or_with_an_empty_one_reads_the_element_itself() -> None:
+    from scrapeq_queue.payload import item_fields_as_extract
+
+    assert item_fields_as_extract(
+        {"a": "", "b": {"attribute": "href"}, "c": {"selector": " "}, "d": "b", "e": " :Scope"}
+    ) == {
+        "a": ":scope",
+        "b": {"attribute": "href", "selector": ":scope"},
+        "c": {"selector": ":scope"},
+        "d": "b",
+        "e": ":scope",
+    }
+
+
+def test_every_transform_is_accepted_with_valid_options() -> None:
+    transforms = [
+        {"type": "trim"},
+        {"type": "lowercase"},
+        {"type": "uppercase"},
+        {"type": "number", "decimal": ",", "thousands": "."},
+        {"type": "price", "decimal": ".", "thousands": "", "currency": "CAD"},
+        {"type": "regex", "pattern": r"SKU-(\d+)", "group": 1},
+        {"type": "absoluteUrl"},
+        {"type": "join", "separator": ", "},
+        {"type": "default", "value": "n/a"},
+    ]
+    from scrapeq_queue.payload import TRANSFORM_KEYS
+
+    assert {transform["type"] for transform in transforms} == set(TRANSFORM_KEYS)
+    payload = {
+        "extract": {"a": {"selector": "b", "transforms": transforms[:9]}},
+        "items": {
+            "selector": "li",
+            "fields": {"a": {"transforms": [{"type": "default", "value": 0}]}},
+        },
+    }
+    assert validate_payload(payload) == []
+
+
+@pytest.mark.parametrize(
+    ("transforms", "fragment"),
+    [
+        ("trim", "extract.f.transforms must be a list of at most 10 transforms"),
+        ([{"type": "trim"}] * 11, "must be a list of at most 10 transforms"),
+        (["trim"], 'extract.f.transforms[0] must be an object {"type": ...} with type one of'),
+        ([{"type": "eval"}], "with type one of trim, lowercase"),
+        ([{"type": "trim", "pattern": "x"}], "transforms[0] (trim) has unknown keys: pattern"),
+        ([{"type": "number", "decimal": ";"}], '(number) decimal must be "." or ","'),
+        ([{"type": "number", "decimal": ",", "thousands": ","}], "differ from decimal"),
+        ([{"type": "price", "currency": "usd"}], "currency must be an ISO 4217 code"),
+        ([{"type": "regex"}], "(regex) pattern must be a regular expression of 1-1024"),
+        ([{"type": "regex", "pattern": "x" * 1025}], "pattern must be a regular expression"),
+        ([{"type": "regex", "pattern": r"(a)\1"}], "is not a valid regular expression"),
+        ([{"type": "regex", "pattern": r"(?=a)"}], "no backreferences"),
+        ([{"type": "regex", "pattern": "(a)", "group": 2}], "group must be an integer from 0 to 1"),
+        ([{"type": "join", "separator": 1}], "separator must be a string of at most 64"),
+        ([{"type": "default", "value": [1]}], "value must be a string of at most 1024"),
+        ([{"type": "default", "value": "x" * 1025}], "value must be a string of at most 1024"),
+    ],
+)
+def test_a_bad_transform_is_reported_by_field_position_and_kind(
+    transforms: object, fragment: str
+) -> None:
+    problems = validate_payload({"extract": {"f": {"selector": "b", "transforms": transforms}}})
+    assert any(fragment in problem for problem in problems), problems
+
+
+def test_a_bad_item_field_transform_is_reported_under_items() -> None:
+    (problem,) = validate_payload(
+        {"items": {"selector": "li", "fields": {"f": {"transforms": [{"type": "nope"}]}}}}
+    )
+    assert problem.startswith("items.fields.f.transforms[0] must be an object")
+
+
+@pytest.mark.parametrize("value", [True, False, ["json-ld"], ["opengraph", "microdata", "json-ld"]])
+def test_structured_data_is_true_false_or_a_list_of_syntaxes(value: object) -> None:
+    assert validate_payload({"structuredData": value}) == []
+
+
+@pytest.mark.parametrize("value", [[], ["rdfa"], ["json-ld", "json-ld"], "json-ld", 1, None])
+def test_a_bad_structured_data_option_names_the_syntaxes(value: object) -> None:
+    (problem,) = validate_payload({"structuredData": value})
+    assert problem == (
+        "structuredData must be true, false or a list of distinct syntaxes from "
+        "json-ld, microdata, opengraph"
+    )

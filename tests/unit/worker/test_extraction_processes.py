@@ -198,3 +198,49 @@ async def test_closing_while_a_child_parses_kills_and_reaps_it_and_fails_its_req
     with pytest.raises(RetryLater) as failure:
         await parsing
     assert failure.value.reason == "internal_error"
+
+
+async def test_transforms_run_in_a_child_and_the_loop_stays_free_meanwhile(
+    processes: ExtractionProcesses,
+) -> None:
+    """At the result limit a page's values can be 80,000 short strings, each resolved as a
+    URL (seconds of CPU): the loop must not wait for them."""
+    from scrapeq_worker.extraction import parse_items
+
+    items = parse_items(
+        {
+            "selector": "li",
+            "fields": {"link": {"attribute": "href", "transforms": [{"type": "absoluteUrl"}]}},
+        }
+    )
+    assert items is not None
+    page = ExtractedPage(
+        items=[{"link": f"p/{number}"} for number in range(80_000)],
+        link_base="http://site.test/shop/",
+    )
+    await processes.transform(
+        page, (), items, url="http://site.test/", deadline=time.monotonic() + 30
+    )  # a started child
+    loop = asyncio.get_running_loop()
+    longest_pause = 0.0
+    done = False
+
+    async def watch() -> None:
+        nonlocal longest_pause
+        last = loop.time()
+        while not done:
+            await asyncio.sleep(0.01)
+            now = loop.time()
+            longest_pause = max(longest_pause, now - last)
+            last = now
+
+    watcher = asyncio.create_task(watch())
+    transformed = await processes.transform(
+        page, (), items, url="http://site.test/", deadline=time.monotonic() + 30
+    )
+    done = True
+    await watcher
+    assert transformed.items is not None
+    assert transformed.items[0] == {"link": "http://site.test/shop/p/0"}
+    assert transformed.items[-1] == {"link": "http://site.test/shop/p/79999"}
+    assert longest_pause < 0.5

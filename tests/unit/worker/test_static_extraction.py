@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 from scrapeq_worker.errors import BadInput
-from scrapeq_worker.extraction import extract_static, parse_fields
+from scrapeq_worker.extraction import (
+    TRUNCATION_MARKER,
+    cap_result,
+    extract_static,
+    parse_fields,
+    parse_items,
+)
 
 PAGE = """<!doctype html><html><head><title>  A   shop </title><base href="/shop/"></head>
 <body><div id="main" class="listing wide">
@@ -108,3 +114,49 @@ def test_a_selector_lexbor_cannot_parse_is_bad_input(selector: str) -> None:
 def test_malformed_field_specs_are_bad_input() -> None:
     with pytest.raises(BadInput, match="unknown keys"):
         parse_fields({"x": {"selector": "h1", "xpath": "//h1"}})
+
+
+def test_items_read_each_field_inside_their_element_and_the_element_itself() -> None:
+    items = parse_items(
+        {"selector": "li.item", "fields": {"text": "", "sku": {"attribute": "data-sku"}}}
+    )
+    page = extract_static(PAGE, (), base_url="http://site.test/a/b", items=items)
+    assert page.items == [
+        {"text": "One", "sku": "a1"},
+        {"text": "Two", "sku": "b2"},
+        {"text": "Three", "sku": "c3"},
+    ]
+    assert page.truncated == []
+    assert page.text_sample is None
+
+
+def test_items_past_the_limit_are_left_out_and_named_as_truncated() -> None:
+    items = parse_items({"selector": "li.item", "fields": {"sku": {"attribute": "data-sku"}}})
+    assert items is not None
+    page = extract_static(
+        PAGE,
+        (),
+        base_url="http://site.test/a/b",
+        items=type(items)(items.selector, items.fields, limit=2),
+    )
+    assert page.items == [{"sku": "a1"}, {"sku": "b2"}]
+    assert page.truncated == ["items"]
+
+
+def test_items_stop_when_the_text_budget_is_spent_and_are_named_as_truncated() -> None:
+    html = "<ul>" + "<li>" + "x" * 100 + "</li>" * 1 + ("<li>" + "y" * 100) * 50 + "</ul>"
+    items = parse_items({"selector": "li", "fields": {"text": ""}})
+    page = extract_static(html, (), base_url="http://site.test/", items=items, max_characters=250)
+    assert page.items is not None
+    assert [len(item["text"]) for item in page.items[:2]] == [100, 100]
+    assert page.items[2]["text"].endswith(TRUNCATION_MARKER)
+    assert len(page.items) == 3
+    assert page.truncated == ["items"]
+
+
+def test_the_result_cap_keeps_the_first_items_that_fit_and_names_items() -> None:
+    result = {"url": "http://site.test/", "items": [{"text": "x" * 100} for _ in range(100)]}
+    capped = cap_result(result, 2000)
+    assert 0 < len(capped["items"]) < 100
+    assert all(item == {"text": "x" * 100} for item in capped["items"])
+    assert capped["truncated"] == ["items"]
