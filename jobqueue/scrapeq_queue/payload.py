@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol
 
 import re2
 
+from scrapeq_queue.page_steps import check_steps
 from scrapeq_queue.politeness import site_delay_problem, site_limit_problem
 from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
 
@@ -449,6 +450,26 @@ def _check_sealed(value: object) -> list[str]:
     return [f"sealed must be a sealed credentials text ({SEALED_PREFIX}...) made by the operator"]
 
 
+def _step_pattern_problem(pattern: str) -> str | None:
+    try:
+        compile_url_pattern(pattern)
+    except ValueError as error:
+        return f"is not a valid regular expression: {error} ({_RE2_HINT})"
+    return None
+
+
+def _steps_problems(payload: Mapping[str, Any]) -> list[str]:
+    """The problems of `steps`, which also depend on `render` and `timeoutSeconds`."""
+    problems = check_steps(
+        payload["steps"],
+        job_timeout_seconds=payload.get("timeoutSeconds"),
+        check_pattern=_step_pattern_problem,
+    )
+    if payload.get("render") is False:
+        problems.append("steps run on rendered pages only: remove them or set render to true")
+    return problems
+
+
 # option name -> validator returning the problems with its value.
 PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "render": _check_render,
@@ -461,6 +482,8 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "sealed": _check_sealed,
     "blockResources": lambda value: check_resource_kinds("blockResources", value),
     "politeness": _check_politeness,
+    # Checked with the payload around it (_steps_problems): its bounds depend on other options.
+    "steps": lambda value: [],
 }
 
 
@@ -494,6 +517,8 @@ def validate_payload(payload: object) -> list[str]:
             problems.append(f"unknown payload option {_quoted(name)} (known options: {known})")
             continue
         problems.extend(check(value))
+    if "steps" in payload:
+        problems.extend(_steps_problems(payload))
     if len(problems) > MAX_REPORTED_PROBLEMS:
         more = len(problems) - MAX_REPORTED_PROBLEMS
         problems = [*problems[:MAX_REPORTED_PROBLEMS], f"and {more} more problems"]

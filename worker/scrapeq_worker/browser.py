@@ -75,6 +75,7 @@ from .network_guard import NetworkGuard
 from .pyppeteer_compat import apply as _repair_pyppeteer
 from .pyppeteer_compat import retrieve_exception
 from .request_checks import PageWatch, RequestChecks
+from .step_runner import StepRunner
 from .tab_pool import Tab, TabPool, terminate_scripts
 
 logger = logging.getLogger(__name__)
@@ -488,6 +489,17 @@ class BrowserPool:
                 content_length=watch.content_length,
                 skipped_requests=watch.skipped,
             )
+        step_reports: list[dict[str, Any]] = []
+        if options.steps:
+            runner = StepRunner(
+                page, lambda work, what: self._bounded(watch, work, deadline, page, what)
+            )
+            step_reports = await runner.run(options.steps)
+            if watch.abort.done():
+                raise watch.abort.result()
+            stepped = time.monotonic()
+            timing["steps_ms"] = round((stepped - loaded) * 1000, 1)
+            loaded = stepped
         extracted = await self._extract(
             page, watch, options.fields, options, follow_selector, deadline
         )
@@ -503,6 +515,7 @@ class BrowserPool:
             timing_ms=timing,
             blocked_requests=watch.blocked,
             skipped_requests=watch.skipped,
+            steps=step_reports,
         )
 
     async def _extract(

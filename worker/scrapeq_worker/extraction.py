@@ -132,6 +132,8 @@ class PageOutcome:
     content_length: int | None = None
     # Not fetched because the job said so (blockResources): a count per kind, not a refusal.
     skipped_requests: dict[str, int] = field(default_factory=dict)
+    # What each of the job's page steps reported (step_runner.py), in order.
+    steps: list[dict[str, Any]] = field(default_factory=list)
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a

@@ -11,6 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, cast
 
+from scrapeq_queue.page_steps import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_LOAD_MORE_CLICKS,
+    DEFAULT_SCROLL_ROUNDS,
+    DEFAULT_SETTLE_SECONDS,
+    DEFAULT_STEP_TIMEOUT_SECONDS,
+)
 from scrapeq_queue.payload import (
     DEFAULT_FOLLOW_MAX_PAGES,
     URLPattern,
@@ -55,6 +62,34 @@ class FollowOptions:
 
 
 @dataclass(frozen=True)
+class PageStep:
+    """One step of `steps` (scrapeq_queue.page_steps): what a visitor does on the rendered
+    page before it is read. Only the fields of its `action` mean anything."""
+
+    action: str
+    timeout_seconds: float = DEFAULT_STEP_TIMEOUT_SECONDS
+    selector: str | None = None
+    # type, fill, select: the literal value.
+    value: str | None = None
+    # press: the key.
+    key: str | None = None
+    # click: what to wait for after the click.
+    wait_for_navigation: bool = False
+    wait_for: str | None = None
+    # scroll: stop once `count` elements match `selector`; scroll and loadMore: their caps and
+    # how long a round waits for the page to grow.
+    count: int | None = None
+    max_rounds: int = DEFAULT_SCROLL_ROUNDS
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    # waitFor: "visible" or "hidden".
+    state: str = "visible"
+    # waitForResponse: searched in each response's URL (RE2, like follow.include).
+    url_pattern: URLPattern | None = None
+    # waitForNetworkIdle: how long no request may be in flight.
+    idle_seconds: float = DEFAULT_IDLE_SECONDS
+
+
+@dataclass(frozen=True)
 class JobOptions:
     """Everything one scrape needs besides the URL."""
 
@@ -72,6 +107,8 @@ class JobOptions:
     # The job's own upstream proxies (spec.proxy, sealed with the credentials), each page
     # through one of them in turn; empty: the worker pool's upstream proxy, if any.
     upstream_proxies: tuple[UpstreamProxy, ...] = ()
+    # payload.steps, run in order on the rendered page before it is read.
+    steps: tuple[PageStep, ...] = ()
 
 
 def options_from_payload(
@@ -141,7 +178,39 @@ def _read_options(
         credentials=credentials,
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),
+        steps=_page_steps(options.get("steps", ())),
     )
+
+
+def _page_steps(raw_steps: Sequence[Mapping[str, Any]]) -> tuple[PageStep, ...]:
+    """The validated `steps` as PageSteps, defaults filled in."""
+    steps: list[PageStep] = []
+    for raw in raw_steps:
+        action = str(raw["action"])
+        pattern = raw.get("urlPattern")
+        steps.append(
+            PageStep(
+                action=action,
+                timeout_seconds=float(raw.get("timeoutSeconds", DEFAULT_STEP_TIMEOUT_SECONDS)),
+                selector=str(raw["selector"]).strip() if "selector" in raw else None,
+                value=str(raw["value"]) if "value" in raw else None,
+                key=str(raw["key"]) if "key" in raw else None,
+                wait_for_navigation=bool(raw.get("waitForNavigation", False)),
+                wait_for=str(raw["waitFor"]).strip() if "waitFor" in raw else None,
+                count=int(raw["count"]) if "count" in raw else None,
+                max_rounds=int(
+                    raw.get(
+                        "maxClicks" if action == "loadMore" else "maxRounds",
+                        DEFAULT_LOAD_MORE_CLICKS if action == "loadMore" else DEFAULT_SCROLL_ROUNDS,
+                    )
+                ),
+                settle_seconds=float(raw.get("settleSeconds", DEFAULT_SETTLE_SECONDS)),
+                state=str(raw.get("state", "visible")),
+                url_pattern=compile_url_pattern(str(pattern)) if pattern is not None else None,
+                idle_seconds=float(raw.get("idleSeconds", DEFAULT_IDLE_SECONDS)),
+            )
+        )
+    return tuple(steps)
 
 
 def _upstream_proxies(credentials: Credentials | None) -> tuple[UpstreamProxy, ...]:

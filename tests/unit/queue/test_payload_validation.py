@@ -15,7 +15,7 @@ def test_an_empty_or_null_payload_is_valid() -> None:
 
 def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
     payload = {
-        "render": False,
+        "render": True,
         "waitFor": ".product",
         "waitUntil": "networkidle2",
         "timeoutSeconds": 45,
@@ -35,6 +35,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             Credentials(origins=("https://shop.example:443",), headers={"X-Token": "t"})
         ),
         "politeness": {"maxConcurrentPerHost": 4, "delaySeconds": 1.5, "respectRobotsTxt": True},
+        "steps": [{"action": "click", "selector": "button.more"}],
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
