@@ -27,6 +27,7 @@ PAYLOAD_FIELDS = (
     "extract",
     "follow",
     "politeness",
+    "steps",
 )
 # How many bad lines an error message quotes.
 QUOTED_BAD_LINES = 3
