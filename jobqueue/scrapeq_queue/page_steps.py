@@ -33,8 +33,8 @@ STEP_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "click": frozenset({"selector", "waitForNavigation", "waitFor"}),
     "scroll": frozenset({"selector", "count", "maxRounds", "settleSeconds"}),
     "loadMore": frozenset({"selector", "maxClicks", "settleSeconds"}),
-    "type": frozenset({"selector", "value"}),
-    "fill": frozenset({"selector", "value"}),
+    "type": frozenset({"selector", "value", "sealedValue"}),
+    "fill": frozenset({"selector", "value", "sealedValue"}),
     "select": frozenset({"selector", "value"}),
     "hover": frozenset({"selector"}),
     "press": frozenset({"key", "selector"}),
@@ -52,6 +52,8 @@ MAX_STEPS: Final = 50
 MAX_STEP_SELECTOR_CHARS: Final = 1024
 # A typed or filled value: a search term, a form field, a long comment at most.
 MAX_STEP_VALUE_CHARS: Final = 4096
+# The name of a value sealed by the operator: a Secret's name and one of its keys.
+MAX_SEALED_VALUE_NAME_CHARS: Final = 253 + 1 + 253
 # The characters of every selector, value and pattern of all steps together.
 MAX_STEPS_CHARS: Final = 32 * 1024
 # A step's own time when it names none, and the most it may name (the job's deadline bounds
@@ -167,7 +169,20 @@ def check_steps(
                 )
             else:
                 chars += len(selector)
-        if action in ("type", "fill", "select"):
+        if action in ("type", "fill") and "sealedValue" in step:
+            sealed_name = step["sealedValue"]
+            if "value" in step:
+                problems.append(f"{where} ({action}) has a value or a sealedValue, not both")
+            elif (
+                not isinstance(sealed_name, str)
+                or not sealed_name
+                or len(sealed_name) > MAX_SEALED_VALUE_NAME_CHARS
+            ):
+                problems.append(
+                    f"{where}.sealedValue must name a sealed value (secret/key) of 1-"
+                    f"{MAX_SEALED_VALUE_NAME_CHARS} characters"
+                )
+        elif action in ("type", "fill", "select"):
             literal = step.get("value")
             if not isinstance(literal, str) or len(literal) > MAX_STEP_VALUE_CHARS:
                 problems.append(

@@ -379,12 +379,14 @@ class BrowserPool:
         clean = False
         try:
             try:
-                # A job with credentials gets a context of its own, closed after it: cookies
-                # a site sets for them never reach another job, even of the same owner.
+                # A job whose credentials change its requests gets a context of its own,
+                # closed after it: cookies a site sets for them never reach another job, even
+                # of the same owner. (Values its steps type are the owner's login: the
+                # cookies it earns serve the owner's later pages.)
                 tab = await self.tabs.take_tab(
                     chromium,
                     owner,
-                    single_use=options.credentials is not None,
+                    single_use=options.credentials is not None and options.credentials.for_requests,
                     upstreams=options.upstream_proxies,
                 )
             except PyppeteerNetworkError as error:

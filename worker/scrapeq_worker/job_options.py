@@ -8,7 +8,7 @@ values the engines need, so the two can never disagree about what is allowed.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
 
 from scrapeq_queue.page_steps import (
@@ -69,8 +69,11 @@ class PageStep:
     action: str
     timeout_seconds: float = DEFAULT_STEP_TIMEOUT_SECONDS
     selector: str | None = None
-    # type, fill, select: the literal value.
-    value: str | None = None
+    # type, fill, select: the value (a literal, or for type and fill a sealed value).
+    value: str | None = field(default=None, repr=False)
+    # The value came from the row's sealed credentials: it is typed only into pages of these
+    # origins and never shown (messages, logs, results).
+    sealed_origins: tuple[str, ...] | None = None
     # press: the key.
     key: str | None = None
     # click: what to wait for after the click.
@@ -178,22 +181,39 @@ def _read_options(
         credentials=credentials,
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),
-        steps=_page_steps(options.get("steps", ())),
+        steps=_page_steps(options.get("steps", ()), credentials),
     )
 
 
-def _page_steps(raw_steps: Sequence[Mapping[str, Any]]) -> tuple[PageStep, ...]:
-    """The validated `steps` as PageSteps, defaults filled in."""
+def _page_steps(
+    raw_steps: Sequence[Mapping[str, Any]], credentials: Credentials | None
+) -> tuple[PageStep, ...]:
+    """The validated `steps` as PageSteps, defaults filled in and sealed values opened; raise
+    BadInput naming a step whose sealed value the row does not carry."""
     steps: list[PageStep] = []
-    for raw in raw_steps:
+    for position, raw in enumerate(raw_steps):
         action = str(raw["action"])
         pattern = raw.get("urlPattern")
+        value = str(raw["value"]) if "value" in raw else None
+        sealed_origins: tuple[str, ...] | None = None
+        if "sealedValue" in raw:
+            name = str(raw["sealedValue"])
+            if credentials is None or name not in credentials.values:
+                raise BadInput(
+                    f"invalid payload: steps[{position}].sealedValue {name!r} is not among the "
+                    "row's sealed values (the operator seals them from the step's "
+                    "valueFrom.secretKeyRef)",
+                    reason="invalid_payload",
+                )
+            value = credentials.values[name]
+            sealed_origins = credentials.origins
         steps.append(
             PageStep(
                 action=action,
                 timeout_seconds=float(raw.get("timeoutSeconds", DEFAULT_STEP_TIMEOUT_SECONDS)),
                 selector=str(raw["selector"]).strip() if "selector" in raw else None,
-                value=str(raw["value"]) if "value" in raw else None,
+                value=value,
+                sealed_origins=sealed_origins,
                 key=str(raw["key"]) if "key" in raw else None,
                 wait_for_navigation=bool(raw.get("waitForNavigation", False)),
                 wait_for=str(raw["waitFor"]).strip() if "waitFor" in raw else None,

@@ -24,6 +24,7 @@ from pyppeteer.errors import ElementHandleError as PyppeteerElementHandleError
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
+from scrapeq_queue.sealed_credentials import origin_of
 
 from .errors import BadInput, RetryLater
 from .job_options import PageStep
@@ -215,6 +216,8 @@ class StepRunner:
             await self._element(step.selector, hidden=hidden)
             return {}
         element = await self._element(step.selector)
+        if action in ("type", "fill") and step.sealed_origins is not None:
+            self._check_origin(step.sealed_origins)
         if action == "click":
             await self._click(step, element)
         elif action == "hover":
@@ -234,6 +237,16 @@ class StepRunner:
         elif action == "select":
             await self._select(step, element)
         return {}
+
+    def _check_origin(self, origins: tuple[str, ...]) -> None:
+        """Refuse to type a sealed value into a page of an origin it was not sealed for (a
+        redirect or a click took the tab elsewhere)."""
+        here = origin_of(str(self._page.url))
+        if here not in origins:
+            raise StepFailed(
+                f"the page is on {here or 'no http(s) origin'}, and its sealed value is typed "
+                f"only on {', '.join(origins) or 'no origin'}"
+            )
 
     async def _element(self, selector: str, *, hidden: bool = False) -> Any:
         """The first visible element matching `selector` (or None once none is, `hidden`),

@@ -68,6 +68,11 @@ def test_every_documented_step_is_accepted(kubectl: Kubectl, namespace: str) -> 
         {"action": "loadMore", "selector": "#more", "maxClicks": 10, "settleSeconds": 2},
         {"action": "fill", "selector": "input[name=q]", "value": "lap"},
         {"action": "type", "selector": "input[name=q]", "value": "top"},
+        {
+            "action": "type",
+            "selector": "input[type=password]",
+            "valueFrom": {"secretKeyRef": {"name": "login", "key": "password"}},
+        },
         {"action": "select", "selector": "#size", "value": "xl"},
         {"action": "hover", "selector": "nav"},
         {"action": "press", "key": "Enter"},

@@ -147,13 +147,13 @@ LOGIN_PAGE: Final = (
     _HEAD.format(title="Sign in")
     + """</head><body><form method="post" action="/login">
 <input name="user"><input name="password" type="password"><button type="submit">Sign in</button>
-</form><p class="error">{error}</p></body></html>"""
+</form><p class="error">__ERROR__</p></body></html>"""
 )
 
 MEMBERS_PAGE: Final = (
     _HEAD.format(title="Members")
-    + """</head><body><p class="welcome">Welcome, {user}</p>
-<span class="member-price">{price}</span></body></html>"""
+    + """</head><body><p class="welcome">Welcome, __USER__</p>
+<span class="member-price">__PRICE__</span></body></html>"""
 )
 
 
@@ -244,7 +244,7 @@ class StepSite(ThreadedServer):
     async def _login_form(self, request: web.Request) -> web.Response:
         self._count(request)
         error = html.escape(request.query.get("error", ""))
-        return web.Response(text=LOGIN_PAGE.format(error=error), content_type="text/html")
+        return web.Response(text=LOGIN_PAGE.replace("__ERROR__", error), content_type="text/html")
 
     async def _login(self, request: web.Request) -> web.Response:
         self._count(request)
@@ -264,7 +264,8 @@ class StepSite(ThreadedServer):
         if request.cookies.get(SESSION_COOKIE) not in self.sessions:
             raise web.HTTPFound("/login")
         number = int(request.match_info["n"])
-        body = MEMBERS_PAGE.format(user=LOGIN_USER, price=f"${number}00.00 for members")
+        price = f"${number}00.00 for members"
+        body = MEMBERS_PAGE.replace("__USER__", LOGIN_USER).replace("__PRICE__", price)
         return web.Response(text=body, content_type="text/html")
 
 

@@ -10,11 +10,19 @@ from typing import Any
 
 import pytest
 import scrapeq_queue as queue
+from scrapeq_queue.sealed_credentials import SEALING_KEY_ENV, Credentials, SealingKeys
 from scrapeq_worker.settings import WorkerSettings
 
 from .conftest import Connection, job_row, run_burst
 from .site import HostileSite
-from .step_site import BATCH, StepSite, items, running_step_site
+from .step_site import (
+    BATCH,
+    LOGIN_PASSWORD,
+    LOGIN_USER,
+    StepSite,
+    items,
+    running_step_site,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.chromium]
 
@@ -255,3 +263,67 @@ async def test_a_click_on_a_link_to_an_internal_address_is_refused_like_a_first_
     assert row.status == "failed"
     assert row.last_reason == "blocked_address"
     assert site.bystander_hits == 0
+
+
+def sealed_login(key: str, origin: str) -> str:
+    """The shop's password sealed as the operator seals a step's valueFrom."""
+    values = {"shop-login/password": LOGIN_PASSWORD}
+    return SealingKeys.from_text(key).seal(Credentials(origins=(origin,), values=values))
+
+
+LOGIN_STEPS = [
+    {"action": "fill", "selector": "input[name=user]", "value": LOGIN_USER},
+    {"action": "type", "selector": "input[name=password]", "sealedValue": "shop-login/password"},
+    {"action": "click", "selector": "button[type=submit]", "waitForNavigation": True},
+]
+
+
+async def test_a_sealed_password_is_typed_into_a_login_form_and_shown_nowhere(
+    shop: StepSite,
+    worker_settings: WorkerSettings,
+    connection: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    key = SealingKeys.generate()
+    monkeypatch.setenv(SEALING_KEY_ENV, key)
+    payload = {
+        "sealed": sealed_login(key, shop.url("")),
+        "steps": LOGIN_STEPS,
+        "extract": {"welcome": ".welcome", "price": ".member-price"},
+    }
+    caplog.set_level("DEBUG")
+    row = await scrape(worker_settings, connection, shop.url("/login"), payload)
+
+    assert row.status == "completed", row.last_error
+    assert row.result["fields"] == {
+        "welcome": f"Welcome, {LOGIN_USER}",
+        "price": "$100.00 for members",
+    }
+    assert row.result["final_url"] == shop.url("/members/1")
+    assert shop.logins == 1
+    cursor = await connection.execute("SELECT t::text FROM scraping_jobs AS t")
+    rows = "\n".join(text for (text,) in await cursor.fetchall())
+    assert "scrapeq-sealed:v1:" in rows
+    assert LOGIN_PASSWORD not in rows
+    assert LOGIN_PASSWORD not in caplog.text
+
+
+async def test_a_sealed_value_is_never_typed_into_a_page_of_another_origin(
+    shop: StepSite,
+    worker_settings: WorkerSettings,
+    connection: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = SealingKeys.generate()
+    monkeypatch.setenv(SEALING_KEY_ENV, key)
+    payload = {"sealed": sealed_login(key, "https://bank.example:443"), "steps": LOGIN_STEPS}
+    row = await scrape(worker_settings, connection, shop.url("/login"), payload, max_retries=0)
+
+    assert row.status == "failed"
+    assert row.last_reason == "step_failed"
+    assert row.last_error == (
+        f"step 1 (type): the page is on {shop.url('')}, and its sealed value is typed only on "
+        "https://bank.example:443"
+    )
+    assert shop.logins == 0

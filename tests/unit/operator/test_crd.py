@@ -115,7 +115,10 @@ def test_the_crd_bounds_every_step_as_the_queue_does() -> None:
     assert steps["maxItems"] == page_steps.MAX_STEPS
     step = steps["items"]["properties"]
     assert step["action"]["enum"] == list(page_steps.STEP_ACTIONS)
-    assert set(step) == {"action", "timeoutSeconds"}.union(*page_steps.STEP_KEYS.values())
+    # A row's sealedValue is the spec's valueFrom, sealed by the operator.
+    assert set(step) == {"action", "timeoutSeconds", "valueFrom"}.union(
+        *page_steps.STEP_KEYS.values()
+    ) - {"sealedValue"}
     for name in ("selector", "waitFor"):
         assert step[name]["maxLength"] == page_steps.MAX_STEP_SELECTOR_CHARS
     assert step["value"]["maxLength"] == page_steps.MAX_STEP_VALUE_CHARS

@@ -101,3 +101,16 @@ def test_every_bad_step_is_reported_not_only_the_first() -> None:
         "steps[1]",
         "steps[2]",
     ]
+
+
+def test_type_and_fill_may_name_a_sealed_value_instead_of_a_literal() -> None:
+    sealed = {"action": "type", "selector": "#password", "sealedValue": "shop-login/password"}
+    assert validate_payload({"steps": [sealed]}) == []
+    both = {**sealed, "value": "hunter2"}
+    assert validate_payload({"steps": [both]}) == [
+        "steps[0] (type) has a value or a sealedValue, not both"
+    ]
+    on_select = {"action": "select", "selector": "#size", "sealedValue": "shop/size"}
+    assert "steps[0] (select) has unknown keys: 'sealedValue'" in validate_payload(
+        {"steps": [on_select]}
+    )
