@@ -359,3 +359,74 @@ def test_credentials_cannot_change_on_a_live_scrapejob(kubectl: Kubectl, namespa
     )
     assert changed.returncode != 0
     assert "spec is immutable" in changed.stderr
+
+
+PASSWORD = f"pw-{uuid.uuid4().hex}"
+LOGIN_FORM = (
+    b"<html><body><input id=user><input id=password type=password>"
+    b"<button id=send>Sign in</button><p id=done></p><script>"
+    b"document.getElementById('send').addEventListener('click', function () {"
+    b"  fetch('/api/check', {headers: {'X-Typed': document.getElementById('password').value,"
+    b"                                 'X-User': document.getElementById('user').value}})"
+    b"    .then(function () { document.getElementById('done').textContent = 'sent'; });"
+    b"});</script></body></html>"
+)
+
+
+def test_a_secret_value_typed_by_a_step_reaches_the_page_and_appears_nowhere_else(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    key = SealingKeys.generate()
+    operator = operator_factory(empty_database_url, environment={"SCRAPEQ_SEALING_KEY": key})
+    steps = [
+        {"action": "type", "selector": "#user", "value": "ada"},
+        {
+            "action": "fill",
+            "selector": "#password",
+            "valueFrom": {"secretKeyRef": {"name": "form-login", "key": "password"}},
+        },
+        {"action": "click", "selector": "#send", "waitFor": "#done:not(:empty)"},
+    ]
+    with recording_site({"/login": LOGIN_FORM, "/api/check": b"{}"}) as shop:
+        jobs = {
+            "typed": scrapejob(
+                "typed",
+                url=f"{shop.url}/login",
+                steps=steps,
+                extract={"done": {"selector": "#done"}},
+                retries={"limit": 0},
+            )
+        }
+        (status,) = apply_before_their_secret(kubectl, namespace, jobs).values()
+        assert f"Secret {namespace}/form-login does not exist" in status["message"]
+        kubectl.run(
+            "create",
+            "secret",
+            "generic",
+            "form-login",
+            "-n",
+            namespace,
+            f"--from-literal=password={PASSWORD}",
+        )
+        uid = kubectl.get("scrapejob", "typed", namespace)["metadata"]["uid"]
+        eventually_blocking(
+            lambda: owner_progress(empty_database_url, uid).total == 1,
+            within=30,
+            what="the row queued once the Secret exists",
+        )
+        worker = run_worker_burst(empty_database_url, key)
+        wait_for_status(
+            kubectl, namespace, "typed", lambda s: s.get("phase") == "Succeeded", what="Succeeded"
+        )
+    # The page got the value, typed into its field by the step...
+    (checked,) = shop.headers_of("/api/check")
+    assert (checked["x-typed"], checked["x-user"]) == (PASSWORD, "ada")
+    # ...and nobody else can read it.
+    places = places_a_reader_could_look(kubectl, namespace, operator, worker, empty_database_url)
+    assert "form-login/password" in places["database rows"]
+    assert '"sent"' in places["database rows"]
+    for place, text in places.items():
+        assert PASSWORD not in text, f"the secret value appears in the {place}"
