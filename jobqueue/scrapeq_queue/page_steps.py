@@ -260,3 +260,56 @@ def _action_problems(
             f"{where}.idleSeconds must be a number above 0 and at most {MAX_IDLE_SECONDS:g}"
         )
     return problems
+
+
+SESSION_KEYS: Final = frozenset({"login"})
+LOGIN_KEYS: Final = frozenset({"url", "steps", "successSelector"})
+
+
+def check_session(
+    value: object,
+    *,
+    job_timeout_seconds: object = None,
+    check_pattern: Callable[[str], str | None] | None = None,
+    check_url: Callable[[str], str | None] | None = None,
+) -> list[str]:
+    """Every problem with a `session` option: `{"login": {"url", "steps", "successSelector"}}`.
+
+    `check_url(url)` returns the problem with the login page's URL, or None.
+    """
+    shape = 'session must be an object {"login": {"url": ..., "steps": [...]}}'
+    if not isinstance(value, Mapping) or set(value) != SESSION_KEYS:
+        return [shape]
+    login = value["login"]
+    if not isinstance(login, Mapping):
+        return [shape]
+    problems: list[str] = []
+    unknown = sorted(set(login) - LOGIN_KEYS)
+    if unknown:
+        shown = ", ".join(repr(key)[:60] for key in unknown[:5])
+        problems.append(f"session.login has unknown keys: {shown}")
+    url = login.get("url")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        problems.append("session.login.url must be an http:// or https:// URL")
+    elif check_url is not None and (problem := check_url(url)):
+        problems.append(f"session.login.url: {problem}")
+    problems.extend(
+        check_steps(
+            login.get("steps"),
+            name="session.login.steps",
+            job_timeout_seconds=job_timeout_seconds,
+            check_pattern=check_pattern,
+        )
+    )
+    if "successSelector" in login:
+        selector = login["successSelector"]
+        if (
+            not isinstance(selector, str)
+            or not selector.strip()
+            or len(selector) > MAX_STEP_SELECTOR_CHARS
+        ):
+            problems.append(
+                f"session.login.successSelector must be a CSS selector of 1-"
+                f"{MAX_STEP_SELECTOR_CHARS} characters"
+            )
+    return problems

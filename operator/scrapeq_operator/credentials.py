@@ -88,11 +88,14 @@ async def sealed_credentials(
         except ValueError as error:
             raise JobNotRunnableError("InvalidProxy", f"{where}, key {key!r}: {error}") from None
     values: dict[str, str] = {}
-    for name, (position, reference) in step_values.items():
-        where = f"spec.steps[{position}].valueFrom: Secret {namespace}/{reference['name']}"
+    for name, (step, reference) in step_values.items():
+        where = f"{step}.valueFrom: Secret {namespace}/{reference['name']}"
         data = await _secret(read_secret, namespace, str(reference["name"]), where)
         values.update(_values(data, {name: str(reference["key"])}, where, "step value"))
-    origins = sorted({origin for origin in map(origin_of, urls) if origin is not None})
+    login = (spec.get("session") or {}).get("login") or {}
+    # The login page is the job's site too: the values its steps type are typed there.
+    pages = [*urls, str(login["url"])] if login.get("url") else urls
+    origins = sorted({origin for origin in map(origin_of, pages) if origin is not None})
     return keys.seal(
         Credentials(
             origins=tuple(origins),
@@ -104,14 +107,21 @@ async def sealed_credentials(
     )
 
 
-def _step_references(spec: Mapping[str, Any]) -> dict[str, tuple[int, Mapping[str, Any]]]:
-    """The Secret keys spec.steps type, by the name they are sealed under (the first step
-    naming each)."""
-    references: dict[str, tuple[int, Mapping[str, Any]]] = {}
-    for position, step in enumerate(spec.get("steps") or ()):
-        reference = (step.get("valueFrom") or {}).get("secretKeyRef")
-        if reference:
-            references.setdefault(sealed_value_name(reference), (position, reference))
+def _step_references(spec: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """The Secret keys that spec.steps and spec.session.login.steps type, by the name they are
+    sealed under, with where the first step naming each is."""
+    references: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    login = (spec.get("session") or {}).get("login") or {}
+    for name, steps in (
+        ("spec.steps", spec.get("steps")),
+        ("spec.session.login.steps", login.get("steps")),
+    ):
+        for position, step in enumerate(steps or ()):
+            reference = (step.get("valueFrom") or {}).get("secretKeyRef")
+            if reference:
+                references.setdefault(
+                    sealed_value_name(reference), (f"{name}[{position}]", reference)
+                )
     return references
 
 

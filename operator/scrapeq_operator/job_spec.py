@@ -28,6 +28,7 @@ PAYLOAD_FIELDS = (
     "follow",
     "politeness",
     "steps",
+    "session",
 )
 # How many bad lines an error message quotes.
 QUOTED_BAD_LINES = 3
@@ -186,6 +187,9 @@ def row_options(spec: Mapping[str, Any]) -> RowOptions:
             payload[name] = spec[name]
     if spec.get("steps"):
         payload["steps"] = payload_steps(spec["steps"])
+    login = (spec.get("session") or {}).get("login")
+    if login:
+        payload["session"] = {"login": {**login, "steps": payload_steps(login["steps"])}}
     return RowOptions(
         queue=str(spec.get("queue") or "default"),
         priority=int(spec.get("priority") or 0),

@@ -7,6 +7,7 @@ values the engines need, so the two can never disagree about what is allowed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
@@ -93,6 +94,20 @@ class PageStep:
 
 
 @dataclass(frozen=True)
+class LoginOptions:
+    """payload.session.login: the page and steps that log a browser context in, once, before
+    the first page of the job's owner that context renders; `success_selector`, when given,
+    must be visible afterwards or the login failed."""
+
+    url: str
+    steps: tuple[PageStep, ...]
+    success_selector: str | None = None
+    # What tells two logins apart (a context logged in with one is not with the other): the
+    # login as the payload gives it, which names sealed values but holds none.
+    identity: str = ""
+
+
+@dataclass(frozen=True)
 class JobOptions:
     """Everything one scrape needs besides the URL."""
 
@@ -112,6 +127,8 @@ class JobOptions:
     upstream_proxies: tuple[UpstreamProxy, ...] = ()
     # payload.steps, run in order on the rendered page before it is read.
     steps: tuple[PageStep, ...] = ()
+    # payload.session.login: how the page's browser context logs in first.
+    login: LoginOptions | None = None
 
 
 def options_from_payload(
@@ -182,11 +199,31 @@ def _read_options(
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),
         steps=_page_steps(options.get("steps", ()), credentials),
+        login=_login(options.get("session"), credentials),
+    )
+
+
+def _login(
+    session: Mapping[str, Any] | None, credentials: Credentials | None
+) -> LoginOptions | None:
+    if not session:
+        return None
+    login = session["login"]
+    return LoginOptions(
+        url=str(login["url"]),
+        steps=_page_steps(login["steps"], credentials, name="session.login.steps"),
+        success_selector=(
+            str(login["successSelector"]).strip() if "successSelector" in login else None
+        ),
+        identity=json.dumps(login, sort_keys=True),
     )
 
 
 def _page_steps(
-    raw_steps: Sequence[Mapping[str, Any]], credentials: Credentials | None
+    raw_steps: Sequence[Mapping[str, Any]],
+    credentials: Credentials | None,
+    *,
+    name: str = "steps",
 ) -> tuple[PageStep, ...]:
     """The validated `steps` as PageSteps, defaults filled in and sealed values opened; raise
     BadInput naming a step whose sealed value the row does not carry."""
@@ -197,15 +234,15 @@ def _page_steps(
         value = str(raw["value"]) if "value" in raw else None
         sealed_origins: tuple[str, ...] | None = None
         if "sealedValue" in raw:
-            name = str(raw["sealedValue"])
-            if credentials is None or name not in credentials.values:
+            sealed = str(raw["sealedValue"])
+            if credentials is None or sealed not in credentials.values:
                 raise BadInput(
-                    f"invalid payload: steps[{position}].sealedValue {name!r} is not among the "
+                    f"invalid payload: {name}[{position}].sealedValue {sealed!r} is not among the "
                     "row's sealed values (the operator seals them from the step's "
                     "valueFrom.secretKeyRef)",
                     reason="invalid_payload",
                 )
-            value = credentials.values[name]
+            value = credentials.values[sealed]
             sealed_origins = credentials.origins
         steps.append(
             PageStep(

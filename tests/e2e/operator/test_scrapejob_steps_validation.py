@@ -12,6 +12,16 @@ from tests.e2e.operator.operator_parts import Kubectl, scrapejob
 pytestmark = pytest.mark.controlplane
 
 URL = "https://shop.example.com/"
+LOGIN_URL = "https://shop.example.com/login"
+LOGIN_STEPS = [
+    {"action": "fill", "selector": "#user", "value": "ada"},
+    {
+        "action": "type",
+        "selector": "#password",
+        "valueFrom": {"secretKeyRef": {"name": "login", "key": "password"}},
+    },
+    {"action": "click", "selector": "button[type=submit]", "waitForNavigation": True},
+]
 
 
 @pytest.mark.parametrize(
@@ -43,6 +53,19 @@ URL = "https://shop.example.com/"
             "may not exceed the job's timeoutSeconds",
         ),
         ({"steps": [{"action": "scroll"}] * 51}, "spec.steps: Too many"),
+        (
+            {"session": {"login": {"url": "ftp://shop.example.com/", "steps": LOGIN_STEPS}}},
+            "session.login.url must be an http:// or https:// URL",
+        ),
+        ({"session": {"login": {"url": LOGIN_URL}}}, "spec.session.login.steps: Required value"),
+        (
+            {"session": {"login": {"url": LOGIN_URL, "steps": [{"action": "click"}]}}},
+            "this action needs a selector",
+        ),
+        (
+            {"render": False, "session": {"login": {"url": LOGIN_URL, "steps": LOGIN_STEPS}}},
+            "spec.session logs in on rendered pages only",
+        ),
     ],
 )
 def test_a_scrapejob_with_a_step_that_cannot_run_is_rejected_with_a_readable_message(
@@ -88,3 +111,14 @@ def test_every_documented_step_is_accepted(kubectl: Kubectl, namespace: str) -> 
         }
     )
     assert kubectl.get("scrapejob", "steps", namespace)["spec"]["steps"] == steps
+
+
+def test_a_login_session_is_accepted(kubectl: Kubectl, namespace: str) -> None:
+    session = {"login": {"url": LOGIN_URL, "steps": LOGIN_STEPS, "successSelector": ".welcome"}}
+    kubectl.create(
+        {
+            **scrapejob("login", url=URL, session=session),
+            "metadata": {"name": "login", "namespace": namespace},
+        }
+    )
+    assert kubectl.get("scrapejob", "login", namespace)["spec"]["session"] == session

@@ -327,3 +327,76 @@ async def test_a_sealed_value_is_never_typed_into_a_page_of_another_origin(
         "https://bank.example:443"
     )
     assert shop.logins == 0
+
+
+def login_session(password_step: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "login": {
+            "url": "",  # set by the test: the shop's port is its own
+            "steps": [LOGIN_STEPS[0], password_step, LOGIN_STEPS[2]],
+            "successSelector": ".welcome",
+        }
+    }
+
+
+async def test_a_login_runs_once_per_browser_context_and_its_cookies_serve_the_owners_pages(
+    shop: StepSite,
+    worker_settings: WorkerSettings,
+    connection: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = SealingKeys.generate()
+    monkeypatch.setenv(SEALING_KEY_ENV, key)
+    session = login_session(LOGIN_STEPS[1])
+    session["login"]["url"] = shop.url("/login")
+    payload = {
+        "sealed": sealed_login(key, shop.url("")),
+        "session": session,
+        "extract": {"price": ".member-price"},
+    }
+    owner = queue.Owner(uid="8d0c1a52-login", namespace="shop", name="members")
+    ids = [
+        await queue.enqueue(connection, shop.url(f"/members/{n}"), payload=payload, owner=owner)
+        for n in range(1, 5)
+    ]
+    # One page at a time, so that every page is rendered in the owner's one warm context.
+    await run_burst(worker_settings, concurrency=1)
+
+    rows = [await job_row(connection, job_id) for job_id in ids]
+    assert [row.status for row in rows] == ["completed"] * 4, [row.last_error for row in rows]
+    assert [row.result["fields"]["price"] for row in rows] == [
+        f"${n}00.00 for members" for n in range(1, 5)
+    ]
+    assert [row.result["final_url"] for row in rows] == [
+        shop.url(f"/members/{n}") for n in range(1, 5)
+    ]
+    assert shop.logins == 1
+    assert "login_ms" in rows[0].result["timing_ms"]
+    assert all("login_ms" not in row.result["timing_ms"] for row in rows[1:])
+
+
+async def test_a_login_that_fails_fails_its_row_clearly_and_never_as_an_empty_result(
+    shop: StepSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    session = login_session(
+        {"action": "type", "selector": "input[name=password]", "value": "wrong guess"}
+    )
+    session["login"]["url"] = shop.url("/login")
+    row = await scrape(
+        worker_settings,
+        connection,
+        shop.url("/members/1"),
+        {"session": session, "extract": {"price": ".member-price"}},
+        max_retries=3,
+    )
+
+    assert row.status == "failed"
+    assert row.last_reason == "login_failed"
+    # Failed for good at once: a wrong password tried again could lock the account.
+    assert row.retry_count == 0
+    assert row.last_error == (
+        f"login at {shop.url('/login')} failed: after its steps the page (now "
+        f"{shop.url('/login?error=wrong+user+or+password')}) showed no '.welcome' "
+        "(successSelector)"
+    )
+    assert shop.hits["/members/1"] == 0

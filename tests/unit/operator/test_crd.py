@@ -133,3 +133,10 @@ def test_the_crd_bounds_every_step_as_the_queue_does() -> None:
     assert step["state"]["enum"] == list(page_steps.WAIT_FOR_STATES)
     for key in page_steps.NAMED_KEYS:
         assert f"|{key}|" in step["key"]["pattern"] or f"|{key})" in step["key"]["pattern"]
+
+
+def test_login_steps_are_the_same_vocabulary_as_spec_steps() -> None:
+    spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
+    login_steps = spec[".spec.session.login"]["properties"]["steps"]
+    assert login_steps["items"] == spec[".spec.steps"]["items"]
+    assert login_steps["maxItems"] == page_steps.MAX_STEPS

@@ -191,3 +191,18 @@ async def test_steps_with_secret_values_need_the_sealing_key() -> None:
         await sealed_credentials(STEPS_SPEC, "shop", URLS, reader({}), None)
     assert raised.value.reason == "NoSealingKey"
     assert raised.value.message.startswith("spec.steps: the operator has no sealing key")
+
+
+async def test_a_login_steps_secret_value_is_sealed_for_the_login_pages_origin_too() -> None:
+    spec = {"session": {"login": {"url": "https://login.example/sign-in", **STEPS_SPEC}}}
+    sealed = await sealed_credentials(
+        spec, "shop", URLS, reader({"password": SECRET.encode()}), KEYS
+    )
+    assert sealed is not None
+    opened = KEYS.open(sealed)
+    assert opened.values == {"shop-login/password": SECRET}
+    assert "https://login.example:443" in opened.origins
+    payload = row_options(spec)["payload"]
+    assert payload["session"]["login"]["steps"][1]["sealedValue"] == "shop-login/password"
+    assert "valueFrom" not in str(payload)
+    assert validate_payload(payload) == []

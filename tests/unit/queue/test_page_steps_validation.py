@@ -114,3 +114,49 @@ def test_type_and_fill_may_name_a_sealed_value_instead_of_a_literal() -> None:
     assert "steps[0] (select) has unknown keys: 'sealedValue'" in validate_payload(
         {"steps": [on_select]}
     )
+
+
+LOGIN = {
+    "url": "https://shop.example/login",
+    "steps": [
+        {"action": "fill", "selector": "#user", "value": "ada"},
+        {"action": "type", "selector": "#password", "sealedValue": "shop-login/password"},
+        {"action": "click", "selector": "button", "waitForNavigation": True},
+    ],
+    "successSelector": ".welcome",
+}
+
+
+def test_a_login_session_is_a_url_steps_and_an_optional_success_selector() -> None:
+    assert validate_payload({"session": {"login": LOGIN}}) == []
+
+
+@pytest.mark.parametrize(
+    ("session", "expected"),
+    [
+        ({"login": {**LOGIN, "url": "file:///etc/passwd"}}, "session.login.url must be an http"),
+        ({"login": {**LOGIN, "url": "https://shop.example:0/"}}, "session.login.url: the URL"),
+        ({"login": {**LOGIN, "steps": []}}, "session.login.steps must be a list of 1-50 steps"),
+        (
+            {"login": {**LOGIN, "steps": [{"action": "evaluate"}]}},
+            "session.login.steps[0].action must be one of",
+        ),
+        ({"login": {**LOGIN, "script": "x"}}, "session.login has unknown keys: 'script'"),
+        ({"login": {**LOGIN, "successSelector": ""}}, "session.login.successSelector must be"),
+        ({"logout": {}}, "session must be an object"),
+    ],
+)
+def test_a_bad_login_session_is_reported_by_what_is_wrong(session: object, expected: str) -> None:
+    problems = validate_payload({"session": session})
+    assert any(expected in problem for problem in problems), problems
+
+
+def test_a_login_session_needs_a_rendered_page_and_steps_within_the_jobs_time() -> None:
+    slow = {**LOGIN, "steps": [{"action": "hover", "selector": "a", "timeoutSeconds": 50}]}
+    assert validate_payload(
+        {"render": False, "timeoutSeconds": 30, "session": {"login": slow}}
+    ) == [
+        "session.login.steps[0].timeoutSeconds must be a number above 0 and at most 30 (the "
+        "job's timeoutSeconds)",
+        "session logs in on rendered pages only: remove it or set render to true",
+    ]

@@ -36,6 +36,12 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
         ),
         "politeness": {"maxConcurrentPerHost": 4, "delaySeconds": 1.5, "respectRobotsTxt": True},
         "steps": [{"action": "click", "selector": "button.more"}],
+        "session": {
+            "login": {
+                "url": "https://shop.example/login",
+                "steps": [{"action": "click", "selector": "button.sign-in"}],
+            }
+        },
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
