@@ -40,6 +40,12 @@ _POLL_MS: Final = 50
 # After the first change a click of "load more" causes, the page must be quiet this long
 # before the next click (a spinner, then the items).
 _QUIET_MS: Final = 150
+# What Chromium answers an evaluation whose document went away under it.
+_NAVIGATED_AWAY: Final = (
+    "Execution context was destroyed",
+    "Cannot find context with specified id",
+    "Inspected target navigated or closed",
+)
 # Selectors and values are quoted in messages up to this many characters.
 _QUOTED_CHARS: Final = 80
 
@@ -179,6 +185,13 @@ class StepRunner:
             if "is not a valid selector" in str(error):
                 raise BadInput(
                     f"{name}: invalid CSS selector ({_first_line(error)})", reason="bad_selector"
+                ) from error
+            if any(text in str(error) for text in _NAVIGATED_AWAY):
+                # The page left for another document under the step (an earlier click's
+                # navigation): the step did not do its work; the browser is fine.
+                raise StepFailed(
+                    f"{name}: the page navigated away while the step ran (a click before it "
+                    "may need waitForNavigation)"
                 ) from error
             raise
         return {"action": step.action, **report}

@@ -400,3 +400,24 @@ async def test_a_login_that_fails_fails_its_row_clearly_and_never_as_an_empty_re
         "(successSelector)"
     )
     assert shop.hits["/members/1"] == 0
+
+
+async def test_a_login_page_on_an_internal_address_is_refused_by_the_guard(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    session = login_session(
+        {"action": "type", "selector": "input[name=password]", "value": LOGIN_PASSWORD}
+    )
+    session["login"]["url"] = site.bystander_url("/login")
+    row = await scrape(
+        worker_settings,
+        connection,
+        site.url("/js/1"),
+        {"session": session, "extract": {"name": "h1.name"}},
+        max_retries=0,
+    )
+
+    assert row.status == "failed"
+    assert row.last_reason == "blocked_address"
+    assert site.bystander_hits == 0
+    assert site.hits["/js/1"] == 0
