@@ -15,6 +15,7 @@ more" that reaches its cap is not a failure: it stops and says why in the page's
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -24,6 +25,7 @@ from pyppeteer.errors import ElementHandleError as PyppeteerElementHandleError
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
+from scrapeq_queue.payload import URLPattern
 from scrapeq_queue.sealed_credentials import origin_of
 
 from .errors import BadInput, RetryLater
@@ -40,6 +42,8 @@ _POLL_MS: Final = 50
 # After the first change a click of "load more" causes, the page must be quiet this long
 # before the next click (a spinner, then the items).
 _QUIET_MS: Final = 150
+# Responses kept for waitForResponse steps that have not matched them yet.
+_KEPT_RESPONSES: Final = 1000
 # What Chromium answers an evaluation whose document went away under it.
 _NAVIGATED_AWAY: Final = (
     "Execution context was destroyed",
@@ -113,15 +117,38 @@ def _quoted(text: str) -> str:
 
 
 class _Requests:
-    """The requests of the page in flight, for waitForNetworkIdle; `changed` wakes a waiter."""
+    """What the page's network did since the steps began: the requests in flight (for
+    waitForNetworkIdle) and the responses not yet matched by a waitForResponse, so that a
+    response a click caused counts even when it arrives before the next step begins.
+    `changed` wakes a waiter."""
 
     def __init__(self, page: Any) -> None:
         self._page = page
         self.in_flight: set[object] = set()
+        # (URL, status) of each response, oldest first; a waitForResponse consumes up to its
+        # match. The oldest go first past the cap (a page that fetches without end).
+        self.responses: collections.deque[tuple[str, int]] = collections.deque(
+            maxlen=_KEPT_RESPONSES
+        )
         self.changed = asyncio.Event()
         page.on("request", self._started)
         page.on("requestfinished", self._ended)
         page.on("requestfailed", self._ended)
+        page.on("response", self._answered)
+
+    def _answered(self, response: Any) -> None:
+        self.responses.append((str(response.url), int(response.status)))
+        self.changed.set()
+
+    def take_response(self, pattern: URLPattern) -> tuple[str, int] | None:
+        """The first unmatched response whose URL `pattern` matches, with every response
+        before it consumed; None (nothing consumed) when there is none yet."""
+        for position, (url, status) in enumerate(self.responses):
+            if pattern.search(url) is not None:
+                for _ in range(position + 1):
+                    self.responses.popleft()
+                return url, status
+        return None
 
     def _started(self, request: object) -> None:
         self.in_flight.add(request)
@@ -135,6 +162,7 @@ class _Requests:
         self._page.remove_listener("request", self._started)
         self._page.remove_listener("requestfinished", self._ended)
         self._page.remove_listener("requestfailed", self._ended)
+        self._page.remove_listener("response", self._answered)
 
 
 class StepRunner:
@@ -211,7 +239,7 @@ class StepRunner:
         if action == "loadMore":
             return await self._load_more(step)
         if action == "waitForResponse":
-            return await self._wait_for_response(step)
+            return await self._wait_for_response(step, requests)
         if action == "waitForNetworkIdle":
             await self._wait_for_network_idle(step, requests)
             return {}
@@ -364,22 +392,16 @@ class StepRunner:
                 break
         return {"clicks": clicks, "stopped": stopped}
 
-    async def _wait_for_response(self, step: PageStep) -> dict[str, Any]:
+    async def _wait_for_response(self, step: PageStep, requests: _Requests) -> dict[str, Any]:
         pattern = step.url_pattern
         assert pattern is not None
-        matched: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        def on_response(response: Any) -> None:
-            if not matched.done() and pattern.search(str(response.url)) is not None:
-                matched.set_result(response)
-
         self._waiting = "no response's URL matched the urlPattern"
-        self._page.on("response", on_response)
-        try:
-            response = await matched
-        finally:
-            self._page.remove_listener("response", on_response)
-        return {"status": response.status}
+        while True:
+            requests.changed.clear()
+            found = requests.take_response(pattern)
+            if found is not None:
+                return {"status": found[1]}
+            await requests.changed.wait()
 
     async def _wait_for_network_idle(self, step: PageStep, requests: _Requests) -> None:
         self._waiting = (

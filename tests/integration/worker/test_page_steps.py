@@ -421,3 +421,22 @@ async def test_a_login_page_on_an_internal_address_is_refused_by_the_guard(
     assert row.last_reason == "blocked_address"
     assert site.bystander_hits == 0
     assert site.hits["/js/1"] == 0
+
+
+async def test_a_response_a_click_caused_counts_even_if_it_arrived_before_its_wait_began(
+    shop: StepSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    steps = [
+        {"action": "click", "selector": "#reveal", "waitFor": ".price"},
+        # The prices' response is in by now: it still satisfies this wait, once.
+        {"action": "waitForResponse", "urlPattern": "/api/prices$"},
+        {"action": "waitForResponse", "urlPattern": "/api/prices$", "timeoutSeconds": 1},
+    ]
+    row = await scrape(
+        worker_settings, connection, shop.url("/reveal"), {"steps": steps}, max_retries=0
+    )
+
+    assert row.last_error == (
+        "step 2 (waitForResponse): no response's URL matched the urlPattern within 1s"
+    )
+    assert shop.hits["/api/prices"] == 1
