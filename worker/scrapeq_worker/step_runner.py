@@ -54,7 +54,7 @@ _NAVIGATED_AWAY: Final = (
 _QUOTED_CHARS: Final = 80
 
 # One scroll round: scroll to the bottom, then wait (at most settleMs) for the document to grow
-# or for more elements to match. Returns the height, the matches and whether it grew.
+# or for more elements to match. Returns whether it grew and how many elements match.
 _SCROLL_ROUND: Final = """async (arg) => {
   const root = document.scrollingElement || document.documentElement;
   const count = () => (arg.selector ? document.querySelectorAll(arg.selector).length : 0);
@@ -208,6 +208,10 @@ class StepRunner:
         except StepFailed as error:
             raise StepFailed(f"{name}: {error.message}") from error
         except (PyppeteerElementHandleError, PyppeteerPageError, PyppeteerTimeoutError) as error:
+            if "is not a valid selector" in str(error):
+                raise BadInput(
+                    f"{name}: invalid CSS selector ({_first_line(error)})", reason="bad_selector"
+                ) from error
             raise StepFailed(f"{name}: {_first_line(error)}") from error
         except PyppeteerNetworkError as error:
             if "is not a valid selector" in str(error):

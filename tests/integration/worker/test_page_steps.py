@@ -440,3 +440,18 @@ async def test_a_response_a_click_caused_counts_even_if_it_arrived_before_its_wa
         "step 2 (waitForResponse): no response's URL matched the urlPattern within 1s"
     )
     assert shop.hits["/api/prices"] == 1
+
+
+async def test_a_step_with_a_selector_chromium_cannot_parse_fails_for_good_as_bad_selector(
+    shop: StepSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    steps = [
+        {"action": "scroll", "maxRounds": 1},
+        {"action": "click", "selector": "button[", "timeoutSeconds": 2},
+    ]
+    row = await scrape(worker_settings, connection, shop.url("/form"), {"steps": steps})
+
+    assert row.status == "failed"
+    assert row.last_reason == "bad_selector"
+    assert row.last_error is not None
+    assert row.last_error.startswith("step 1 (click): invalid CSS selector")
