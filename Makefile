@@ -96,6 +96,7 @@ bench-queue: setup
 
 # BENCH_ARGS passes options through, e.g. BENCH_ARGS="--only heavy" (docs/benchmarks.md).
 bench-worker: setup
+	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[bench]'
 	@$(PY) -m benchmarks.worker_pages $(BENCH_ARGS)
 
 bench-operator: setup

@@ -148,7 +148,7 @@ def complete_everything(database_url: str, queue: str) -> float:
                     queues=[queue],
                     limit=WORKER_BATCH,
                     lease_seconds=300,
-                    politeness=scrapeq_queue.NO_HOST_LIMIT,
+                    politeness=scrapeq_queue.NO_SITE_LIMIT,
                 )
                 if not jobs:
                     return finished_at
@@ -187,7 +187,7 @@ class StandInWorker:
                     queues=[self.queue],
                     limit=WORKER_BATCH,
                     lease_seconds=300,
-                    politeness=scrapeq_queue.NO_HOST_LIMIT,
+                    politeness=scrapeq_queue.NO_SITE_LIMIT,
                 )
                 if not jobs:
                     await asyncio.sleep(0.1)

@@ -46,6 +46,7 @@ import scrapeq_queue as queue
 from psycopg import sql
 from psycopg.types.json import Jsonb
 from scrapeq_queue import row_lifecycle
+from scrapeq_queue.row_loading import load_claimed_rows_safely
 
 from scrapeq.local.postgres import LocalPostgres
 
@@ -236,7 +237,7 @@ class Scrapeq:
             yield claim_one
 
 
-# The claim and completion statements as they were before per-host politeness (schema 0002),
+# The claim and completion statements as they were before per-site politeness (schema 0002),
 # verbatim: the baseline the politeness modes are compared with in the same run.
 PRE_POLITENESS_COMPLETE = """
 WITH done AS (
@@ -307,7 +308,7 @@ ORDER BY priority DESC, run_at, id
 
 
 class ScrapeqBeforePoliteness(Scrapeq):
-    """Today's figure: the claim and completion without per-host politeness
+    """Today's figure: the claim and completion without per-site politeness
     (PRE_POLITENESS_CLAIM, PRE_POLITENESS_COMPLETE) on the same schema and the same rows of
     1,000 sites."""
 
@@ -316,15 +317,19 @@ class ScrapeqBeforePoliteness(Scrapeq):
     async def claim(
         self, connection: psycopg.AsyncConnection[Any], worker: str, limit: int
     ) -> list[tuple[int, int, str]]:
-        cursor = await connection.execute(
-            PRE_POLITENESS_CLAIM,
-            {"queues": ["default"], "limit": limit, "worker_id": worker, "lease_seconds": 60.0},
-        )
-        # What claim_jobs does with each row, so that both modes pay the same Python.
+        # What claim_jobs does with each row (loaders that cannot raise, the payload's and the
+        # URL's checks, ClaimedJob), so that both modes pay the same Python.
+        async with connection.cursor() as cursor:
+            load_claimed_rows_safely(cursor)
+            await cursor.execute(
+                PRE_POLITENESS_CLAIM,
+                {"queues": ["default"], "limit": limit, "worker_id": worker, "lease_seconds": 60.0},
+            )
+            rows = await cursor.fetchall()
         jobs = [
             row_lifecycle.job_from_row((*row, None))
-            for row in await cursor.fetchall()
-            if not queue.validate_payload(row[4])
+            for row in rows
+            if row_lifecycle.unworkable(row) is None
         ]
         return [(job.id, job.attempt, "") for job in jobs]
 

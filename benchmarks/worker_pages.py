@@ -17,6 +17,10 @@ with `--only heavy`, the others only without it):
                      tabs, the same wait-and-extract script: no queue, no guard, no pool —
                      the practical ceiling of the worker's design;
 - bare-warm-new-tab: the same, a new tab per page;
+- crawlee:           Crawlee's PlaywrightCrawler (PyPI `crawlee`, the `bench` extra) on the
+                     same pages with the same Chromium binary, the worker's concurrency and
+                     the same wait-and-extract script (no browser download: Playwright is
+                     pointed at the machine's Chromium);
 - browser-per-job:   the classic design: launch a browser, load one page, close it (sequential),
                      with the worker's binary (the headless shell when installed);
 - browser-per-job-chromium: the same with Debian's full Chromium, the browser the classic
@@ -31,7 +35,7 @@ with `--only heavy`, the others only without it):
 `--only heavy` runs just the three heavy modes (interleaved for --rounds rounds, best round
 each); `--heavy-pages` sets their size.
 
-render, bare-warm and static run interleaved for --rounds rounds (per-round lines go to
+render, bare-warm, static and crawlee run interleaved for --rounds rounds (per-round lines go to
 stderr) and each keeps its best round: the machine this runs on is shared, and the best round
 is the one least disturbed. pages/s = jobs / wall time. CPU ms/page = (user + system CPU of
 this process and of every child process it reaped, i.e. the browsers) / jobs; PostgreSQL's
@@ -345,6 +349,52 @@ class Bench:
 
         return await _measure(mode, pages, run)
 
+    async def crawlee(self, mode: str, pages: int, concurrency: int) -> Measurement:
+        """Crawlee's PlaywrightCrawler (PyPI `crawlee`) on the same pages, with the same
+        Chromium binary, the worker's concurrency, and the same wait and fields: a peer that
+        runs a browser per process with reused pages, as the worker does, without a queue in a
+        database or an egress guard. Crawlee's storage stays in memory."""
+        # Imported here: the peer is only installed with the `bench` extra.
+        from crawlee import ConcurrencySettings
+        from crawlee.browsers import BrowserPool, PlaywrightBrowserPlugin
+        from crawlee.configuration import Configuration
+        from crawlee.crawlers import PlaywrightCrawler, PlaywrightCrawlingContext
+        from crawlee.storage_clients import MemoryStorageClient
+
+        extracted: list[Any] = []
+
+        async def run() -> int:
+            plugin = PlaywrightBrowserPlugin(
+                browser_type="chromium",
+                browser_launch_options={
+                    "executable_path": self.executable,
+                    "headless": True,
+                    "args": ["--no-sandbox"] if os.geteuid() == 0 else [],
+                },
+                max_open_pages_per_browser=concurrency,
+            )
+            crawler = PlaywrightCrawler(
+                browser_pool=BrowserPool(plugins=[plugin]),
+                concurrency_settings=ConcurrencySettings(
+                    min_concurrency=concurrency,
+                    desired_concurrency=concurrency,
+                    max_concurrency=concurrency,
+                ),
+                configuration=Configuration(purge_on_start=True),
+                storage_client=MemoryStorageClient(),
+                max_request_retries=0,
+                configure_logging=False,
+            )
+
+            @crawler.router.default_handler
+            async def handle(context: PlaywrightCrawlingContext) -> None:
+                extracted.append(await context.page.evaluate(BARE_SCRIPT))
+
+            await crawler.run([f"{self.base}/js/{n}" for n in range(pages)])
+            return pages - len(extracted)
+
+        return await _measure(mode, pages, run)
+
     async def browser_per_job(
         self, pages: int, *, mode: str = "browser-per-job", executable: str | None = None
     ) -> Measurement:
@@ -395,6 +445,8 @@ def _goals(results: dict[str, Measurement]) -> list[str]:
         f"render vs bare-warm-new-tab: {render / rate('bare-warm-new-tab') * 100:.0f}%",
         f"static: {rate('static'):.0f} pages/s (goal >= 500)",
     ]
+    if "crawlee" in results:
+        out.append(f"render vs crawlee: {render / rate('crawlee') * 100:.0f}% (goal > 100%)")
     return out
 
 
@@ -439,6 +491,13 @@ async def _main(arguments: argparse.Namespace) -> int:
             ),
             "browser-per-job": lambda: bench.browser_per_job(max(5, int(PER_JOB_PAGES * scale))),
         }
+        if _crawlee_installed():
+            repeated["crawlee"] = lambda: bench.crawlee("crawlee", arguments.pages, concurrency)
+        else:
+            print(
+                "crawlee is not installed: pip install -e '.[bench]' (make bench-worker does)",
+                file=sys.stderr,
+            )
         # The classic design usually launches the full browser, not the headless shell the
         # worker prefers; measure that reference too when it is installed.
         if FULL_CHROMIUM_INSTALLED and executable != FULL_CHROMIUM:
@@ -458,6 +517,7 @@ async def _main(arguments: argparse.Namespace) -> int:
             "static",
             "bare-warm",
             "bare-warm-new-tab",
+            "crawlee",
             "browser-per-job",
             "browser-per-job-chromium",
         ]
@@ -524,6 +584,12 @@ async def _best_rounds(
             if mode not in best or measurement.rate > best[mode].rate:
                 best[mode] = measurement
     return best
+
+
+def _crawlee_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("crawlee") is not None
 
 
 def _listening(port: int) -> bool:

@@ -33,15 +33,15 @@ from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.inspection import (
     busy_workers,
     database_now,
-    host_states,
     job_attempts,
     latest_failures,
     owner_progress,
     owners_changed_since,
     queue_backlog,
     queue_stats,
+    site_states,
 )
-from scrapeq_queue.maintenance import prune_finished, prune_idle_hosts
+from scrapeq_queue.maintenance import prune_finished, prune_idle_sites
 from scrapeq_queue.migrations import (
     SCHEMA_VERSION,
     applied_versions,
@@ -63,9 +63,9 @@ from scrapeq_queue.payload import (
 )
 from scrapeq_queue.politeness import (
     DEFAULT_POLITENESS,
-    NO_HOST_LIMIT,
-    HostPoliteness,
+    NO_SITE_LIMIT,
     RobotsCopy,
+    SitePoliteness,
     robots_copy,
     set_crawl_delay,
     store_robots_copy,
@@ -99,7 +99,6 @@ from scrapeq_queue.rows import (
     ExportRow,
     FailedJob,
     FollowUrl,
-    HostState,
     NewJob,
     Owner,
     OwnerProgress,
@@ -107,6 +106,7 @@ from scrapeq_queue.rows import (
     QueueStats,
     ResultPreview,
     RowOptions,
+    SiteState,
 )
 from scrapeq_queue.urls import normalise_url
 
@@ -116,7 +116,7 @@ __all__ = [
     "EXPORT_FORMATS",
     "INVALID_PAYLOAD_REASON",
     "NOTIFY_CHANNEL",
-    "NO_HOST_LIMIT",
+    "NO_SITE_LIMIT",
     "PAYLOAD_OPTIONS",
     "RECONNECT_MAX_SECONDS",
     "RETRY_POLICY",
@@ -130,8 +130,6 @@ __all__ = [
     "ExportRow",
     "FailedJob",
     "FollowUrl",
-    "HostPoliteness",
-    "HostState",
     "InvalidJob",
     "NamedOwner",
     "NewJob",
@@ -146,6 +144,8 @@ __all__ = [
     "RobotsCopy",
     "RowOptions",
     "SchemaOutOfDate",
+    "SitePoliteness",
+    "SiteState",
     "UnreadablePayload",
     "applied_versions",
     "busy_workers",
@@ -167,7 +167,6 @@ __all__ = [
     "fail_job",
     "failed_jobs",
     "host_key_of",
-    "host_states",
     "job_attempts",
     "latest_failures",
     "listen",
@@ -179,7 +178,7 @@ __all__ = [
     "owners_changed_since",
     "owners_named",
     "prune_finished",
-    "prune_idle_hosts",
+    "prune_idle_sites",
     "queue_backlog",
     "queue_stats",
     "reconnect_delay",
@@ -193,6 +192,7 @@ __all__ = [
     "robots_copy",
     "schema_is_current",
     "set_crawl_delay",
+    "site_states",
     "store_robots_copy",
     "validate_payload",
     "wait_for_notification",

@@ -26,7 +26,7 @@ from scrapeq_queue.exports import (
 )
 from scrapeq_queue.inspection import database_now, latest_failures, queue_stats
 from scrapeq_queue.kubectl_context import current_namespace
-from scrapeq_queue.maintenance import prune_finished, prune_idle_hosts
+from scrapeq_queue.maintenance import prune_finished, prune_idle_sites
 from scrapeq_queue.migrations import SCHEMA_VERSION, migrate
 from scrapeq_queue.output_files import AtomicFile
 from scrapeq_queue.payload import validate_payload
@@ -177,12 +177,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "(default: no limit; combines with --failed-older-than-days)",
     )
     prune_parser.add_argument(
-        "--idle-hosts-older-than-days",
+        "--idle-sites-older-than-days",
         type=_positive_days,
         default=None,
         metavar="DAYS",
-        help="also delete the politeness state of hosts with nothing pending or in flight and "
-        "no claim for longer (more than 1: robots.txt is kept a day; default: keep every host)",
+        help="also delete the politeness state of sites with nothing pending or in flight and "
+        "no claim for longer (more than 1: robots.txt is kept a day; default: keep every site's)",
+    )
+    # The flag's name before 0.1.0, refused with its name now.
+    prune_parser.add_argument(
+        "--idle-hosts-older-than-days",
+        type=_renamed_to("--idle-sites-older-than-days"),
+        help=argparse.SUPPRESS,
     )
     prune_parser.set_defaults(handler=_run_prune)
 
@@ -224,6 +230,15 @@ def _positive_days(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive number of days, got {text!r}")
     return value
+
+
+def _renamed_to(flag: str) -> Callable[[str], float]:
+    """The type of a flag that was renamed `flag`: refuses every value, naming `flag`."""
+
+    def refuse(text: str) -> float:
+        raise argparse.ArgumentTypeError(f"is now {flag}")
+
+    return refuse
 
 
 def _owner(text: str) -> tuple[str, str]:
@@ -541,11 +556,11 @@ def _run_prune(args: argparse.Namespace) -> int:
             keep_failed_last=args.keep_failed_last,
         )
         print(f"deleted {deleted} finished job(s)")
-        if args.idle_hosts_older_than_days is not None:
-            hosts = await prune_idle_hosts(
-                connection, idle_longer_than=timedelta(days=args.idle_hosts_older_than_days)
+        if args.idle_sites_older_than_days is not None:
+            hosts = await prune_idle_sites(
+                connection, idle_longer_than=timedelta(days=args.idle_sites_older_than_days)
             )
-            print(f"deleted the state of {hosts} idle host(s)")
+            print(f"deleted the state of {hosts} idle site(s)")
         return 0
 
     return _with_database(args, "scrapeq-prune", action)

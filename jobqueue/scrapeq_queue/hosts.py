@@ -1,4 +1,4 @@
-"""Host keys: which rows count as one site for per-host politeness.
+"""Host keys: which rows count as one site for per-site politeness.
 
 A row's host key is its URL's registrable domain (`shop.example.co.uk` and `www.example.co.uk`
 are one site, `example.co.uk`), taken from the public-suffix list bundled with the

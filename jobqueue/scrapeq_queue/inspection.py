@@ -15,16 +15,16 @@ import psycopg
 
 from scrapeq_queue import statements
 from scrapeq_queue.errors import translate_database_errors
-from scrapeq_queue.politeness import DEFAULT_DELAY_SECONDS, DEFAULT_MAX_CONCURRENT_PER_HOST
+from scrapeq_queue.politeness import DEFAULT_DELAY_SECONDS, DEFAULT_MAX_CONCURRENT_PER_SITE
 from scrapeq_queue.rows import (
     AttemptRecord,
     FailedJob,
-    HostState,
     Owner,
     OwnerProgress,
     QueueBacklog,
     QueueStats,
     ResultPreview,
+    SiteState,
 )
 
 
@@ -127,17 +127,17 @@ async def queue_backlog(
 async def live_queue_backlog(
     connection: psycopg.AsyncConnection[Any],
     *,
-    default_max_per_host: int = DEFAULT_MAX_CONCURRENT_PER_HOST,
+    default_max_per_site: int = DEFAULT_MAX_CONCURRENT_PER_SITE,
 ) -> dict[str, QueueBacklog]:
     """The backlog of every queue that has pending or in-flight rows, whoever serves it (the
-    operator reports queues that no worker pool serves), with the due rows per-host politeness
-    lets start now (`default_max_per_host`: the limit of hosts whose rows set none, as the
+    operator reports queues that no worker pool serves), with the due rows per-site politeness
+    lets start now (`default_max_per_site`: the limit of hosts whose rows set none, as the
     worker pools' default). Counted through the partial indexes on pending and processing rows,
     so bounded by the live backlog, not the history."""
     pending = await (await connection.execute(statements.QUEUE_PENDING_STATS)).fetchall()
     processing = await (await connection.execute(statements.QUEUE_PROCESSING_STATS)).fetchall()
     startable = await startable_due(
-        connection, default_max_per_host=default_max_per_host, default_delay_seconds=0.0
+        connection, default_max_per_site=default_max_per_site, default_delay_seconds=0.0
     )
     in_flight = {queue: count for queue, count in processing}
     backlog = {
@@ -159,18 +159,18 @@ async def live_queue_backlog(
 async def startable_due(
     connection: psycopg.AsyncConnection[Any],
     *,
-    default_max_per_host: int,
+    default_max_per_site: int,
     default_delay_seconds: float = DEFAULT_DELAY_SECONDS,
 ) -> dict[str, int]:
-    """Per queue with due rows, how many of them per-host politeness lets start now, for a
-    worker pool whose defaults (for hosts whose producers set none) are `default_max_per_host`
+    """Per queue with due rows, how many of them per-site politeness lets start now, for a
+    worker pool whose defaults (for hosts whose producers set none) are `default_max_per_site`
     and `default_delay_seconds`: each host's due rows up to the limit a claim applies
     (scrapeq_host_limit: 1 while it has a delay) less its rows in flight, none of a paused
     host. As many as the pool's claims would hand out, a host inside its delay counted."""
     cursor = await connection.execute(
         statements.QUEUE_STARTABLE_DUE,
         {
-            "default_limit": default_max_per_host,
+            "default_limit": default_max_per_site,
             "default_delay_seconds": float(default_delay_seconds),
         },
     )
@@ -226,10 +226,10 @@ async def job_attempts(
 
 
 @translate_database_errors
-async def host_states(
+async def site_states(
     connection: psycopg.AsyncConnection[Any], host_keys: Sequence[str]
-) -> dict[str, HostState]:
-    """The politeness state of the given host keys (hosts.host_key_of); a host no row ever
-    named is missing from the answer."""
+) -> dict[str, SiteState]:
+    """The politeness state of the given sites (their host keys, hosts.host_key_of); a site no
+    row ever named is missing from the answer."""
     cursor = await connection.execute(statements.HOST_STATES, {"host_keys": list(host_keys)})
-    return {row[0]: HostState(*row) for row in await cursor.fetchall()}
+    return {row[0]: SiteState(*row) for row in await cursor.fetchall()}

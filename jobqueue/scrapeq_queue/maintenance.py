@@ -73,16 +73,16 @@ async def prune_finished(
 
 
 @translate_database_errors
-async def prune_idle_hosts(
+async def prune_idle_sites(
     connection: psycopg.AsyncConnection[Any],
     *,
     idle_longer_than: timedelta,
     batch_rows: int = PRUNE_BATCH_ROWS,
 ) -> int:
-    """Delete the politeness state of hosts idle for longer than `idle_longer_than`; return how
-    many hosts went.
+    """Delete the politeness state of sites idle for longer than `idle_longer_than`; return how
+    many sites went (scrapeq_hosts is keyed by site).
 
-    A host is idle when no claim took its rows for that long, it has no pending row and no
+    A site is idle when no claim took its rows for that long, it has no pending row and no
     attempt in flight, and no delay or pause of it is still running. What goes is its
     scrapeq_hosts row (limits producers gave, robots.txt's Crawl-delay, server-error count) and
     its scrapeq_host_queues rows; the next rows of the host bring its limits back, and the next

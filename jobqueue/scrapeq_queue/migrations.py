@@ -5,11 +5,16 @@ by `python -m scrapeq.local.schema_snapshot`); a test proves the two agree. A mi
 a live definition from `sql/` with a line `\\ir ../sql/NAME.sql` (psql's include, relative to
 the migrations folder), so the SQL that runs today is read in one file (docs/queue.md, "Schema
 and migrations").
+
+A value whose one source is a Python constant is written `{{NAME}}` in a migration or a file of
+`sql/`: the runner replaces it with the constant of PLACEHOLDERS as a SQL literal before it runs
+the migration (a name it does not know is an error), so a bound is never written twice.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from importlib.abc import Traversable
@@ -17,7 +22,7 @@ from typing import Any, Final
 
 import psycopg
 
-from scrapeq_queue import statements
+from scrapeq_queue import politeness, statements
 from scrapeq_queue.errors import DatabaseUnavailable, SchemaOutOfDate, translate_database_errors
 
 
@@ -48,11 +53,42 @@ RETIRED_VERSIONS: Final = frozenset(
 _INCLUDE_LINE: Final = re.compile(r"^\\ir \.\./sql/([A-Za-z0-9_]+\.sql)$", re.MULTILINE)
 
 
+# The values a migration may name as {{NAME}}; each has its one source in Python.
+PLACEHOLDERS: Final[Mapping[str, int | float]] = {
+    "MAX_CONCURRENT_PER_SITE_LIMIT": politeness.MAX_CONCURRENT_PER_SITE_LIMIT,
+    "MAX_DELAY_SECONDS": politeness.MAX_DELAY_SECONDS,
+}
+_PLACEHOLDER: Final = re.compile(r"\{\{([A-Z][A-Z0-9_]*)\}\}")
+
+
 def _with_includes(text: str, package: Traversable) -> str:
     """The migration's text with each include line replaced by the file of sql/ it names."""
     return _INCLUDE_LINE.sub(
         lambda match: package.joinpath("sql", match.group(1)).read_text(encoding="utf-8"), text
     )
+
+
+def _sql_literal(value: int | float) -> str:
+    """`value` as a SQL numeric literal (3600.0 as 3600)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value)
+
+
+def _with_placeholders_filled(text: str, version: str) -> str:
+    """`text` with each {{NAME}} replaced by PLACEHOLDERS[NAME]; ValueError for a name not
+    there (a packaging error: the migration would not run)."""
+
+    def literal(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in PLACEHOLDERS:
+            raise ValueError(
+                f"migration {version} names an unknown placeholder {{{{{name}}}}}; known: "
+                f"{', '.join(sorted(PLACEHOLDERS))}"
+            )
+        return _sql_literal(PLACEHOLDERS[name])
+
+    return _PLACEHOLDER.sub(literal, text)
 
 
 def available_migrations() -> list[Migration]:
@@ -62,7 +98,10 @@ def available_migrations() -> list[Migration]:
     migrations = [
         Migration(
             version=entry.name.removesuffix(".sql"),
-            sql=_with_includes(entry.read_text(encoding="utf-8"), package),
+            sql=_with_placeholders_filled(
+                _with_includes(entry.read_text(encoding="utf-8"), package),
+                entry.name.removesuffix(".sql"),
+            ),
         )
         for entry in folder.iterdir()
         if entry.name.endswith(".sql")

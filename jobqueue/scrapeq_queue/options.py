@@ -26,7 +26,9 @@ METADATA_KEY: Final = "scrapeq.option"
 class Option:
     """One setting. `name` is its field; `env` its variable, then `fallback_env` in order (an
     empty variable defers to the next one); `flag` takes a value unless `switch` (a flag alone
-    means true; `negative_flag` means false); `repeatable` flags add up, comma-joined."""
+    means true; `negative_flag` means false); `repeatable` flags add up, comma-joined.
+    `renamed_from` holds the flags and variables the option had before 0.1.0: a value given
+    under one of them is refused with an error naming the option's name now."""
 
     name: str
     default: Any
@@ -40,6 +42,7 @@ class Option:
     repeatable: bool = False
     # How the documentation and --help show the default, when str(default) would mislead.
     shown_default: str | None = None
+    renamed_from: tuple[str, ...] = ()
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -79,6 +82,7 @@ def option(
     switch: bool = False,
     repeatable: bool = False,
     shown_default: str | None = None,
+    renamed_from: tuple[str, ...] = (),
 ) -> _T:
     """A dataclass field with `default` that is also a configuration option (see Option)."""
     declared = Option(
@@ -93,6 +97,7 @@ def option(
         switch=switch,
         repeatable=repeatable,
         shown_default=shown_default,
+        renamed_from=renamed_from,
     )
     field: _T = dataclasses.field(default=default, metadata={METADATA_KEY: declared})
     return field
@@ -124,10 +129,12 @@ def read_settings(
 ) -> _Settings:
     """Build `settings_class` from parsed flags (strings, lists of strings or None), then the
     environment, then the declared defaults. A value its option cannot parse raises
-    `error("<flag or variable>: <problem>")`."""
+    `error("<flag or variable>: <problem>")`; a value under a name the option had before
+    raises `error("<old name> is now <name>")`, so that no setting is silently ignored."""
     given = vars(flags) if isinstance(flags, argparse.Namespace) else dict(flags or {})
     values: dict[tuple[str, ...], Any] = {}
     for declared, path in _walk(settings_class):
+        _refuse_renamed(declared, given, environ, error)
         raw, source = _raw_value(declared, given, environ)
         if raw is None:
             continue
@@ -136,6 +143,25 @@ def read_settings(
         except ValueError as problem:
             raise error(f"{source}: {problem}") from problem
     return _build(settings_class, values, ())
+
+
+def _renamed_dest(old_flag: str) -> str:
+    """The parser's destination of a flag an option had before (never a field's name)."""
+    return f"renamed{old_flag}"
+
+
+def _refuse_renamed(
+    declared: Option,
+    given: Mapping[str, Any],
+    environ: Mapping[str, str],
+    error: Callable[[str], Exception],
+) -> None:
+    for old in declared.renamed_from:
+        if old.startswith("--"):
+            if given.get(_renamed_dest(old)) is not None:
+                raise error(f"{old} is now {declared.flag}")
+        elif old in environ:
+            raise error(f"{old} is now {declared.env}")
 
 
 def _raw_value(
@@ -171,6 +197,12 @@ def add_arguments(parser: argparse._ActionsContainer, settings_class: type[Any])
     default can fill it."""
     for declared in options_of(settings_class):
         where = "env " + " or ".join(declared.environment)
+        for old in declared.renamed_from:
+            if old.startswith("--"):
+                # Accepted only to be refused by read_settings with the option's name now.
+                parser.add_argument(
+                    old, dest=_renamed_dest(old), default=None, help=argparse.SUPPRESS
+                )
         if declared.switch:
             target: argparse._ActionsContainer = parser
             if declared.flag and declared.negative_flag:

@@ -35,7 +35,9 @@ RESOURCE_KINDS: Final = ("image", "font", "media", "stylesheet")
 # A page that needs more than ten minutes is a stuck page, not a slow one.
 MAX_TIMEOUT_SECONDS: Final = 600.0
 EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all"})
-POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerHost", "delaySeconds", "respectRobotsTxt"})
+POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerSite", "delaySeconds", "respectRobotsTxt"})
+# Keys named before 0.1.0: a row that still uses one fails with the key's name now.
+RENAMED_POLITENESS_KEYS: Final = {"maxConcurrentPerHost": "maxConcurrentPerSite"}
 FOLLOW_KEYS: Final = frozenset(
     {"selector", "maxDepth", "maxPages", "sameDomain", "include", "exclude", "extract"}
 )
@@ -392,15 +394,18 @@ def _check_patterns(name: str, value: object) -> list[str]:
 def _check_politeness(value: object) -> list[str]:
     if not isinstance(value, Mapping):
         return [
-            'politeness must be an object {"maxConcurrentPerHost": ..., "delaySeconds": ..., '
+            'politeness must be an object {"maxConcurrentPerSite": ..., "delaySeconds": ..., '
             '"respectRobotsTxt": ...}'
         ]
     problems: list[str] = []
-    unknown = sorted(set(value) - POLITENESS_KEYS)
+    unknown = sorted(set(value) - POLITENESS_KEYS - RENAMED_POLITENESS_KEYS.keys())
     if unknown:
         problems.append(f"politeness has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    for old, new in RENAMED_POLITENESS_KEYS.items():
+        if old in value:
+            problems.append(f"politeness.{old} is now politeness.{new}")
     for key, check in (
-        ("maxConcurrentPerHost", site_limit_problem),
+        ("maxConcurrentPerSite", site_limit_problem),
         ("delaySeconds", site_delay_problem),
     ):
         if key in value and (problem := check(value[key])):
@@ -503,12 +508,14 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
 }
 
 
-def validate_payload(payload: object) -> list[str]:
+def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
     """Return every problem with a job's payload; an empty list means the worker may run it.
 
     `None` (a classic row inserted with payload NULL) counts as an empty object.
     Never raises: a payload of any size, depth or content gets a list of at most
     MAX_REPORTED_PROBLEMS problems (an UnreadablePayload from load_payload gets its own).
+    `loaded=True` says that `payload` is what load_payload returned, whose size, nesting and
+    numbers it already checked: only the options are checked then (a claim's rows).
     """
     if payload is None:
         return []
@@ -517,14 +524,15 @@ def validate_payload(payload: object) -> list[str]:
     if not isinstance(payload, Mapping):
         kind = type(payload).__name__
         return [f"payload must be a JSON object of options, got a JSON {_json_kind(kind)}"]
-    problem = _shape_problem(payload)
-    if problem is not None:
-        return [problem]
-    size = _json_size(payload)
-    if size is None:
-        return ["payload must hold only JSON values"]
-    if size > MAX_PAYLOAD_BYTES:
-        return [_size_problem(size)]
+    if not loaded:
+        problem = _shape_problem(payload)
+        if problem is not None:
+            return [problem]
+        size = _json_size(payload)
+        if size is None:
+            return ["payload must hold only JSON values"]
+        if size > MAX_PAYLOAD_BYTES:
+            return [_size_problem(size)]
     problems: list[str] = []
     for name, value in payload.items():
         check = PAYLOAD_OPTIONS.get(name)

@@ -1,6 +1,6 @@
-"""Per-host politeness: the limits a claim enforces and the pool-wide defaults.
+"""Per-site politeness: the limits a claim enforces and the pool-wide defaults.
 
-A row's payload may carry `politeness: {maxConcurrentPerHost, delaySeconds, respectRobotsTxt}`
+A row's payload may carry `politeness: {maxConcurrentPerSite, delaySeconds, respectRobotsTxt}`
 (validated in payload.py); what it leaves out comes from the worker pool's defaults, which the
 claim statement binds. The state each host is in lives in the `scrapeq_hosts` table.
 """
@@ -19,29 +19,29 @@ from scrapeq_queue.errors import translate_database_errors
 # default; both run in one process. scrapeq's limit holds for the whole cluster (10 pods x 4
 # slots would otherwise put 40 pages on one site), so it starts low: two pages keep a crawl of
 # one site moving while a slow page loads, and a site owner sees a browser's worth of traffic.
-DEFAULT_MAX_CONCURRENT_PER_HOST: Final = 2
+DEFAULT_MAX_CONCURRENT_PER_SITE: Final = 2
 # No fixed delay by default: the concurrency limit, Retry-After pauses and robots.txt's
 # Crawl-delay already pace a site; a delay serialises a host (one request at a time).
 DEFAULT_DELAY_SECONDS: Final = 0.0
 # robots.txt is read and obeyed unless a job or the pool turns it off.
 DEFAULT_RESPECT_ROBOTS_TXT: Final = True
 # Bounds of a site's limit and delay: the one source. Every check in Python calls
-# site_limit_problem / site_delay_problem; the copies a user meets first (the CRD's and the
-# chart's schemas) and the database's clamp (scrapeq_payload_max_per_host,
-# scrapeq_payload_delay_seconds) are tested against these constants.
-MAX_CONCURRENT_PER_HOST_LIMIT: Final = 1000
+# site_limit_problem / site_delay_problem; the migration runner writes them into the database's
+# clamp (sql/payload_limits.sql, migrations.PLACEHOLDERS); the copies a user meets first (the
+# CRD's and the chart's schemas) are tested against these constants.
+MAX_CONCURRENT_PER_SITE_LIMIT: Final = 1000
 MAX_DELAY_SECONDS: Final = 3600.0
 
 
 def site_limit_problem(value: object) -> str | None:
     """Why `value` cannot be a site's limit (pages in flight at once), or None when it can."""
     if not isinstance(value, bool) and isinstance(value, int):
-        return None if 1 <= value <= MAX_CONCURRENT_PER_HOST_LIMIT else _limit_bounds()
+        return None if 1 <= value <= MAX_CONCURRENT_PER_SITE_LIMIT else _limit_bounds()
     return _limit_bounds()
 
 
 def _limit_bounds() -> str:
-    return f"must be an integer from 1 to {MAX_CONCURRENT_PER_HOST_LIMIT}"
+    return f"must be an integer from 1 to {MAX_CONCURRENT_PER_SITE_LIMIT}"
 
 
 def site_delay_problem(value: object) -> str | None:
@@ -78,24 +78,24 @@ def parse_site_delay(text: str) -> float:
 
 
 @dataclass(frozen=True)
-class HostPoliteness:
+class SitePoliteness:
     """The limits for rows whose payload does not set them (a worker pool's defaults)."""
 
-    max_concurrent_per_host: int = DEFAULT_MAX_CONCURRENT_PER_HOST
+    max_concurrent_per_site: int = DEFAULT_MAX_CONCURRENT_PER_SITE
     delay_seconds: float = DEFAULT_DELAY_SECONDS
     respect_robots_txt: bool = DEFAULT_RESPECT_ROBOTS_TXT
 
     def __post_init__(self) -> None:
-        if problem := site_limit_problem(self.max_concurrent_per_host):
-            raise ValueError(f"maxConcurrentPerHost {problem}")
+        if problem := site_limit_problem(self.max_concurrent_per_site):
+            raise ValueError(f"maxConcurrentPerSite {problem}")
         if problem := site_delay_problem(self.delay_seconds):
             raise ValueError(f"delaySeconds {problem}")
 
 
-DEFAULT_POLITENESS: Final = HostPoliteness()
-# No practical per-host limit and no delay: for tests and benchmarks of the queue itself, whose
+DEFAULT_POLITENESS: Final = SitePoliteness()
+# No practical per-site limit and no delay: for tests and benchmarks of the queue itself, whose
 # rows all share one made-up host.
-NO_HOST_LIMIT: Final = HostPoliteness(max_concurrent_per_host=MAX_CONCURRENT_PER_HOST_LIMIT)
+NO_SITE_LIMIT: Final = SitePoliteness(max_concurrent_per_site=MAX_CONCURRENT_PER_SITE_LIMIT)
 
 
 @translate_database_errors

@@ -22,7 +22,7 @@ from scrapeq_queue import statements
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
-from scrapeq_queue.politeness import DEFAULT_POLITENESS, HostPoliteness
+from scrapeq_queue.politeness import DEFAULT_POLITENESS, SitePoliteness
 from scrapeq_queue.row_loading import load_claimed_rows_safely
 from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
 from scrapeq_queue.urls import BAD_URL_REASON, normalise_url, target_problem
@@ -92,10 +92,11 @@ def job_from_row(row: Sequence[Any]) -> ClaimedJob:
     )
 
 
-def _unworkable(row: Sequence[Any]) -> tuple[str, str] | None:
+def unworkable(row: Sequence[Any]) -> tuple[str, str] | None:
     """(reason, error) when no worker can run a claimed row: its payload breaks a rule, or its
-    URL cannot be fetched by any engine; None when it can be tried."""
-    problems = validate_payload(row[4])
+    URL cannot be fetched by any engine; None when it can be tried. The payload is what the
+    claim's cursor loaded with load_payload (row_loading.py), its bounds already checked."""
+    problems = validate_payload(row[4], loaded=True)
     if problems:
         return INVALID_PAYLOAD_REASON, "invalid payload: " + "; ".join(problems)
     url_problem = target_problem(row[2])
@@ -113,7 +114,7 @@ async def claim_jobs(
     limit: int,
     lease_seconds: float,
     reject_invalid_payloads: bool = True,
-    politeness: HostPoliteness = DEFAULT_POLITENESS,
+    politeness: SitePoliteness = DEFAULT_POLITENESS,
 ) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs from `queues` for `worker_id`, best first.
 
@@ -132,7 +133,7 @@ async def claim_jobs(
     the batch are returned. A claim whose rows were all invalid
     claims again, so an empty answer always means that no job was due.
 
-    Per-host politeness holds for every claimer at once: no row is handed out while its host
+    Per-site politeness holds for every claimer at once: no row is handed out while its host
     (hosts.host_key_of) has as many rows in flight as its limit allows, or before the host's
     delay or pause is over. A host's limits are those its producers gave
     (payload.politeness); `politeness` gives the claiming pool's defaults for hosts whose
@@ -155,7 +156,7 @@ async def claim_jobs(
                     "limit": limit,
                     "worker_id": worker_id,
                     "lease_seconds": float(lease_seconds),
-                    "max_per_host": politeness.max_concurrent_per_host,
+                    "max_per_site": politeness.max_concurrent_per_site,
                     "delay_seconds": float(politeness.delay_seconds),
                 },
             )
@@ -164,7 +165,7 @@ async def claim_jobs(
         jobs: list[ClaimedJob] = []
         for row in rows:
             try:
-                failure = _unworkable(row) if reject_invalid_payloads else None
+                failure = unworkable(row) if reject_invalid_payloads else None
                 job = job_from_row(row)
             except Exception as unreadable:  # no rule foresaw it: the row's failure alone
                 logger.exception("job %s: its claimed row could not be read", row[0])
@@ -370,7 +371,7 @@ async def retry_job(
     duration_seconds: float,
     retry_after_seconds: float | None = None,
     jitter: float | None = None,
-    pause_host_seconds: float | None = None,
+    pause_site_seconds: float | None = None,
     server_error: bool | None = None,
     host_key: str | None = None,
     policy: RetryPolicy = RETRY_POLICY,
@@ -383,7 +384,7 @@ async def retry_job(
     jitter factor from `policy.jitter_range`, or `retry_after_seconds` when the site sent
     Retry-After, never more than `policy.max_delay_seconds`. `jitter` fixes the factor (tests).
 
-    `pause_host_seconds` (a 429 or 503 with Retry-After) pauses the whole host: no claimer gets
+    `pause_site_seconds` (a 429 or 503 with Retry-After) pauses the whole site: no claimer gets
     a row of it for that long (capped like the delay). `server_error` counts a server error
     against the host (default: whether `reason` is one of `policy.site_pausing_reasons`):
     `policy.server_error_threshold` of them, each within `policy.server_error_window_seconds`
@@ -406,8 +407,8 @@ async def retry_job(
             "cap_seconds": policy.max_delay_seconds,
             "host_pause_seconds": (
                 None
-                if pause_host_seconds is None
-                else min(policy.max_delay_seconds, max(0.0, float(pause_host_seconds)))
+                if pause_site_seconds is None
+                else min(policy.max_delay_seconds, max(0.0, float(pause_site_seconds)))
             ),
             "server_error": server_error and host_key is not None,
             "host_key": host_key,

@@ -139,7 +139,7 @@ class QueueBacklog:
     delayed_pending: int
     processing: int
     oldest_due_age_seconds: float | None
-    # The due rows per-host politeness lets start now: per host at most its limit less its
+    # The due rows per-site politeness lets start now: per host at most its limit less its
     # attempts in flight, none while it is paused (None: not counted).
     startable_due: int | None = None
 
@@ -218,8 +218,8 @@ class ExportRow:
 
 
 @dataclass(frozen=True)
-class HostState:
-    """One host's politeness state, as the claim sees it."""
+class SiteState:
+    """One site's politeness state, as the claim sees it (`host_key` is the site)."""
 
     host_key: str
     in_flight: int  # attempts handed out and still running

@@ -407,7 +407,7 @@ $$;
 -- Name: FUNCTION scrapeq_host_delay(delay_seconds double precision, crawl_delay_seconds double precision, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.scrapeq_host_delay(delay_seconds double precision, crawl_delay_seconds double precision, default_delay_seconds double precision) IS 'scrapeq: the delay between two requests to a host; used by the claim and the autoscaler''s backlog count.';
+COMMENT ON FUNCTION public.scrapeq_host_delay(delay_seconds double precision, crawl_delay_seconds double precision, default_delay_seconds double precision) IS 'scrapeq: the delay between two requests to a site (scrapeq_hosts.host_key); used by the claim and the autoscaler''s backlog count.';
 
 
 --
@@ -427,7 +427,7 @@ $$;
 -- Name: FUNCTION scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision) IS 'scrapeq: how many requests a host may have in flight; used by the claim and the autoscaler''s backlog count.';
+COMMENT ON FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision) IS 'scrapeq: how many requests a site (scrapeq_hosts.host_key) may have in flight; used by the claim and the autoscaler''s backlog count.';
 
 
 --
@@ -547,16 +547,30 @@ $$;
 
 
 --
+-- Name: FUNCTION scrapeq_payload_delay_seconds(payload jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_payload_delay_seconds(payload jsonb) IS 'scrapeq: the site''s delay a row names (payload.politeness.delaySeconds), clamped to 0..3600; NULL when it names none.';
+
+
+--
 -- Name: scrapeq_payload_max_per_host(jsonb); Type: FUNCTION; Schema: public; Owner: -
 --
 
 CREATE FUNCTION public.scrapeq_payload_max_per_host(payload jsonb) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-    SELECT CASE WHEN jsonb_typeof(payload->'politeness'->'maxConcurrentPerHost') = 'number'
-        THEN least(greatest((payload->'politeness'->>'maxConcurrentPerHost')::numeric, 1),
+    SELECT CASE WHEN jsonb_typeof(payload->'politeness'->'maxConcurrentPerSite') = 'number'
+        THEN least(greatest((payload->'politeness'->>'maxConcurrentPerSite')::numeric, 1),
                    1000)::integer END
 $$;
+
+
+--
+-- Name: FUNCTION scrapeq_payload_max_per_host(payload jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_payload_max_per_host(payload jsonb) IS 'scrapeq: the site''s limit a row names (payload.politeness.maxConcurrentPerSite), clamped to 1..1000; NULL when it names none.';
 
 
 --
@@ -926,7 +940,7 @@ WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='70');
 -- Name: TABLE scrapeq_host_queues; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: each host''s head per queue (the key of its best pending row), the order in which claims visit hosts.';
+COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: each site''s head per queue (the key of its best pending row), the order in which claims visit sites.';
 
 
 --
@@ -985,14 +999,14 @@ WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='50');
 -- Name: TABLE scrapeq_hosts; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.scrapeq_hosts IS 'scrapeq: each host''s politeness state: limits, next allowed start, pause, a delayed host''s latest attempt. Its slots in use are its rows in flight (scraping_jobs.status = processing), never stored.';
+COMMENT ON TABLE public.scrapeq_hosts IS 'scrapeq: each site''s politeness state (keyed by site: host_key is a registrable domain, or a host name where there is none): limits, next allowed start, pause, a delayed site''s latest attempt. Its slots in use are its rows in flight (scraping_jobs.status = processing), never stored.';
 
 
 --
 -- Name: COLUMN scrapeq_hosts.max_in_flight; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.scrapeq_hosts.max_in_flight IS 'The limit of requests in flight the latest producer that named one gave (payload.politeness.maxConcurrentPerHost); NULL: the claiming pool''s default. See scrapeq_host_limit.';
+COMMENT ON COLUMN public.scrapeq_hosts.max_in_flight IS 'The limit of requests in flight the latest producer that named one gave (payload.politeness.maxConcurrentPerSite); NULL: the claiming pool''s default. See scrapeq_host_limit.';
 
 
 --
@@ -1062,7 +1076,7 @@ COMMENT ON COLUMN public.scrapeq_hosts.last_server_error_at IS 'The latest serve
 -- Name: COLUMN scrapeq_hosts.touched_at; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.scrapeq_hosts.touched_at IS 'When a claim last took rows of this host (written at most once a minute), or when the host was first seen: prune_idle_hosts deletes hosts idle for days.';
+COMMENT ON COLUMN public.scrapeq_hosts.touched_at IS 'When a claim last took rows of this site (written at most once a minute), or when the site was first seen: prune_idle_sites deletes sites idle for days.';
 
 
 --
@@ -1219,7 +1233,7 @@ COMMENT ON TABLE public.scraping_jobs IS 'scrapeq queue: one row per URL to scra
 -- Name: COLUMN scraping_jobs.host_key; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.scraping_jobs.host_key IS 'scrapeq: the row''s site for per-host politeness: its URL''s registrable domain (Python producers), else its host name (trigger scrapeq_jobs_fill_host_key).';
+COMMENT ON COLUMN public.scraping_jobs.host_key IS 'scrapeq: the row''s site, the key of per-site politeness: its URL''s registrable domain (Python producers), else its host name (trigger scrapeq_jobs_fill_host_key).';
 
 
 --
@@ -1464,4 +1478,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0001_initial'),
     ('0002_followed_pages'),
     ('0003_politeness'),
-    ('0004_bounded_payloads');
+    ('0004_bounded_payloads'),
+    ('0005_site_politeness');

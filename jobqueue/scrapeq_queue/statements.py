@@ -36,7 +36,7 @@ MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('scrapeq_schema_migrations'
 
 # Claims up to `limit` due pending rows of the given queues, best first, within every host's
 # limits, whichever worker of whichever pool asks: the function scrapeq_claim (sql/claim.sql;
-# docs/queue.md, "The claim"). `max_per_host` and `delay_seconds` are the claiming pool's
+# docs/queue.md, "The claim"). `max_per_site` and `delay_seconds` are the claiming pool's
 # defaults for hosts whose producers named none. Answers one row of NULLs when it walked hosts
 # but took no row: claim again. A short call, which psycopg keeps parsed.
 JOB_CLAIM: Final = """
@@ -44,7 +44,7 @@ SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_
        max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
        processing_started_at, lease_expires_at, host_key
 FROM scrapeq_claim(%(queues)s::text[], %(limit)s::integer, %(worker_id)s::text,
-                   %(lease_seconds)s::double precision, %(max_per_host)s::integer,
+                   %(lease_seconds)s::double precision, %(max_per_site)s::integer,
                    %(delay_seconds)s::double precision)
 """
 
@@ -565,7 +565,7 @@ WHERE status = 'pending'
 GROUP BY queue
 """
 
-# Due rows per queue that per-host politeness lets start now: per (queue, host) at most the
+# Due rows per queue that per-site politeness lets start now: per (queue, host) at most the
 # host's limit (scrapeq_host_limit, the claim's own rule, with the pool defaults given) less the
 # host's rows in flight, and none of a paused host. Both counts go through the partial indexes
 # on pending and processing rows. A host inside its delay counts as startable: it is, within

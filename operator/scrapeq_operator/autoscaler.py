@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from scrapeq_queue import DatabaseUnavailable, inspection
 from scrapeq_queue.options import parse_names
-from scrapeq_queue.politeness import HostPoliteness
+from scrapeq_queue.politeness import SitePoliteness
 from scrapeq_queue.rows import QueueBacklog
 
 from scrapeq_operator import metrics
@@ -101,9 +101,9 @@ class Autoscaler:
         # Queues whose backlog gauges were set, so that a queue that emptied reads 0.
         self._reported_queues: set[str] = set()
         # This round's startable due rows per queue for pools whose politeness defaults are not
-        # the operator's (annotations scrapeq.io/max-concurrent-per-host and
-        # scrapeq.io/host-delay-seconds), by those defaults.
-        self._startable_by_defaults: dict[HostPoliteness, dict[str, int]] = {}
+        # the operator's (annotations scrapeq.io/max-concurrent-per-site and
+        # scrapeq.io/site-delay-seconds), by those defaults.
+        self._startable_by_defaults: dict[SitePoliteness, dict[str, int]] = {}
 
     async def run(self) -> None:
         """Run until cancelled; a failing round is logged and counted, never fatal."""
@@ -118,26 +118,26 @@ class Autoscaler:
             await asyncio.sleep(self.settings.autoscaler_interval_seconds)
 
     async def read_backlog(
-        self, served: list[str], host_defaults: Collection[HostPoliteness] = ()
+        self, served: list[str], site_defaults: Collection[SitePoliteness] = ()
     ) -> Mapping[str, QueueBacklog] | None:
         """The backlog of every queue with live rows plus the served ones (zero when empty),
         or None when the database cannot say. Sets the backlog gauges of all of them (their
-        startable rows with the operator's per-host limit and no delay), and reads the
-        startable rows again for each other politeness default of `host_defaults` that pools
+        startable rows with the operator's per-site limit and no delay), and reads the
+        startable rows again for each other politeness default of `site_defaults` that pools
         use."""
-        default = self._operator_host_defaults()
+        default = self._operator_site_defaults()
         self._startable_by_defaults = {}
         try:
             async with self.runtime.connection() as connection:
                 backlog = dict(
                     await inspection.live_queue_backlog(
-                        connection, default_max_per_host=default.max_concurrent_per_host
+                        connection, default_max_per_site=default.max_concurrent_per_site
                     )
                 )
-                for defaults in set(host_defaults) - {default}:
+                for defaults in set(site_defaults) - {default}:
                     self._startable_by_defaults[defaults] = await inspection.startable_due(
                         connection,
-                        default_max_per_host=defaults.max_concurrent_per_host,
+                        default_max_per_site=defaults.max_concurrent_per_site,
                         default_delay_seconds=defaults.delay_seconds,
                     )
         except DatabaseUnavailable as error:
@@ -188,7 +188,7 @@ class Autoscaler:
         )
         backlog = await self.read_backlog(
             sorted({queue for item in deployments for queue in queues_of(item)}),
-            {self._host_defaults(item) for item in deployments},
+            {self._site_defaults(item) for item in deployments},
         )
         if backlog is not None:
             self._watch_coverage(deployments, backlog)
@@ -203,21 +203,21 @@ class Autoscaler:
             del self._pools[gone]
         return decisions
 
-    def _operator_host_defaults(self) -> HostPoliteness:
-        """The politeness defaults of a pool that names none: the operator's per-host limit
+    def _operator_site_defaults(self) -> SitePoliteness:
+        """The politeness defaults of a pool that names none: the operator's per-site limit
         and no delay."""
-        return HostPoliteness(
-            max_concurrent_per_host=self.settings.autoscaler.max_concurrent_per_host
+        return SitePoliteness(
+            max_concurrent_per_site=self.settings.autoscaler.max_concurrent_per_site
         )
 
-    def _host_defaults(self, deployment: WorkerDeployment) -> HostPoliteness:
+    def _site_defaults(self, deployment: WorkerDeployment) -> SitePoliteness:
         """The pool's politeness defaults (its annotations, else the operator's; a bad policy
         is reported when the pool is reconciled)."""
         try:
             policy = PoolPolicy.from_annotations(deployment.annotations, self.settings.autoscaler)
         except ConfigurationError:
-            return self._operator_host_defaults()
-        return policy.host_defaults
+            return self._operator_site_defaults()
+        return policy.site_defaults
 
     async def _reconcile(
         self, deployment: WorkerDeployment, backlog: Mapping[str, QueueBacklog] | None
@@ -245,7 +245,7 @@ class Autoscaler:
         if backlog is not None:
             # Due rows a host's limit holds back would only give new replicas nothing to do;
             # the limit is the pool's own when its defaults differ from the operator's.
-            startable = self._startable_by_defaults.get(policy.host_defaults)
+            startable = self._startable_by_defaults.get(policy.site_defaults)
             work = sum(
                 (numbers.startable if startable is None else startable.get(name, 0))
                 + numbers.processing

@@ -81,8 +81,8 @@ RETENTION_PRUNED_JOBS_TOTAL = Counter(
     "Finished rows (with their attempts) the periodic retention deleted from the queue table.",
     registry=REGISTRY,
 )
-RETENTION_PRUNED_HOSTS_TOTAL = Counter(
-    "scrapeq_operator_retention_pruned_hosts_total",
+RETENTION_PRUNED_SITES_TOTAL = Counter(
+    "scrapeq_operator_retention_pruned_sites_total",
     "Sites whose politeness state (a row of scrapeq_hosts) the periodic retention deleted after "
     "they were idle for long.",
     registry=REGISTRY,

@@ -7,7 +7,7 @@ indexes and vacuum do not. So the operator runs `scrapeq_queue.prune_finished` e
 finished; failed rows are a dead-letter queue keeping the newest `retain_failed_last` per queue
 (0: every failed row is kept). Deleting rows of finished ScrapeJobs does not change their status:
 the status sync never looks at a finished job again. The same pass deletes the politeness state
-of hosts idle for `retain_idle_hosts_days` (`scrapeq_queue.prune_idle_hosts`; 0 keeps them).
+of sites idle for `retain_idle_sites_days` (`scrapeq_queue.prune_idle_sites`; 0 keeps them).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Retention:
         transaction, so claims and completions are never blocked for long.
         """
         keep_last = self.settings.retain_failed_last
-        idle_days = self.settings.retain_idle_hosts_days
+        idle_days = self.settings.retain_idle_sites_days
         started = time.monotonic()
         async with self.runtime.connection() as connection:
             deleted = await scrapeq_queue.prune_finished(
@@ -80,13 +80,13 @@ class Retention:
             metrics.RETENTION_PRUNED_JOBS_TOTAL.inc(deleted)
             hosts = 0
             if idle_days > 0:
-                hosts = await scrapeq_queue.prune_idle_hosts(
+                hosts = await scrapeq_queue.prune_idle_sites(
                     connection, idle_longer_than=timedelta(days=idle_days)
                 )
-                metrics.RETENTION_PRUNED_HOSTS_TOTAL.inc(hosts)
+                metrics.RETENTION_PRUNED_SITES_TOTAL.inc(hosts)
         if deleted or hosts:
             logger.info(
-                "retention: deleted %d finished rows and the state of %d idle hosts in %.2f s",
+                "retention: deleted %d finished rows and the state of %d idle sites in %.2f s",
                 deleted,
                 hosts,
                 time.monotonic() - started,

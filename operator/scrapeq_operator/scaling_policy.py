@@ -3,7 +3,7 @@
 The rules (documented in docs/operator.md):
 
 * recommended = clamp(ceil((startable due + processing) / jobs per replica), min, max), where
-  startable due counts a host's due rows only up to its per-host limit less its rows in flight;
+  startable due counts a host's due rows only up to its per-site limit less its rows in flight;
 * scale up at once to the recommendation;
 * scale down only to the highest recommendation seen during the stabilisation window, so a
   short lull does not kill workers that the next burst needs (the HPA's rule);
@@ -22,8 +22,8 @@ from enum import StrEnum
 
 from scrapeq_queue.politeness import (
     DEFAULT_DELAY_SECONDS,
-    DEFAULT_MAX_CONCURRENT_PER_HOST,
-    HostPoliteness,
+    DEFAULT_MAX_CONCURRENT_PER_SITE,
+    SitePoliteness,
     site_delay_problem,
     site_limit_problem,
 )
@@ -31,13 +31,14 @@ from scrapeq_queue.politeness import (
 from scrapeq_operator.errors import ConfigurationError
 from scrapeq_operator.settings import AutoscalerDefaults
 from scrapeq_operator.vocabulary import (
-    HOST_DELAY_SECONDS_ANNOTATION,
     JOBS_PER_REPLICA_ANNOTATION,
-    MAX_CONCURRENT_PER_HOST_ANNOTATION,
+    MAX_CONCURRENT_PER_SITE_ANNOTATION,
     MAX_REPLICAS_ANNOTATION,
     MIN_REPLICAS_ANNOTATION,
+    RENAMED_ANNOTATIONS,
     SCALE_DOWN_WINDOW_ANNOTATION,
     SCALE_TO_ZERO_COOLDOWN_ANNOTATION,
+    SITE_DELAY_SECONDS_ANNOTATION,
 )
 
 
@@ -62,19 +63,19 @@ class PoolPolicy:
     jobs_per_replica: int
     scale_down_window_seconds: float
     scale_to_zero_cooldown_seconds: float
-    # The per-host limit of the pool's workers for rows that set none: how many of one site's
+    # The per-site limit of the pool's workers for rows that set none: how many of one site's
     # due rows the pool can start at once.
-    max_concurrent_per_host: int = DEFAULT_MAX_CONCURRENT_PER_HOST
-    # The pool's per-host delay for rows that set none: with a delay, a claim hands out one row
+    max_concurrent_per_site: int = DEFAULT_MAX_CONCURRENT_PER_SITE
+    # The pool's per-site delay for rows that set none: with a delay, a claim hands out one row
     # of a site at a time.
-    host_delay_seconds: float = DEFAULT_DELAY_SECONDS
+    site_delay_seconds: float = DEFAULT_DELAY_SECONDS
 
     @property
-    def host_defaults(self) -> HostPoliteness:
+    def site_defaults(self) -> SitePoliteness:
         """The pool's politeness defaults, as its workers' claims apply them."""
-        return HostPoliteness(
-            max_concurrent_per_host=self.max_concurrent_per_host,
-            delay_seconds=self.host_delay_seconds,
+        return SitePoliteness(
+            max_concurrent_per_site=self.max_concurrent_per_site,
+            delay_seconds=self.site_delay_seconds,
         )
 
     @classmethod
@@ -83,8 +84,12 @@ class PoolPolicy:
     ) -> PoolPolicy:
         """The Deployment's annotations over the operator's defaults.
 
-        Raises ConfigurationError naming the annotation that is not a valid number.
+        Raises ConfigurationError naming the annotation that is not a valid number, or that
+        has been renamed (with its name now).
         """
+        for old, new in RENAMED_ANNOTATIONS.items():
+            if old in annotations:
+                raise ConfigurationError(f"annotation {old} is now {new}")
 
         def number(name: str, default: float, *, integer: bool) -> float:
             raw = annotations.get(name)
@@ -112,21 +117,21 @@ class PoolPolicy:
                 defaults.scale_to_zero_cooldown_seconds,
                 integer=False,
             ),
-            max_concurrent_per_host=int(
+            max_concurrent_per_site=int(
                 number(
-                    MAX_CONCURRENT_PER_HOST_ANNOTATION,
-                    defaults.max_concurrent_per_host,
+                    MAX_CONCURRENT_PER_SITE_ANNOTATION,
+                    defaults.max_concurrent_per_site,
                     integer=True,
                 )
             ),
-            host_delay_seconds=number(
-                HOST_DELAY_SECONDS_ANNOTATION, DEFAULT_DELAY_SECONDS, integer=False
+            site_delay_seconds=number(
+                SITE_DELAY_SECONDS_ANNOTATION, DEFAULT_DELAY_SECONDS, integer=False
             ),
         )
-        if problem := site_limit_problem(policy.max_concurrent_per_host):
-            raise ConfigurationError(f"annotation {MAX_CONCURRENT_PER_HOST_ANNOTATION} {problem}")
-        if problem := site_delay_problem(policy.host_delay_seconds):
-            raise ConfigurationError(f"annotation {HOST_DELAY_SECONDS_ANNOTATION} {problem}")
+        if problem := site_limit_problem(policy.max_concurrent_per_site):
+            raise ConfigurationError(f"annotation {MAX_CONCURRENT_PER_SITE_ANNOTATION} {problem}")
+        if problem := site_delay_problem(policy.site_delay_seconds):
+            raise ConfigurationError(f"annotation {SITE_DELAY_SECONDS_ANNOTATION} {problem}")
         if policy.jobs_per_replica < 1:
             raise ConfigurationError(f"annotation {JOBS_PER_REPLICA_ANNOTATION} must be >= 1")
         if policy.min_replicas > policy.max_replicas:
@@ -138,7 +143,7 @@ class PoolPolicy:
 
 def recommended_replicas(work: int, policy: PoolPolicy) -> int:
     """clamp(ceil(work / jobs per replica), min, max), where work = the due pending rows the
-    per-host limits let start + processing."""
+    per-site limits let start + processing."""
     wanted = math.ceil(max(work, 0) / policy.jobs_per_replica)
     return max(policy.min_replicas, min(policy.max_replicas, wanted))
 

@@ -25,7 +25,7 @@ from scrapeq_queue.options import (
     parse_positive_float,
 )
 from scrapeq_queue.politeness import (
-    DEFAULT_MAX_CONCURRENT_PER_HOST,
+    DEFAULT_MAX_CONCURRENT_PER_SITE,
     parse_site_limit,
 )
 from scrapeq_queue.sealed_credentials import SealingKeys
@@ -83,14 +83,15 @@ class AutoscalerDefaults:
         parse=parse_float,
         help="Idle time before a pool goes to 0 replicas.",
     )
-    # The workers' own default (--max-concurrent-per-host): a backlog on one site can keep only
+    # The workers' own default (--max-concurrent-per-site): a backlog on one site can keep only
     # that many pages busy, whatever the number of replicas.
-    max_concurrent_per_host: int = option(
-        DEFAULT_MAX_CONCURRENT_PER_HOST,
-        env=_env("max_concurrent_per_host"),
+    max_concurrent_per_site: int = option(
+        DEFAULT_MAX_CONCURRENT_PER_SITE,
+        env=_env("max_concurrent_per_site"),
+        renamed_from=(_env("max_concurrent_per_host"),),
         parse=parse_site_limit,
         help="The worker pools' per-site limit for rows that set none (per pool: annotation "
-        "scrapeq.io/max-concurrent-per-host): the autoscaler counts only the due rows the "
+        "scrapeq.io/max-concurrent-per-site): the autoscaler counts only the due rows the "
         "sites' limits let start.",
     )
 
@@ -324,15 +325,17 @@ class OperatorSettings:
         parse=parse_int,
         help="Failed rows kept per queue, newest first (0 = keep every failed row).",
     )
-    # The politeness state of a host (its limits, pause, robots.txt's Crawl-delay) is deleted
+    # The politeness state of a site (its limits, pause, robots.txt's Crawl-delay) is deleted
     # once it has had nothing pending or in flight and no claim for this many days; 0 keeps
-    # every host. Above a day, the time workers keep a robots.txt, so a pruned Crawl-delay is
-    # always read again before the host's next request.
-    retain_idle_hosts_days: float = option(
+    # every site's. Above a day, the time workers keep a robots.txt, so a pruned Crawl-delay is
+    # always read again before the site's next request.
+    retain_idle_sites_days: float = option(
         7.0,
-        env=_env("retain_idle_hosts_days"),
+        env=_env("retain_idle_sites_days"),
+        renamed_from=(_env("retain_idle_hosts_days"),),
         parse=parse_float,
-        help="Host state is deleted after this many days idle (0 = keep every host).",
+        help="A site's politeness state is deleted after this many days idle (0 = keep every "
+        "site's).",
     )
     # The key ring that seals spec.credentials into rows, shared with the workers; without it
     # ScrapeJobs with credentials wait with Ready=False NoSealingKey.
@@ -411,8 +414,8 @@ class OperatorSettings:
                 self.retain_completed_days
             ),
             "failed-row retention (SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST)": self.retain_failed_last,
-            "idle-host retention (SCRAPEQ_OPERATOR_RETAIN_IDLE_HOSTS_DAYS)": (
-                self.retain_idle_hosts_days
+            "idle-site retention (SCRAPEQ_OPERATOR_RETAIN_IDLE_SITES_DAYS)": (
+                self.retain_idle_sites_days
             ),
             "unserved-queue grace (SCRAPEQ_OPERATOR_UNSERVED_QUEUE_GRACE_SECONDS)": (
                 self.unserved_queue_grace_seconds

@@ -26,10 +26,15 @@ MAX_REPLICAS_ANNOTATION = f"{GROUP}/max-replicas"
 JOBS_PER_REPLICA_ANNOTATION = f"{GROUP}/jobs-per-replica"
 SCALE_DOWN_WINDOW_ANNOTATION = f"{GROUP}/scale-down-stabilization-seconds"
 SCALE_TO_ZERO_COOLDOWN_ANNOTATION = f"{GROUP}/scale-to-zero-cooldown-seconds"
-# The pool's per-host limit for rows that set none (its workers' --max-concurrent-per-host).
-MAX_CONCURRENT_PER_HOST_ANNOTATION = f"{GROUP}/max-concurrent-per-host"
-# The pool's per-host delay for rows that set none (its workers' --host-delay-seconds).
-HOST_DELAY_SECONDS_ANNOTATION = f"{GROUP}/host-delay-seconds"
+# The pool's per-site limit for rows that set none (its workers' --max-concurrent-per-site).
+MAX_CONCURRENT_PER_SITE_ANNOTATION = f"{GROUP}/max-concurrent-per-site"
+# The pool's per-site delay for rows that set none (its workers' --site-delay-seconds).
+SITE_DELAY_SECONDS_ANNOTATION = f"{GROUP}/site-delay-seconds"
+# Their names before 0.1.0, refused with the name now rather than silently ignored.
+RENAMED_ANNOTATIONS = {
+    f"{GROUP}/max-concurrent-per-host": MAX_CONCURRENT_PER_SITE_ANNOTATION,
+    f"{GROUP}/host-delay-seconds": SITE_DELAY_SECONDS_ANNOTATION,
+}
 # Where the autoscaler records its last decision (JSON) on the Deployment.
 DECISION_ANNOTATION = f"{GROUP}/autoscaler-decision"
 POD_DELETION_COST_ANNOTATION = "controller.kubernetes.io/pod-deletion-cost"

@@ -628,3 +628,46 @@ def test_the_schema_rejects_mistakes_in_the_new_values(
     error = render_error(helm_binary, with_password(values))
     assert "values don't meet the specifications of the schema" in error
     assert message in error, error
+
+
+# --- per-site politeness -------------------------------------------------------------------------
+
+
+def test_the_site_politeness_values_reach_the_workers_flags_and_the_operators_annotations(
+    helm_binary: Path,
+) -> None:
+    values = {
+        "workers": {"politeness": {"maxConcurrentPerSite": 5, "delaySeconds": 1.5}},
+        "operator": {"retention": {"idleSitesDays": 3}},
+    }
+    manifests = rendered(helm_binary, values)
+    pools = [d for d in of_kind(manifests, "Deployment") if "-worker-" in d["metadata"]["name"]]
+    assert pools
+    for pool in pools:
+        assert pool["metadata"]["annotations"]["scrapeq.io/max-concurrent-per-site"] == "5"
+        assert pool["metadata"]["annotations"]["scrapeq.io/site-delay-seconds"] == "1.5"
+        env = {item["name"]: item.get("value") for item in pod_spec(pool)["containers"][0]["env"]}
+        assert (env["SCRAPEQ_MAX_CONCURRENT_PER_SITE"], env["SCRAPEQ_SITE_DELAY_SECONDS"]) == (
+            "5",
+            "1.5",
+        )
+    operator = pod_spec(find(manifests, "Deployment", "scrapeq-operator"))["containers"][0]
+    env = {item["name"]: item.get("value") for item in operator["env"]}
+    assert env["SCRAPEQ_OPERATOR_MAX_CONCURRENT_PER_SITE"] == "5"
+    assert env["SCRAPEQ_OPERATOR_RETAIN_IDLE_SITES_DAYS"] == "3"
+
+
+@pytest.mark.parametrize(
+    ("values", "old"),
+    [
+        ({"workers": {"politeness": {"maxConcurrentPerHost": 5}}}, "maxConcurrentPerHost"),
+        ({"operator": {"retention": {"idleHostsDays": 3}}}, "idleHostsDays"),
+    ],
+    ids=["maxConcurrentPerHost", "idleHostsDays"],
+)
+def test_the_schema_refuses_the_site_values_under_their_names_before_0_1_0(
+    helm_binary: Path, values: dict[str, Any], old: str
+) -> None:
+    error = render_error(helm_binary, with_password(values))
+    assert "values don't meet the specifications of the schema" in error
+    assert f"additional properties '{old}' not allowed" in error, error

@@ -121,7 +121,7 @@ class OutcomeReporter:
             retry_after_seconds=error.delay_seconds,
             # A site that says "come back later" (429/503 with Retry-After) or keeps failing
             # means every worker should leave it alone, not only this row.
-            pause_host_seconds=(
+            pause_site_seconds=(
                 error.delay_seconds if error.reason in SERVER_ERROR_REASONS else None
             ),
             server_error=error.reason in SERVER_ERROR_REASONS,

@@ -37,12 +37,12 @@ from scrapeq_queue import (
     Connection,
     DatabaseUnavailable,
     FollowUrl,
-    HostPoliteness,
     QueueBacklog,
     QueueError,
     RetryOutcome,
     RobotsCopy,
     SchemaOutOfDate,
+    SitePoliteness,
 )
 
 from .background import wait_for_event
@@ -69,7 +69,7 @@ class QueueBackend(Protocol):
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        politeness: HostPoliteness,
+        politeness: SitePoliteness,
     ) -> list[ClaimedJob]: ...
 
     async def queue_backlog(self, queues: Sequence[str]) -> dict[str, QueueBacklog]: ...
@@ -98,7 +98,7 @@ class QueueBackend(Protocol):
         reason: str,
         duration_seconds: float,
         retry_after_seconds: float | None,
-        pause_host_seconds: float | None,
+        pause_site_seconds: float | None,
         server_error: bool,
         host_key: str | None,
     ) -> RetryOutcome: ...
@@ -186,7 +186,7 @@ class PostgresBackend:
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        politeness: HostPoliteness,
+        politeness: SitePoliteness,
     ) -> list[ClaimedJob]:
         try:
             return await self._claims.run(
@@ -250,7 +250,7 @@ class PostgresBackend:
         reason: str,
         duration_seconds: float,
         retry_after_seconds: float | None,
-        pause_host_seconds: float | None,
+        pause_site_seconds: float | None,
         server_error: bool,
         host_key: str | None,
     ) -> RetryOutcome:
@@ -263,7 +263,7 @@ class PostgresBackend:
                 reason=reason,
                 duration_seconds=duration_seconds,
                 retry_after_seconds=retry_after_seconds,
-                pause_host_seconds=pause_host_seconds,
+                pause_site_seconds=pause_site_seconds,
                 server_error=server_error,
                 host_key=host_key,
             )
@@ -389,7 +389,7 @@ class QueueGateway:
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        politeness: HostPoliteness,
+        politeness: SitePoliteness,
     ) -> list[ClaimedJob] | None:
         """Claim up to `limit` due rows; None when the claim failed (after its backoff)."""
         try:
@@ -474,7 +474,7 @@ class QueueGateway:
         reason: str,
         duration_seconds: float,
         retry_after_seconds: float | None,
-        pause_host_seconds: float | None,
+        pause_site_seconds: float | None,
         server_error: bool,
     ) -> RetryOutcome | None:
         return await self._run(
@@ -485,7 +485,7 @@ class QueueGateway:
                 reason=reason,
                 duration_seconds=duration_seconds,
                 retry_after_seconds=retry_after_seconds,
-                pause_host_seconds=pause_host_seconds,
+                pause_site_seconds=pause_site_seconds,
                 server_error=server_error,
                 host_key=job.host_key,
             ),

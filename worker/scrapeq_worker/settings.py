@@ -29,9 +29,9 @@ from scrapeq_queue.options import (
 from scrapeq_queue.payload import RESOURCE_KINDS, check_resource_kinds
 from scrapeq_queue.politeness import (
     DEFAULT_DELAY_SECONDS,
-    DEFAULT_MAX_CONCURRENT_PER_HOST,
+    DEFAULT_MAX_CONCURRENT_PER_SITE,
     DEFAULT_RESPECT_ROBOTS_TXT,
-    HostPoliteness,
+    SitePoliteness,
     parse_site_delay,
     parse_site_limit,
 )
@@ -115,21 +115,23 @@ class WorkerSettings:
         help="Most jobs claimed in one statement; the worker holds at most concurrency + one "
         "batch (a batch waits for page slots, so no slot waits for a claim).",
     )
-    # Per-host politeness, enforced by the claim for the whole cluster; a site's producers
+    # Per-site politeness, enforced by the claim for the whole cluster; a site's producers
     # (payload.politeness, ScrapeJob spec.politeness) override them. Why these values:
     # docs/worker.md#per-site-politeness.
-    max_concurrent_per_host: int = option(
-        DEFAULT_MAX_CONCURRENT_PER_HOST,
-        flag="--max-concurrent-per-host",
-        env="SCRAPEQ_MAX_CONCURRENT_PER_HOST",
+    max_concurrent_per_site: int = option(
+        DEFAULT_MAX_CONCURRENT_PER_SITE,
+        flag="--max-concurrent-per-site",
+        env="SCRAPEQ_MAX_CONCURRENT_PER_SITE",
+        renamed_from=("--max-concurrent-per-host", "SCRAPEQ_MAX_CONCURRENT_PER_HOST"),
         parse=parse_site_limit,
         help="Most rows of one site (registrable domain) in flight across every worker of "
-        "every pool, for sites whose rows set no politeness.maxConcurrentPerHost.",
+        "every pool, for sites whose rows set no politeness.maxConcurrentPerSite.",
     )
-    host_delay_seconds: float = option(
+    site_delay_seconds: float = option(
         DEFAULT_DELAY_SECONDS,
-        flag="--host-delay-seconds",
-        env="SCRAPEQ_HOST_DELAY_SECONDS",
+        flag="--site-delay-seconds",
+        env="SCRAPEQ_SITE_DELAY_SECONDS",
+        renamed_from=("--host-delay-seconds", "SCRAPEQ_HOST_DELAY_SECONDS"),
         parse=parse_site_delay,
         help="Seconds between the end of one request to a site and the start of the next (a "
         "delay makes the site one request at a time), for sites whose rows set no "
@@ -375,11 +377,11 @@ class WorkerSettings:
         )
 
     @property
-    def politeness(self) -> HostPoliteness:
+    def politeness(self) -> SitePoliteness:
         """The pool's politeness defaults, as the claim binds them."""
-        return HostPoliteness(
-            max_concurrent_per_host=self.max_concurrent_per_host,
-            delay_seconds=self.host_delay_seconds,
+        return SitePoliteness(
+            max_concurrent_per_site=self.max_concurrent_per_site,
+            delay_seconds=self.site_delay_seconds,
             respect_robots_txt=self.respect_robots_txt,
         )
 

@@ -109,6 +109,12 @@ class Worker:
         machine checks and the backoff after a database failure (the unit tests' seams)."""
         if not settings.database_url:
             raise ValueError("the worker needs a database (--database-url or DATABASE_URL)")
+        if len(set(settings.queues)) != len(settings.queues) or not settings.queues:
+            # Refused here, once: the claim would refuse it on every call.
+            raise ValueError(
+                f"the worker needs each queue named once, got {list(settings.queues)} "
+                "(--queue, SCRAPEQ_QUEUES drop repeats; settings made in code must too)"
+            )
         self.settings = settings
         self.worker_id = settings.resolved_worker_id
         self.metrics = metrics or WorkerMetrics()

@@ -1,4 +1,4 @@
--- A host's effective delay and limit: the one rule the claim (scrapeq_claim) and the
+-- A site's effective delay and limit (scrapeq_hosts is keyed by site): the one rule the claim (scrapeq_claim) and the
 -- autoscaler's backlog count (statements.QUEUE_STARTABLE_DUE) both apply, so that the
 -- autoscaler counts exactly the rows a claim would hand out (docs/queue.md, "Limits").
 --
@@ -33,6 +33,6 @@ $$;
 
 COMMENT ON FUNCTION scrapeq_host_limit(INTEGER, DOUBLE PRECISION, DOUBLE PRECISION, INTEGER,
                                        DOUBLE PRECISION) IS
-    'scrapeq: how many requests a host may have in flight; used by the claim and the autoscaler''s backlog count.';
+    'scrapeq: how many requests a site (scrapeq_hosts.host_key) may have in flight; used by the claim and the autoscaler''s backlog count.';
 COMMENT ON FUNCTION scrapeq_host_delay(DOUBLE PRECISION, DOUBLE PRECISION, DOUBLE PRECISION) IS
-    'scrapeq: the delay between two requests to a host; used by the claim and the autoscaler''s backlog count.';
+    'scrapeq: the delay between two requests to a site (scrapeq_hosts.host_key); used by the claim and the autoscaler''s backlog count.';

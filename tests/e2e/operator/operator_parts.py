@@ -278,7 +278,7 @@ def work_rows(
             queues=[queue],
             limit=limit,
             lease_seconds=300,
-            politeness=scrapeq_queue.NO_HOST_LIMIT,
+            politeness=scrapeq_queue.NO_SITE_LIMIT,
         )
         for job in jobs:
             if hold:

@@ -79,7 +79,7 @@ def _wait_for_replicas(
 
 
 def _enqueue(database_url: str, count: int, tag: str) -> None:
-    """`count` rows, each of a site of its own (per-host limits hold none of them back)."""
+    """`count` rows, each of a site of its own (per-site limits hold none of them back)."""
     urls = [f"https://site{number}.test/{tag}" for number in range(count)]
     run_queue_call(database_url, lambda conn: scrapeq_queue.enqueue_many(conn, urls, queue=QUEUE))
 
@@ -204,7 +204,7 @@ def test_before_scaling_down_idle_pods_are_marked_cheaper_to_delete_than_busy_on
     assert cost("scrapers-busy") == "1"
 
 
-def test_a_backlog_on_one_site_asks_only_for_the_replicas_its_per_host_limit_keeps_busy(
+def test_a_backlog_on_one_site_asks_only_for_the_replicas_its_per_site_limit_keeps_busy(
     kubectl: Kubectl,
     namespace: str,
     empty_database_url: str,
@@ -234,7 +234,7 @@ def test_a_backlog_on_one_site_asks_only_for_the_replicas_its_per_host_limit_kee
     wider = _worker_deployment(namespace, "wide-scrapers")
     wider["metadata"]["annotations"] = {
         **deployment["metadata"]["annotations"],
-        "scrapeq.io/max-concurrent-per-host": "5",
+        "scrapeq.io/max-concurrent-per-site": "5",
     }
     kubectl.create(wider)
     _wait_for_replicas(kubectl, namespace, 6, "wide-scrapers")

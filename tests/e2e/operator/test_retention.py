@@ -23,7 +23,7 @@ RETENTION_ENVIRONMENT = {
     "SCRAPEQ_OPERATOR_PRUNE_INTERVAL_SECONDS": "0.5",
     "SCRAPEQ_OPERATOR_RETAIN_COMPLETED_DAYS": "1",
     "SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST": "2",
-    "SCRAPEQ_OPERATOR_RETAIN_IDLE_HOSTS_DAYS": "1",
+    "SCRAPEQ_OPERATOR_RETAIN_IDLE_SITES_DAYS": "1",
 }
 
 # host -> days since a claim last took its rows (e.test also has the pending row above)
@@ -112,11 +112,11 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
     eventually_blocking(
         lambda: known_hosts(empty_database_url) == {"e.test", "recent.test"},
         within=10,
-        what="the retention loop to delete the idle host's state",
+        what="the retention loop to delete the idle site's state",
     )
     eventually_blocking(
-        lambda: pruned_metric(operator, "hosts") == 1,
+        lambda: pruned_metric(operator, "sites") == 1,
         within=10,
-        what="scrapeq_operator_retention_pruned_hosts_total to reach 1",
+        what="scrapeq_operator_retention_pruned_sites_total to reach 1",
     )
     assert "retention: deleted" in operator.log_tail(200_000)

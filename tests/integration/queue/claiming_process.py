@@ -30,7 +30,7 @@ async def drain(dsn: str, worker_id: str) -> None:
                 queues=["default"],
                 limit=25,
                 lease_seconds=60,
-                politeness=queue.NO_HOST_LIMIT,
+                politeness=queue.NO_SITE_LIMIT,
             )
             if not jobs:
                 # Empty can also mean "the host is being claimed by another claimer right
@@ -55,7 +55,7 @@ async def hold(dsn: str, worker_id: str) -> None:
         queues=["default"],
         limit=5,
         lease_seconds=1,
-        politeness=queue.NO_HOST_LIMIT,
+        politeness=queue.NO_SITE_LIMIT,
     )
     print(json.dumps([job.token for job in jobs]), flush=True)
     await asyncio.Event().wait()  # "mid-job": hold the jobs until killed

@@ -34,7 +34,7 @@ async def retry_delay(
         queues=["default"],
         limit=1,
         lease_seconds=30,
-        politeness=queue.NO_HOST_LIMIT,
+        politeness=queue.NO_SITE_LIMIT,
     )
     before = await queue.database_now(connection)
     outcome = await queue.retry_job(
@@ -93,7 +93,7 @@ async def test_a_pausing_reason_counts_against_the_site_by_the_policys_threshold
             queues=["default"],
             limit=1,
             lease_seconds=30,
-            politeness=queue.HostPoliteness(1),
+            politeness=queue.SitePoliteness(1),
         )
         await queue.retry_job(
             async_connection,
@@ -106,7 +106,7 @@ async def test_a_pausing_reason_counts_against_the_site_by_the_policys_threshold
             host_key=job.host_key,
             policy=policy,
         )
-    state = (await queue.host_states(async_connection, ["down.test"]))["down.test"]
+    state = (await queue.site_states(async_connection, ["down.test"]))["down.test"]
     assert state.server_errors == 2  # the timeout is the row's own business
     assert state.pause_reason == "http_429"
     assert state.paused_until is not None

@@ -1,4 +1,4 @@
-"""Per-host politeness enforced by the claim: limits hold for every claimer at once, every
+"""Per-site politeness enforced by the claim: limits hold for every claimer at once, every
 way a row stops being in flight frees its slot, delays and pauses hold a whole host, and a
 host holding most of the backlog does not hold up the others."""
 
@@ -19,20 +19,20 @@ Connection = psycopg.AsyncConnection[Any]
 
 pytestmark = pytest.mark.timeout(60)
 
-TWO_PER_HOST = queue.HostPoliteness(max_concurrent_per_host=2)
+TWO_PER_SITE = queue.SitePoliteness(max_concurrent_per_site=2)
 
 
 async def claim(
     connection: Connection, worker: str = "w", limit: int = 50, **more: Any
 ) -> list[queue.ClaimedJob]:
-    more.setdefault("politeness", TWO_PER_HOST)
+    more.setdefault("politeness", TWO_PER_SITE)
     return await queue.claim_jobs(
         connection, worker_id=worker, queues=["default"], limit=limit, lease_seconds=30, **more
     )
 
 
 async def in_flight(connection: Connection, host_key: str) -> int:
-    return (await queue.host_states(connection, [host_key]))[host_key].in_flight
+    return (await queue.site_states(connection, [host_key]))[host_key].in_flight
 
 
 async def test_rows_are_keyed_by_registrable_domain_and_plain_inserts_by_host_name(
@@ -79,7 +79,7 @@ async def test_a_row_can_ask_for_its_own_limit(async_connection: Connection) -> 
     await queue.enqueue_many(
         async_connection,
         [f"https://own.test/{n}" for n in range(10)],
-        payload={"politeness": {"maxConcurrentPerHost": 5}},
+        payload={"politeness": {"maxConcurrentPerSite": 5}},
     )
     assert len(await claim(async_connection)) == 5
 
@@ -162,7 +162,7 @@ async def test_retry_after_pauses_the_whole_host_and_not_the_others(
         reason="http_429",
         duration_seconds=0,
         retry_after_seconds=3,
-        pause_host_seconds=3,
+        pause_site_seconds=3,
         server_error=True,
         host_key=limited.host_key,
     )
@@ -171,7 +171,7 @@ async def test_retry_after_pauses_the_whole_host_and_not_the_others(
             await queue.complete_job(
                 async_connection, job.id, job.attempt, result={}, duration_seconds=0
             )
-    state = (await queue.host_states(async_connection, ["limited.test"]))["limited.test"]
+    state = (await queue.site_states(async_connection, ["limited.test"]))["limited.test"]
     assert state.pause_reason == "http_429"
     assert state.paused_until is not None
     assert (state.paused_until - await queue.database_now(async_connection)).total_seconds() > 2.5
@@ -183,7 +183,7 @@ async def test_retry_after_pauses_the_whole_host_and_not_the_others(
 async def test_repeated_server_errors_pause_a_host(async_connection: Connection) -> None:
     await queue.enqueue_many(async_connection, [f"https://down.test/{n}" for n in range(6)])
     for _ in range(3):
-        [job, *_] = await claim(async_connection, politeness=queue.HostPoliteness(1))
+        [job, *_] = await claim(async_connection, politeness=queue.SitePoliteness(1))
         await queue.retry_job(
             async_connection,
             job.id,
@@ -195,7 +195,7 @@ async def test_repeated_server_errors_pause_a_host(async_connection: Connection)
             server_error=True,
             host_key=job.host_key,
         )
-    state = (await queue.host_states(async_connection, ["down.test"]))["down.test"]
+    state = (await queue.site_states(async_connection, ["down.test"]))["down.test"]
     assert state.server_errors == 3
     assert state.pause_reason == "http_5xx"
     assert await claim(async_connection) == []
@@ -416,14 +416,14 @@ async def test_priority_orders_rows_across_hosts_whatever_host_holds_them(
     assert all(job.priority == 0 for job in rest)
 
 
-async def test_the_backlog_counts_only_the_due_rows_the_per_host_limits_let_start(
+async def test_the_backlog_counts_only_the_due_rows_the_per_site_limits_let_start(
     async_connection: Connection,
 ) -> None:
     """What the autoscaler scales on: per host, due rows up to its limit less its rows in
     flight, and none of a paused host."""
 
     async def startable() -> int | None:
-        backlog = await inspection.live_queue_backlog(async_connection, default_max_per_host=2)
+        backlog = await inspection.live_queue_backlog(async_connection, default_max_per_site=2)
         return backlog["default"].startable_due
 
     await queue.enqueue_many(async_connection, [f"https://busy.test/{n}" for n in range(10)])
@@ -443,7 +443,7 @@ async def test_the_backlog_counts_only_the_due_rows_the_per_host_limits_let_star
         reason="http_429",
         duration_seconds=0,
         retry_after_seconds=30,
-        pause_host_seconds=30,
+        pause_site_seconds=30,
         server_error=True,
         host_key=busy.host_key,
     )
@@ -469,20 +469,20 @@ async def test_the_startable_rows_follow_the_pools_limit_and_a_hosts_delay(
     )
     # A host with a delay (its producers' or robots.txt's) takes one request at a time.
     for limit, startable in [(2, 2 + 1 + 1), (6, 6 + 1 + 1)]:
-        counts = await inspection.startable_due(async_connection, default_max_per_host=limit)
+        counts = await inspection.startable_due(async_connection, default_max_per_site=limit)
         assert counts == {"default": startable}
 
 
 @pytest.mark.parametrize(
     "pool",
     [
-        queue.HostPoliteness(max_concurrent_per_host=2),
-        queue.HostPoliteness(max_concurrent_per_host=3, delay_seconds=5.0),
+        queue.SitePoliteness(max_concurrent_per_site=2),
+        queue.SitePoliteness(max_concurrent_per_site=3, delay_seconds=5.0),
     ],
     ids=["no-pool-delay", "pool-delay"],
 )
 async def test_the_backlog_counts_as_startable_exactly_the_rows_a_claim_hands_out(
-    async_connection: Connection, pool: queue.HostPoliteness
+    async_connection: Connection, pool: queue.SitePoliteness
 ) -> None:
     """The autoscaler's count and the claim apply one rule (scrapeq_host_limit): a pool with a
     delay gets one row per host from a claim, and the backlog counts one per host too."""
@@ -492,7 +492,7 @@ async def test_the_backlog_counts_as_startable_exactly_the_rows_a_claim_hands_ou
     await queue.enqueue_many(
         async_connection,
         [f"https://wide.test/{n}" for n in range(6)],
-        payload={"politeness": {"maxConcurrentPerHost": 4}},
+        payload={"politeness": {"maxConcurrentPerSite": 4}},
     )
     await queue.enqueue_many(
         async_connection,
@@ -504,7 +504,7 @@ async def test_the_backlog_counts_as_startable_exactly_the_rows_a_claim_hands_ou
 
     counted = await inspection.startable_due(
         async_connection,
-        default_max_per_host=pool.max_concurrent_per_host,
+        default_max_per_site=pool.max_concurrent_per_site,
         default_delay_seconds=pool.delay_seconds,
     )
     jobs = await claim(async_connection, limit=1000, politeness=pool)

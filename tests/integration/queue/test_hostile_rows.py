@@ -8,6 +8,8 @@ import psycopg
 import pytest
 import scrapeq_queue as queue
 
+from tests.plain_sql import insert_plain_row
+
 pytestmark = pytest.mark.postgres
 
 Connection = psycopg.AsyncConnection[Any]
@@ -41,17 +43,6 @@ HOSTILE_PAYLOADS = {
 }
 
 
-async def insert_row(connection: Connection, url: str, payload_sql: str) -> int:
-    cursor = await connection.execute(
-        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
-        f"VALUES (%s, 'p', {payload_sql}::jsonb) RETURNING id",
-        (url,),
-    )
-    row = await cursor.fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 async def failure_of(connection: Connection, job_id: int) -> tuple[str, str | None, str | None]:
     cursor = await connection.execute(
         "SELECT status::text, last_error_reason, last_error FROM scraping_jobs WHERE id = %s",
@@ -68,7 +59,7 @@ async def test_a_row_no_worker_could_load_fails_alone_and_its_neighbours_are_cla
 ) -> None:
     payload_sql, fragment = HOSTILE_PAYLOADS[case]
     before = await queue.enqueue(async_connection, "https://e.test/before")
-    hostile = await insert_row(async_connection, "https://e.test/hostile", payload_sql)
+    hostile = await insert_plain_row(async_connection, "https://e.test/hostile", payload_sql)
     after = await queue.enqueue(async_connection, "https://e.test/after")
 
     jobs = await queue.claim_jobs(
@@ -77,7 +68,7 @@ async def test_a_row_no_worker_could_load_fails_alone_and_its_neighbours_are_cla
         queues=["default"],
         limit=10,
         lease_seconds=30,
-        politeness=queue.NO_HOST_LIMIT,
+        politeness=queue.NO_SITE_LIMIT,
     )
 
     assert sorted(job.id for job in jobs) == sorted([before, after])
@@ -96,7 +87,7 @@ async def test_a_row_nested_deeper_than_the_bound_fails_alone_when_it_predates_t
         "ALTER TABLE scraping_jobs DROP CONSTRAINT scrapeq_jobs_payload_bounded"
     )
     healthy = await queue.enqueue(async_connection, "https://e.test/healthy")
-    deep = await insert_row(
+    deep = await insert_plain_row(
         async_connection,
         "https://e.test/deep",
         "('{\"extract\": ' || repeat('[', 3000) || repeat(']', 3000) || '}')",
@@ -129,7 +120,7 @@ async def test_a_row_due_since_minus_infinity_is_claimed_like_any_other(
         queues=["default"],
         limit=10,
         lease_seconds=30,
-        politeness=queue.NO_HOST_LIMIT,
+        politeness=queue.NO_SITE_LIMIT,
     )
 
     assert sorted(job.id for job in jobs) == sorted([row[0], healthy])
@@ -168,13 +159,13 @@ async def test_the_table_refuses_at_insert_a_payload_the_claim_would_fail(
     assert problem in validated
 
     with pytest.raises(psycopg.errors.CheckViolation, match=constraint):
-        await insert_row(async_connection, "https://e.test/refused", payload_sql)
+        await insert_plain_row(async_connection, "https://e.test/refused", payload_sql)
 
 
 async def test_the_table_and_the_claim_draw_the_depth_bound_at_the_same_level(
     async_connection: Connection,
 ) -> None:
-    deepest = await insert_row(async_connection, "https://e.test/32", nested_payload_sql(32))
+    deepest = await insert_plain_row(async_connection, "https://e.test/32", nested_payload_sql(32))
     cursor = await async_connection.execute(
         "SELECT payload::text FROM scraping_jobs WHERE id = %s", (deepest,)
     )
@@ -184,4 +175,4 @@ async def test_the_table_and_the_claim_draw_the_depth_bound_at_the_same_level(
     assert problems  # extract is not an object...
     assert not any("deeper" in problem for problem in problems), problems  # ...but not too deep
     with pytest.raises(psycopg.errors.CheckViolation):
-        await insert_row(async_connection, "https://e.test/33", nested_payload_sql(33))
+        await insert_plain_row(async_connection, "https://e.test/33", nested_payload_sql(33))

@@ -98,12 +98,12 @@ async def test_only_hosts_idle_for_long_lose_their_state(async_connection: Conne
     await queue.enqueue(async_connection, "https://pending.test/still-waiting")
     await untouched_for(async_connection, ["pending.test", "running.test"], 10)
 
-    assert await queue.prune_idle_hosts(async_connection, idle_longer_than=WEEK) == 1
+    assert await queue.prune_idle_sites(async_connection, idle_longer_than=WEEK) == 1
 
     kept = {"recent.test", "paused.test", "pending.test", "running.test"}
     assert await known_hosts(async_connection) == kept
     assert await head_hosts(async_connection) == kept
-    assert await queue.prune_idle_hosts(async_connection, idle_longer_than=WEEK) == 0
+    assert await queue.prune_idle_sites(async_connection, idle_longer_than=WEEK) == 0
     # The next row of the pruned host brings its state back and is claimed like any other.
     await queue.enqueue(async_connection, "https://idle.test/again")
     urls = {job.url for job in await claim(async_connection)}
@@ -117,7 +117,7 @@ async def test_small_batches_walk_every_host_once(async_connection: Connection) 
         await idle_host(async_connection, host)
     await queue.enqueue(async_connection, "https://site3.test/waiting")
 
-    assert await queue.prune_idle_hosts(async_connection, idle_longer_than=WEEK, batch_rows=2) == 6
+    assert await queue.prune_idle_sites(async_connection, idle_longer_than=WEEK, batch_rows=2) == 6
     assert await known_hosts(async_connection) == {"site3.test"}
 
 
@@ -130,7 +130,7 @@ async def test_a_producer_that_has_not_committed_keeps_its_host(
         producer.transaction(),
     ):
         await queue.enqueue(producer, "https://site.test/new")
-        assert await queue.prune_idle_hosts(async_connection, idle_longer_than=WEEK) == 0
+        assert await queue.prune_idle_sites(async_connection, idle_longer_than=WEEK) == 0
     assert [job.url for job in await claim(async_connection)] == ["https://site.test/new"]
 
 
@@ -180,10 +180,10 @@ async def test_an_open_producer_transaction_does_not_hold_up_its_hosts_claims(
 
 async def test_a_nonpositive_idle_time_is_refused(async_connection: Connection) -> None:
     with pytest.raises(queue.InvalidJob, match="idle_longer_than"):
-        await queue.prune_idle_hosts(async_connection, idle_longer_than=timedelta(0))
+        await queue.prune_idle_sites(async_connection, idle_longer_than=timedelta(0))
 
 
-async def test_the_prune_command_deletes_idle_hosts_when_asked(
+async def test_the_prune_command_deletes_idle_sites_when_asked(
     database_url: str, async_connection: Connection, capsys: pytest.CaptureFixture[str]
 ) -> None:
     await idle_host(async_connection, "idle.test")
@@ -193,19 +193,22 @@ async def test_the_prune_command_deletes_idle_hosts_when_asked(
     assert capsys.readouterr().out.strip() == "deleted 0 finished job(s)"
     assert await known_hosts(async_connection) == {"idle.test"}
 
-    assert await cli("prune", *url, "--idle-hosts-older-than-days", "7") == 0
+    assert await cli("prune", *url, "--idle-sites-older-than-days", "7") == 0
     assert capsys.readouterr().out.strip().splitlines() == [
         "deleted 0 finished job(s)",
-        "deleted the state of 1 idle host(s)",
+        "deleted the state of 1 idle site(s)",
     ]
     assert await known_hosts(async_connection) == set()
     for refused in ("0", "-1", "soon", "inf"):
         with pytest.raises(SystemExit):
-            await cli("prune", *url, "--idle-hosts-older-than-days", refused)
+            await cli("prune", *url, "--idle-sites-older-than-days", refused)
         assert "expected a" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        await cli("prune", *url, "--idle-hosts-older-than-days", "7")
+    assert "is now --idle-sites-older-than-days" in capsys.readouterr().err
 
 
-async def test_expired_robots_txt_copies_go_with_idle_hosts(async_connection: Connection) -> None:
+async def test_expired_robots_txt_copies_go_with_idle_sites(async_connection: Connection) -> None:
     for origin in ("https://old.test", "https://fresh.test", "https://fetching.test"):
         copy = await queue.robots_copy(async_connection, origin, lease_seconds=60)
         assert copy.leased
@@ -218,7 +221,7 @@ async def test_expired_robots_txt_copies_go_with_idle_hosts(async_connection: Co
         " WHERE origin IN ('https://old.test', 'https://fetching.test')"
     )
 
-    await queue.prune_idle_hosts(async_connection, idle_longer_than=WEEK)
+    await queue.prune_idle_sites(async_connection, idle_longer_than=WEEK)
 
     cursor = await async_connection.execute("SELECT origin FROM scrapeq_robots ORDER BY origin")
     # A copy still being fetched stays whatever its age (its lease runs).

@@ -16,8 +16,8 @@ Connection = psycopg.AsyncConnection[Any]
 
 
 async def claim_jobs(connection: Connection, **arguments: Any) -> list[queue.ClaimedJob]:
-    """queue.claim_jobs without a per-host limit: these tests' rows share one made-up host."""
-    return await queue.claim_jobs(connection, politeness=queue.NO_HOST_LIMIT, **arguments)
+    """queue.claim_jobs without a per-site limit: these tests' rows share one made-up host."""
+    return await queue.claim_jobs(connection, politeness=queue.NO_SITE_LIMIT, **arguments)
 
 
 async def fetch_row(connection: Connection, job_id: int | None) -> dict[str, Any]:
@@ -57,7 +57,7 @@ async def test_claims_take_due_rows_by_priority_then_age(async_connection: Conne
     )
     elsewhere = await queue.enqueue(async_connection, "https://e.test/other", queue="other")
 
-    # One claim gives a host's rows of one priority at a time (docs/queue.md, per-host
+    # One claim gives a host's rows of one priority at a time (docs/queue.md, per-site
     # politeness): claims in a row hand them out in claim order.
     jobs: list[queue.ClaimedJob] = []
     while batch := await claim_jobs(

@@ -147,12 +147,94 @@ async def test_a_database_migrated_by_the_retired_development_migrations_is_refu
 
 
 def test_a_live_definition_is_applied_from_its_own_file() -> None:
-    """The claim and the host limits are read in sql/, and the migration that applies them
-    carries their text."""
+    """The claim, the site limits, the payload readers and the pending-row triggers are read in
+    sql/, and the migrations that apply them carry their text."""
     from importlib import resources
 
-    politeness = next(m for m in available_migrations() if m.version == "0003_politeness")
-    for name in ("claim.sql", "host_limits.sql"):
+    from scrapeq_queue.migrations import _with_placeholders_filled
+
+    versions = {m.version: m for m in available_migrations()}
+    applying = {
+        "claim.sql": ["0003_politeness"],
+        "host_limits.sql": ["0003_politeness", "0005_site_politeness"],
+        "payload_limits.sql": ["0003_politeness", "0005_site_politeness"],
+        "hosts_pending.sql": ["0003_politeness", "0005_site_politeness"],
+    }
+    for name, migrations in applying.items():
         text = resources.files("scrapeq_queue").joinpath("sql", name).read_text(encoding="utf-8")
-        assert text in politeness.sql
-    assert not [line for line in politeness.sql.splitlines() if line.startswith("\\ir ")]
+        for version in migrations:
+            assert _with_placeholders_filled(text, name) in versions[version].sql, (name, version)
+    for migration in versions.values():
+        assert not [line for line in migration.sql.splitlines() if line.startswith("\\ir ")]
+
+
+# Every function the claim and the triggers of scraping_jobs call on the way to a claim.
+CLAIM_PATH_FUNCTIONS = (
+    "scrapeq_claim",
+    "scrapeq_claim_turn_slot",
+    "scrapeq_host_limit",
+    "scrapeq_host_delay",
+    "scrapeq_hosts_pending",
+    "scrapeq_hosts_after_insert",
+    "scrapeq_hosts_after_pending",
+    "scrapeq_payload_max_per_host",
+    "scrapeq_payload_delay_seconds",
+)
+
+
+def test_every_function_on_the_claim_path_is_defined_once_in_sql_and_in_no_migration() -> None:
+    import re
+    from importlib import resources
+
+    package = resources.files("scrapeq_queue")
+    sql_files = {
+        entry.name: entry.read_text(encoding="utf-8")
+        for entry in package.joinpath("sql").iterdir()
+        if entry.name.endswith(".sql")
+    }
+    migration_files = {
+        entry.name: entry.read_text(encoding="utf-8")
+        for entry in package.joinpath("migrations").iterdir()
+        if entry.name.endswith(".sql")
+    }
+    for function in CLAIM_PATH_FUNCTIONS:
+        defines = re.compile(rf"CREATE (OR REPLACE )?FUNCTION {function}\(")
+        defining = [name for name, text in sql_files.items() if defines.search(text)]
+        assert len(defining) == 1, (function, defining)
+        assert not [name for name, text in migration_files.items() if defines.search(text)], (
+            function
+        )
+
+
+@pytest.mark.parametrize("at", ["0002", "0003", "0004"])
+async def test_a_database_at_an_earlier_version_upgrades_to_the_site_names(
+    empty_database_url: str, at: str
+) -> None:
+    """A database at `at` upgrades: a pending row that names its site's limit under the key it
+    had before 0.1.0 keeps it under maxConcurrentPerSite and is claimed, and a row inserted
+    after the upgrade sets its site's limit with the new key."""
+    earlier = [m for m in available_migrations() if m.version[:4] <= at]
+    async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
+        await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
+        for migration in earlier:
+            await conn.execute(migration.sql.encode("utf-8"))
+            await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
+        await conn.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) VALUES"
+            " ('https://www.old.test/1', 'classic', %s::jsonb)",
+            ('{"politeness": {"maxConcurrentPerHost": 3, "delaySeconds": 0}}',),
+        )
+        applied = await asyncio.to_thread(queue.migrate, empty_database_url)
+        assert applied == [m.version for m in available_migrations() if m.version[:4] > at]
+
+        [job] = await queue.claim_jobs(
+            conn, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+        )
+        assert job.payload == {"politeness": {"maxConcurrentPerSite": 3, "delaySeconds": 0}}
+        await queue.enqueue(
+            conn, "https://new.test/", payload={"politeness": {"maxConcurrentPerSite": 7}}
+        )
+        cursor = await conn.execute(
+            "SELECT max_in_flight FROM scrapeq_hosts WHERE host_key = 'new.test'"
+        )
+        assert await cursor.fetchone() == (7,)

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from scrapeq_queue.politeness import MAX_CONCURRENT_PER_HOST_LIMIT, MAX_DELAY_SECONDS
+from scrapeq_queue.politeness import MAX_CONCURRENT_PER_SITE_LIMIT, MAX_DELAY_SECONDS
 
 pytestmark = pytest.mark.postgres
 
@@ -30,9 +30,9 @@ async def test_a_row_s_site_limit_and_delay_are_clamped_to_the_queue_s_bounds(
     def politeness(**values: float) -> dict[str, Any]:
         return {"politeness": values}
 
-    too_many = politeness(maxConcurrentPerHost=MAX_CONCURRENT_PER_HOST_LIMIT * 10)
-    assert await clamped(async_connection, limit, too_many) == MAX_CONCURRENT_PER_HOST_LIMIT
-    assert await clamped(async_connection, limit, politeness(maxConcurrentPerHost=0)) == 1
+    too_many = politeness(maxConcurrentPerSite=MAX_CONCURRENT_PER_SITE_LIMIT * 10)
+    assert await clamped(async_connection, limit, too_many) == MAX_CONCURRENT_PER_SITE_LIMIT
+    assert await clamped(async_connection, limit, politeness(maxConcurrentPerSite=0)) == 1
     too_long = politeness(delaySeconds=MAX_DELAY_SECONDS * 10)
     assert await clamped(async_connection, delay, too_long) == MAX_DELAY_SECONDS
     assert await clamped(async_connection, delay, politeness(delaySeconds=-5)) == 0

@@ -59,7 +59,7 @@ async def test_sigterm_during_a_batch_finishes_or_releases_every_job(
         "SCRAPEQ_ALLOW_NETWORKS": ALLOW_SITE,
         "SCRAPEQ_CHROMIUM": chromium_executable,
         # Every page is on the one test site; the drain needs all 4 slots busy at once.
-        "SCRAPEQ_MAX_CONCURRENT_PER_HOST": "4",
+        "SCRAPEQ_MAX_CONCURRENT_PER_SITE": "4",
     }
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "scrapeq", "worker",

@@ -140,12 +140,12 @@ async def test_a_claim_takes_the_highest_priority_then_the_oldest_rows_each_only
 
 
 async def test_a_claim_gives_a_site_no_more_rows_than_its_limit(harness: Harness) -> None:
-    for n in range(DEFAULT_POLITENESS.max_concurrent_per_host + 2):
+    for n in range(DEFAULT_POLITENESS.max_concurrent_per_site + 2):
         await harness.enqueue(f"http://busy.test/{n}")
 
     taken = await claim(harness, 10)
 
-    assert len(taken) == DEFAULT_POLITENESS.max_concurrent_per_host
+    assert len(taken) == DEFAULT_POLITENESS.max_concurrent_per_site
     assert all(job.host_key == "busy.test" for job in taken)
 
 
@@ -207,7 +207,7 @@ async def test_a_retry_reschedules_until_no_retries_are_left_and_a_stale_one_is_
             reason="timeout",
             duration_seconds=0.1,
             retry_after_seconds=None,
-            pause_host_seconds=None,
+            pause_site_seconds=None,
             server_error=False,
             host_key=None,
         )

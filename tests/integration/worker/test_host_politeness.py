@@ -1,4 +1,4 @@
-"""Per-host politeness and robots.txt, proved with real `scrapeq worker` processes.
+"""Per-site politeness and robots.txt, proved with real `scrapeq worker` processes.
 
 Three worker processes with 8 page slots each share one PostgreSQL queue and a site that is four
 hosts (127.0.0.2-5) and writes down every request's arrival and how many it had in flight at once.
@@ -51,7 +51,7 @@ async def three_workers(
                     tmp_path / f"worker-{n}.log",
                     "--worker-id", f"polite-{n}", "--lease-seconds", "3", *arguments,
                     allow_networks=ALLOW_HOSTS,
-                    max_concurrent_per_host=None,
+                    max_concurrent_per_site=None,
                 )
             )
             for n in range(WORKER_PROCESSES)
@@ -86,12 +86,12 @@ async def test_a_site_never_sees_more_than_its_limit_while_other_sites_keep_comp
     limited = await enqueue(
         connection,
         [polite_site.url(A, f"/page/{n}?ms=150") for n in range(40)],
-        maxConcurrentPerHost=2,
+        maxConcurrentPerSite=2,
     )
     others = await enqueue(
         connection,
         [polite_site.url(host, f"/page/{n}?ms=20") for host in (B, C) for n in range(40)],
-        maxConcurrentPerHost=8,
+        maxConcurrentPerSite=8,
     )
     async with three_workers(database_url, tmp_path):
         await all_completed(connection, others, 60, "the other hosts' rows")
@@ -133,7 +133,7 @@ async def test_a_429_with_retry_after_pauses_the_whole_site_for_every_worker(
     later = [when for when in polite_site.arrivals(C) if when > first_429 + 0.2]
     assert later, "the paused host was never crawled again"
     assert min(later) - first_429 >= 3.0
-    assert (await queue.host_states(connection, [C]))[C].pause_reason == "http_429"
+    assert (await queue.site_states(connection, [C]))[C].pause_reason == "http_429"
 
 
 async def test_a_killed_workers_slots_come_back_with_its_leases(
@@ -142,13 +142,13 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
     ids = await enqueue(
         connection,
         [polite_site.url(D, f"/once-slow/{n}") for n in range(2)],
-        maxConcurrentPerHost=2,
+        maxConcurrentPerSite=2,
     )
 
     async def host_full() -> bool:
         # Both pages must have reached the site, not only been claimed: a request the worker had
         # not sent yet when it died would be the path's first on its retry and hang there too.
-        state = (await queue.host_states(connection, [D])).get(D)
+        state = (await queue.site_states(connection, [D])).get(D)
         claimed = state is not None and state.in_flight == 2
         return claimed and len(polite_site.arrivals(D, "/once-slow/")) == 2
 
@@ -157,7 +157,7 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
         tmp_path / "doomed.log",
         "--worker-id", "doomed", "--lease-seconds", "2",
         allow_networks=ALLOW_HOSTS,
-        max_concurrent_per_host=None,
+        max_concurrent_per_site=None,
     ) as doomed:  # fmt: skip
         await eventually(host_full, within=30, what="the doomed worker holding both slots mid-page")
         os.killpg(doomed.pid, signal.SIGKILL)
@@ -165,7 +165,7 @@ async def test_a_killed_workers_slots_come_back_with_its_leases(
 
     async with three_workers(database_url, tmp_path):
         await all_completed(connection, ids, 60, "the rows of the killed worker")
-    states = await queue.host_states(connection, [D])
+    states = await queue.site_states(connection, [D])
     assert states[D].in_flight == 0
     attempts = [
         attempt for job_id in ids for attempt in (await job_row(connection, job_id)).attempts
@@ -184,7 +184,7 @@ async def test_three_worker_processes_read_a_sites_robots_txt_once(
     allowed = await enqueue(
         connection,
         [polite_site.url(D, f"/page/{n}?ms=400") for n in range(24)],
-        maxConcurrentPerHost=8,
+        maxConcurrentPerSite=8,
     )
     [forbidden] = await enqueue(connection, [polite_site.url(D, "/page/private/1")])
     async with three_workers(database_url, tmp_path, "--concurrency", "2"):
@@ -244,7 +244,7 @@ async def test_crawl_delay_becomes_the_sites_delay(
 
     await run_burst(polite_settings)
 
-    state = (await queue.host_states(connection, [B]))[B]
+    state = (await queue.site_states(connection, [B]))[B]
     assert state.crawl_delay_seconds == pytest.approx(0.3)
     # From now on the site takes one request at a time, whichever worker claims.
     await enqueue(connection, [polite_site.url(B, f"/page/{n}") for n in range(3)])

@@ -14,6 +14,7 @@ from scrapeq_worker.settings import WorkerSettings
 from scrapeq_worker.worker import Worker
 
 from scrapeq.local.processes import free_port
+from tests.plain_sql import insert_plain_row
 
 from .conftest import Connection, job_row, run_burst
 from .health_probe import HEALTH_WITHIN_SECONDS, HealthProbe
@@ -37,19 +38,10 @@ HOSTILE_PAYLOADS = (
 HEALTHY_ATTEMPT_SECONDS = 5.0
 
 
-async def insert_row(connection: Connection, url: str, payload_sql: str) -> int:
-    cursor = await connection.execute(
-        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) "
-        f"VALUES (%s, 'p', {payload_sql}::jsonb) RETURNING id",
-        (url,),
-    )
-    row = await cursor.fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 async def insert_hostile_rows(connection: Connection, url: str) -> list[int]:
-    return [await insert_row(connection, url, payload_sql) for payload_sql in HOSTILE_PAYLOADS]
+    return [
+        await insert_plain_row(connection, url, payload_sql) for payload_sql in HOSTILE_PAYLOADS
+    ]
 
 
 async def insert_healthy_rows(connection: Connection, site: HostileSite, count: int) -> list[int]:
@@ -263,7 +255,7 @@ async def test_a_hostile_row_a_lost_worker_held_is_failed_by_the_next_worker_tha
 ) -> None:
     # The first worker claimed the row and was lost before it finished (as every worker that
     # claimed such a row once was): its lease ran out, and the rescue gives the row back.
-    hostile = await insert_row(connection, site.url("/static/999"), HOSTILE_PAYLOADS[0])
+    hostile = await insert_plain_row(connection, site.url("/static/999"), HOSTILE_PAYLOADS[0])
     first = await queue.claim_jobs(
         connection,
         worker_id="lost-worker",

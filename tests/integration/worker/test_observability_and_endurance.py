@@ -123,7 +123,7 @@ async def test_five_hundred_pages_leave_no_growing_pile_of_processes_or_memory(
         worker_settings,
         browser_recycle_pages=100,
         tab_reuse_pages=50,
-        max_concurrent_per_host=worker_settings.concurrency,
+        max_concurrent_per_site=worker_settings.concurrency,
     )
     worker = Worker(settings, install_signal_handlers=False)
     observed: list[tuple[int, int, float]] = []  # (pages done, processes, MiB)

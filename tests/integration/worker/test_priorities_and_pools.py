@@ -62,13 +62,13 @@ async def scrapeq_worker(
     log_path: Path,
     *arguments: str,
     allow_networks: str = ALLOW_SITE,
-    max_concurrent_per_host: int | None = 1000,
+    max_concurrent_per_site: int | None = 1000,
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     """Run `scrapeq worker <arguments>` (allowed to reach only `allow_networks`) until the
     block ends, then SIGTERM it (it drains and releases what it holds) and wait for it to exit.
 
     Every row of these priority tests lives on the one test site, and they test claim order,
-    not politeness: the pool's per-host limit is lifted unless `max_concurrent_per_host` says
+    not politeness: the pool's per-site limit is lifted unless `max_concurrent_per_site` says
     otherwise (None: the worker's default). Its log goes to `log_path`: a pipe nobody reads
     would fill up and stall the worker.
     """
@@ -77,8 +77,8 @@ async def scrapeq_worker(
         "DATABASE_URL": database_url,
         "SCRAPEQ_ALLOW_NETWORKS": allow_networks,
     }
-    if max_concurrent_per_host is not None:
-        environment["SCRAPEQ_MAX_CONCURRENT_PER_HOST"] = str(max_concurrent_per_host)
+    if max_concurrent_per_site is not None:
+        environment["SCRAPEQ_MAX_CONCURRENT_PER_SITE"] = str(max_concurrent_per_site)
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "scrapeq", "worker",

@@ -244,7 +244,7 @@ async def test_a_browser_that_fails_to_launch_at_work_hands_its_jobs_back_unspen
         worker_settings,
         chromium=fake_chromium(chromium, version_works=True),
         # The three pages are on the one test site: all of them must be claimed at once.
-        max_concurrent_per_host=3,
+        max_concurrent_per_site=3,
     )
     async with running_worker(settings) as running:
         status, text = await wait_for_readyz(

@@ -385,7 +385,7 @@ async def test_a_worker_with_free_slots_loads_no_more_pages_of_one_site_than_its
         connection, [site.url(f"/slow/{n}?ms=300") for n in range(6)], {"render": False}
     )
 
-    await run_burst(worker_settings, concurrency=4, max_concurrent_per_host=limit)
+    await run_burst(worker_settings, concurrency=4, max_concurrent_per_site=limit)
 
     assert site.slow_in_flight_max == limit
     for job_id in ids:

@@ -21,7 +21,7 @@ def test_retention_defaults_prune_hourly_keeping_a_week_and_ten_thousand_failure
     assert settings.prune_interval_seconds == 3600
     assert settings.retain_completed_days == 7
     assert settings.retain_failed_last == 10_000
-    assert settings.retain_idle_hosts_days == 7
+    assert settings.retain_idle_sites_days == 7
 
 
 def test_retention_settings_come_from_the_environment() -> None:
@@ -31,13 +31,13 @@ def test_retention_settings_come_from_the_environment() -> None:
             "SCRAPEQ_OPERATOR_PRUNE_INTERVAL_SECONDS": "0",
             "SCRAPEQ_OPERATOR_RETAIN_COMPLETED_DAYS": "0.5",
             "SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST": "0",
-            "SCRAPEQ_OPERATOR_RETAIN_IDLE_HOSTS_DAYS": "0",
+            "SCRAPEQ_OPERATOR_RETAIN_IDLE_SITES_DAYS": "0",
         }
     )
     assert settings.prune_interval_seconds == 0
     assert settings.retain_completed_days == 0.5
     assert settings.retain_failed_last == 0
-    assert settings.retain_idle_hosts_days == 0
+    assert settings.retain_idle_sites_days == 0
 
 
 @pytest.mark.parametrize(
@@ -47,12 +47,26 @@ def test_retention_settings_come_from_the_environment() -> None:
         ("SCRAPEQ_OPERATOR_RETAIN_COMPLETED_DAYS", "-0.5", r"COMPLETED_DAYS\) must be 0 or"),
         ("SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST", "-3", r"FAILED_LAST\) must be 0 or more"),
         ("SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST", "many", "is not an integer"),
-        ("SCRAPEQ_OPERATOR_RETAIN_IDLE_HOSTS_DAYS", "-1", r"IDLE_HOSTS_DAYS\) must be 0 or"),
+        ("SCRAPEQ_OPERATOR_RETAIN_IDLE_SITES_DAYS", "-1", r"IDLE_SITES_DAYS\) must be 0 or"),
     ],
 )
 def test_a_bad_retention_value_names_the_variable(name: str, value: str, message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         OperatorSettings.from_environment({**DATABASE, name: value})
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("SCRAPEQ_OPERATOR_RETAIN_IDLE_HOSTS_DAYS", "SCRAPEQ_OPERATOR_RETAIN_IDLE_SITES_DAYS"),
+        ("SCRAPEQ_OPERATOR_MAX_CONCURRENT_PER_HOST", "SCRAPEQ_OPERATOR_MAX_CONCURRENT_PER_SITE"),
+    ],
+)
+def test_a_site_variable_under_its_name_before_0_1_0_is_refused_with_its_name_now(
+    old: str, new: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=f"{old} is now {new}"):
+        OperatorSettings.from_environment({**DATABASE, old: "3"})
 
 
 class RecordingRuntime:

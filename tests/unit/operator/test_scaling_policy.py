@@ -125,28 +125,42 @@ def test_unusable_annotations_are_rejected_with_their_name(annotations: dict[str
         PoolPolicy.from_annotations(annotations, AutoscalerDefaults())
 
 
-def test_a_pool_can_name_its_workers_per_host_limit() -> None:
-    defaults = AutoscalerDefaults(max_concurrent_per_host=2)
-    assert PoolPolicy.from_annotations({}, defaults).max_concurrent_per_host == 2
-    named = {"scrapeq.io/max-concurrent-per-host": "6"}
-    assert PoolPolicy.from_annotations(named, defaults).max_concurrent_per_host == 6
+def test_a_pool_can_name_its_workers_per_site_limit() -> None:
+    defaults = AutoscalerDefaults(max_concurrent_per_site=2)
+    assert PoolPolicy.from_annotations({}, defaults).max_concurrent_per_site == 2
+    named = {"scrapeq.io/max-concurrent-per-site": "6"}
+    assert PoolPolicy.from_annotations(named, defaults).max_concurrent_per_site == 6
     for raw, message in [("0", "from 1 to 1000"), ("1001", "from 1 to 1000"), ("x", "not")]:
-        with pytest.raises(ConfigurationError, match=f"max-concurrent-per-host.*{message}"):
-            PoolPolicy.from_annotations({"scrapeq.io/max-concurrent-per-host": raw}, defaults)
+        with pytest.raises(ConfigurationError, match=f"max-concurrent-per-site.*{message}"):
+            PoolPolicy.from_annotations({"scrapeq.io/max-concurrent-per-site": raw}, defaults)
 
 
-def test_a_pool_can_name_its_workers_per_host_delay() -> None:
-    defaults = AutoscalerDefaults(max_concurrent_per_host=2)
-    assert PoolPolicy.from_annotations({}, defaults).host_defaults.delay_seconds == 0.0
-    named = {"scrapeq.io/max-concurrent-per-host": "3", "scrapeq.io/host-delay-seconds": "1.5"}
+def test_a_pool_can_name_its_workers_per_site_delay() -> None:
+    defaults = AutoscalerDefaults(max_concurrent_per_site=2)
+    assert PoolPolicy.from_annotations({}, defaults).site_defaults.delay_seconds == 0.0
+    named = {"scrapeq.io/max-concurrent-per-site": "3", "scrapeq.io/site-delay-seconds": "1.5"}
     policy = PoolPolicy.from_annotations(named, defaults)
-    assert (policy.host_defaults.max_concurrent_per_host, policy.host_defaults.delay_seconds) == (
+    assert (policy.site_defaults.max_concurrent_per_site, policy.site_defaults.delay_seconds) == (
         3,
         1.5,
     )
     for raw, message in [("3601", "from 0 to 3600"), ("-1", "negative"), ("x", "not")]:
-        with pytest.raises(ConfigurationError, match=f"host-delay-seconds.*{message}"):
-            PoolPolicy.from_annotations({"scrapeq.io/host-delay-seconds": raw}, defaults)
+        with pytest.raises(ConfigurationError, match=f"site-delay-seconds.*{message}"):
+            PoolPolicy.from_annotations({"scrapeq.io/site-delay-seconds": raw}, defaults)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("scrapeq.io/max-concurrent-per-host", "scrapeq.io/max-concurrent-per-site"),
+        ("scrapeq.io/host-delay-seconds", "scrapeq.io/site-delay-seconds"),
+    ],
+)
+def test_a_pool_annotation_under_its_name_before_0_1_0_is_refused_with_its_name_now(
+    old: str, new: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=f"annotation {old} is now {new}"):
+        PoolPolicy.from_annotations({old: "3"}, AutoscalerDefaults())
 
 
 def test_idle_pods_are_cheaper_to_delete_than_busy_ones() -> None:

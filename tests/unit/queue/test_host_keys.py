@@ -30,7 +30,7 @@ def test_politeness_in_a_payload_is_validated() -> None:
         validate_payload(
             {
                 "politeness": {
-                    "maxConcurrentPerHost": 2,
+                    "maxConcurrentPerSite": 2,
                     "delaySeconds": 0.5,
                     "respectRobotsTxt": False,
                 }
@@ -39,12 +39,18 @@ def test_politeness_in_a_payload_is_validated() -> None:
         == []
     )
     assert validate_payload(
-        {"politeness": {"maxConcurrentPerHost": 0, "delaySeconds": -1, "respectRobotsTxt": "no"}}
+        {"politeness": {"maxConcurrentPerSite": 0, "delaySeconds": -1, "respectRobotsTxt": "no"}}
     ) == [
-        "politeness.maxConcurrentPerHost must be an integer from 1 to 1000",
+        "politeness.maxConcurrentPerSite must be an integer from 1 to 1000",
         "politeness.delaySeconds must be a number from 0 to 3600",
         "politeness.respectRobotsTxt must be true or false",
     ]
     assert validate_payload({"politeness": {"perHost": 1}}) == [
         "politeness has unknown keys: perHost"
+    ]
+
+
+def test_a_row_naming_a_site_s_limit_under_its_key_before_0_1_0_is_told_the_key_now() -> None:
+    assert validate_payload({"politeness": {"maxConcurrentPerHost": 4}}) == [
+        "politeness.maxConcurrentPerHost is now politeness.maxConcurrentPerSite"
     ]

@@ -34,7 +34,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
         "sealed": SealingKeys.from_text(SealingKeys.generate()).seal(
             Credentials(origins=("https://shop.example:443",), headers={"X-Token": "t"})
         ),
-        "politeness": {"maxConcurrentPerHost": 4, "delaySeconds": 1.5, "respectRobotsTxt": True},
+        "politeness": {"maxConcurrentPerSite": 4, "delaySeconds": 1.5, "respectRobotsTxt": True},
         "steps": [{"action": "click", "selector": "button.more"}],
         "session": {
             "login": {
@@ -178,7 +178,7 @@ def test_a_payload_within_the_bounds_loads_as_its_value() -> None:
         ({"timeoutSeconds": -5}, "timeoutSeconds must be a number above 0"),
         ({"politeness": {"delaySeconds": 10**12}}, "delaySeconds must be a number from 0"),
         ({"politeness": {"delaySeconds": -1}}, "delaySeconds must be a number from 0"),
-        ({"politeness": {"maxConcurrentPerHost": 10**12}}, "maxConcurrentPerHost must be"),
+        ({"politeness": {"maxConcurrentPerSite": 10**12}}, "maxConcurrentPerSite must be"),
         (
             {"follow": {"selector": "a", "maxDepth": 1000}},
             "follow.maxDepth must be an integer from 0 to 5",

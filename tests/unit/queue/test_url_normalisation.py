@@ -70,3 +70,33 @@ def test_a_url_no_engine_can_fetch_is_named_with_its_problem(url: str, fragment:
 )
 def test_a_url_an_engine_may_try_has_no_problem(url: str) -> None:
     assert target_problem(url) is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://site12.test/12345",
+        "HTTPS://Shop.Example.COM/a?b=1#top",
+        "http://127.0.0.1/",
+        "http://1.2.3/",
+        "http://0x7f.1/",
+        "http://xn--e-0ga.example/",
+        "http://shop.example./",
+        "http://" + "a" * 63 + ".example/",
+        "http://" + "a" * 64 + ".example/",
+        "http://shop..example/",
+        "http://.example/",
+        "http://shop.example:25/",
+        "http://[::1]/",
+        "http://exämple.example/",
+        "https://shop.example/\x7f",
+        "https://shop.example/a b",
+        "http:///path",
+        "ftp://shop.example/",
+        "http://user@shop.example/",
+    ],
+)
+def test_the_plain_url_shortcut_gives_the_answer_the_full_parse_gives(url: str) -> None:
+    from scrapeq_queue import urls
+
+    assert target_problem(url) == urls._parsed_target_problem(url.strip(), url)

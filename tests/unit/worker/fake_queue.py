@@ -21,11 +21,11 @@ from scrapeq_queue import (
     Completion,
     DatabaseUnavailable,
     FollowUrl,
-    HostPoliteness,
     QueueBacklog,
     RetryOutcome,
     RobotsCopy,
     SchemaOutOfDate,
+    SitePoliteness,
     host_key_of,
 )
 
@@ -159,7 +159,7 @@ class FakeQueue:
         queues: Sequence[str],
         limit: int,
         lease_seconds: float,
-        politeness: HostPoliteness,
+        politeness: SitePoliteness,
     ) -> list[ClaimedJob]:
         self._enter("claim_jobs")
         in_flight: dict[str | None, int] = {}
@@ -180,7 +180,7 @@ class FakeQueue:
             if len(claimed) >= limit:
                 break
             key = host_key_of(row.url)
-            if in_flight.get(key, 0) >= politeness.max_concurrent_per_host:
+            if in_flight.get(key, 0) >= politeness.max_concurrent_per_site:
                 continue
             in_flight[key] = in_flight.get(key, 0) + 1
             row.status = "processing"
@@ -290,7 +290,7 @@ class FakeQueue:
         reason: str,
         duration_seconds: float,
         retry_after_seconds: float | None,
-        pause_host_seconds: float | None,
+        pause_site_seconds: float | None,
         server_error: bool,
         host_key: str | None,
     ) -> RetryOutcome:

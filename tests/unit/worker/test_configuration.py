@@ -156,11 +156,11 @@ def test_a_contact_that_is_not_a_plain_http_url_is_refused(contact: str) -> None
 @pytest.mark.parametrize(
     ("flag", "value", "message"),
     [
-        ("--max-concurrent-per-host", "0", "from 1 to 1000"),
-        ("--max-concurrent-per-host", "1001", "from 1 to 1000"),
-        ("--max-concurrent-per-host", "2.5", "from 1 to 1000"),
-        ("--host-delay-seconds", "-1", "from 0 to 3600"),
-        ("--host-delay-seconds", "3601", "from 0 to 3600"),
+        ("--max-concurrent-per-site", "0", "from 1 to 1000"),
+        ("--max-concurrent-per-site", "1001", "from 1 to 1000"),
+        ("--max-concurrent-per-site", "2.5", "from 1 to 1000"),
+        ("--site-delay-seconds", "-1", "from 0 to 3600"),
+        ("--site-delay-seconds", "3601", "from 0 to 3600"),
     ],
 )
 def test_a_site_s_limit_and_delay_have_the_bounds_a_row_has(
@@ -168,3 +168,32 @@ def test_a_site_s_limit_and_delay_have_the_bounds_a_row_has(
 ) -> None:
     with pytest.raises(SettingsError, match=f"{flag}.*{message}"):
         settings_from(parse(flag, value), environ={})
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("--max-concurrent-per-host", "--max-concurrent-per-site"),
+        ("--host-delay-seconds", "--site-delay-seconds"),
+    ],
+)
+def test_a_site_flag_under_its_name_before_0_1_0_is_refused_with_its_name_now(
+    old: str, new: str
+) -> None:
+    with pytest.raises(SettingsError, match=f"^{old} is now {new}$"):
+        settings_from(parse(old, "3"), environ={})
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("SCRAPEQ_MAX_CONCURRENT_PER_HOST", "SCRAPEQ_MAX_CONCURRENT_PER_SITE"),
+        ("SCRAPEQ_HOST_DELAY_SECONDS", "SCRAPEQ_SITE_DELAY_SECONDS"),
+    ],
+)
+def test_a_site_variable_under_its_name_before_0_1_0_is_refused_with_its_name_now(
+    old: str, new: str
+) -> None:
+    """A variable left over in a pod spec is not silently ignored: the worker does not start."""
+    with pytest.raises(SettingsError, match=f"^{old} is now {new}$"):
+        settings_from(parse(), environ={old: "3"})

@@ -38,7 +38,7 @@ HOSTILE_VALUES: list[object] = [
     {"selector": "a", "maxDepth": 10**5000, "maxPages": float("inf")},
     {"selector": "a", "maxDepth": 1000, "maxPages": 30},
     {"selector": "a", "include": ["(a+)+$", "\\1"], "extract": {"t": {"selector": []}}},
-    {"maxConcurrentPerHost": float("nan"), "delaySeconds": -(10**5000)},
+    {"maxConcurrentPerSite": float("nan"), "delaySeconds": -(10**5000)},
     {"t": {"selector": "h1", "attribute": 10**5000, "all": "yes"}},
     {"X-Header": "v\r\nInjected: 1"},
     {f"f{n}": "h1" for n in range(10_000)},

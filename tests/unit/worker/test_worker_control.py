@@ -427,3 +427,9 @@ async def test_the_rescuer_returns_expired_leases_of_dead_workers() -> None:
 
     assert harness.queue.rows[orphan].outcomes == ["expired", "completed"]
     assert harness.counter("leases_rescued") == 1
+
+
+def test_a_worker_given_a_queue_twice_refuses_to_start_and_says_why() -> None:
+    settings = WorkerSettings(database_url="postgresql://unused/", queues=("a", "b", "a"))
+    with pytest.raises(ValueError, match=r"each queue named once, got \['a', 'b', 'a'\]"):
+        Worker(settings, install_signal_handlers=False)
