@@ -39,8 +39,9 @@ POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerSite", "delaySeconds", "res
 # Keys named before 0.1.0: a row that still uses one fails with the key's name now.
 RENAMED_POLITENESS_KEYS: Final = {"maxConcurrentPerHost": "maxConcurrentPerSite"}
 FOLLOW_KEYS: Final = frozenset(
-    {"selector", "maxDepth", "maxPages", "sameDomain", "include", "exclude", "extract"}
+    {"selector", "maxDepth", "maxPages", "sameHost", "include", "exclude", "extract"}
 )
+RENAMED_FOLLOW_KEYS: Final = {"sameDomain": "sameHost"}
 # Followed pages per job when follow.maxPages is not given: a crawl stays bounded by default.
 DEFAULT_FOLLOW_MAX_PAGES: Final = 1000
 # The most follow.maxPages may say (the CRD's maximum too): a crawl of its own, not a row's.
@@ -410,9 +411,12 @@ def _check_follow(value: object) -> list[str]:
     if not isinstance(value, Mapping):
         return ['follow must be an object {"selector": ..., "maxDepth": ..., "maxPages": ...}']
     problems: list[str] = []
-    unknown = sorted(set(value) - FOLLOW_KEYS)
+    unknown = sorted(set(value) - FOLLOW_KEYS - RENAMED_FOLLOW_KEYS.keys())
     if unknown:
         problems.append(f"follow has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    for old, new in RENAMED_FOLLOW_KEYS.items():
+        if old in value:
+            problems.append(f"follow.{old} is now follow.{new}")
     selector = value.get("selector")
     if not isinstance(selector, str) or not selector.strip() or len(selector) > MAX_SELECTOR_CHARS:
         problems.append(f"follow.selector must be a string of 1-{MAX_SELECTOR_CHARS} characters")
@@ -422,8 +426,8 @@ def _check_follow(value: object) -> list[str]:
     ):
         if key in value and not _is_integer(value[key], minimum, maximum):
             problems.append(f"follow.{key} must be an integer from {minimum} to {maximum}")
-    if "sameDomain" in value and not isinstance(value["sameDomain"], bool):
-        problems.append("follow.sameDomain must be true or false")
+    if "sameHost" in value and not isinstance(value["sameHost"], bool):
+        problems.append("follow.sameHost must be true or false")
     for key in ("include", "exclude"):
         if key in value:
             problems.extend(_check_patterns(f"follow.{key}", value[key]))
