@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
@@ -109,6 +109,8 @@ class Recipe:
     context: Path | None = None
     # Mount the host's CA bundle while building (pip over HTTPS).
     host_ca_bundle: bool = False
+    # --build-arg values (an image built FROM one of the project's names it so).
+    build_args: tuple[tuple[str, str], ...] = ()
 
 
 def project_version() -> str:
@@ -167,6 +169,25 @@ def project_recipes(registry: str | None = None) -> list[Recipe]:
         )
         for component, seconds in (("worker", 180), ("operator", 120))
     ]
+
+
+def derived_worker_recipe(
+    name: str, containerfile: Path, reference: str, *, registry: str | None = None
+) -> Recipe:
+    """An image a team builds FROM the project's worker image (its own parsers installed): the
+    Containerfile takes the worker image's reference as the build argument SCRAPEQ_WORKER, as
+    examples/parser-package/Containerfile does. Build it after the worker image."""
+    [worker] = [recipe for recipe in project_recipes(registry) if recipe.name == "worker"]
+    return Recipe(
+        name=name,
+        reference=reference,
+        kind=RecipeKind.DOCKERFILE,
+        first_run_seconds=60,
+        dockerfile=containerfile,
+        context=containerfile.parent,
+        host_ca_bundle=True,
+        build_args=(("SCRAPEQ_WORKER", worker.reference),),
+    )
 
 
 def node_recipes() -> list[Recipe]:
@@ -423,6 +444,7 @@ def _podman_build(recipe: Recipe, context: Path, digest: str, log: IO[str]) -> N
     ]
     if recipe.host_ca_bundle and HOST_CA_BUNDLE.exists():
         command.append(f"--volume={HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro")
+    command += [f"--build-arg={name}={value}" for name, value in recipe.build_args]
     _run([*command, str(context)], log)
 
 
@@ -474,6 +496,8 @@ def _inputs_digest(recipe: Recipe) -> str:
     add("builder", BUILDER_REVISION.encode())
     add("kind", recipe.kind.value.encode())
     add("ca", str(recipe.host_ca_bundle).encode())
+    for name, value in recipe.build_args:
+        add(f"build-arg {name}", value.encode())
     match recipe.kind:
         case RecipeKind.ROOTFS:
             # Where the checkout lies is no input: a clone elsewhere (CI's, a second worktree)
@@ -488,7 +512,7 @@ def _inputs_digest(recipe: Recipe) -> str:
             assert recipe.dockerfile is not None
             text = recipe.dockerfile.read_text()
             add("Dockerfile", text.encode())
-            for base in _base_images(text):
+            for base in _base_images(text, dict(recipe.build_args)):
                 described = inspect_image(base)
                 if described is None:
                     raise ImageBuildError(
@@ -520,15 +544,25 @@ def _instructions(dockerfile_text: str) -> Iterator[tuple[str, list[str]]]:
             yield keyword.upper(), rest.split()
 
 
-def _base_images(dockerfile_text: str) -> list[str]:
-    """The images named by FROM, leaving out `scratch` and earlier stages."""
+def _base_images(dockerfile_text: str, build_args: Mapping[str, str] | None = None) -> list[str]:
+    """The images named by FROM, leaving out `scratch` and earlier stages; `${NAME}` in a FROM
+    is the build argument NAME, else the default its ARG line gives."""
     stages: set[str] = set()
     bases: list[str] = []
+    arguments_seen: dict[str, str] = {}
     for keyword, arguments in _instructions(dockerfile_text):
+        if keyword == "ARG" and arguments:
+            name, _, default = arguments[0].partition("=")
+            arguments_seen[name] = (build_args or {}).get(name, default)
+            continue
         if keyword != "FROM":
             continue
         words = [word for word in arguments if not word.startswith("--")]
-        image = words[0]
+        image = re.sub(
+            r"\$\{(\w+)\}|\$(\w+)",
+            lambda match: arguments_seen.get(match.group(1) or match.group(2), ""),
+            words[0],
+        )
         if len(words) >= 3 and words[1].upper() == "AS":
             stages.add(words[2])
         if image != "scratch" and image not in stages and image not in bases:
