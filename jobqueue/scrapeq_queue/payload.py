@@ -45,6 +45,13 @@ DEFAULT_FOLLOW_MAX_PAGES: Final = 1000
 MAX_FOLLOW_PAGES: Final = 100_000
 # Links deep a crawl may go (the CRD's maximum too); 0 follows nothing.
 MAX_FOLLOW_DEPTH: Final = 5
+# next: the "next page" link of a paginated listing, followed as a chain of its own. `page` is
+# the chain position of the row's page (1, the page the chain starts on, when left out); the
+# worker sets it in the rows it queues.
+NEXT_KEYS: Final = frozenset({"selector", "maxPages", "page"})
+# Pages of a chain when next.maxPages is not given, and the most it may say (the CRD's too).
+DEFAULT_NEXT_MAX_PAGES: Final = 100
+MAX_NEXT_PAGES: Final = 10_000
 # The payload as a whole: its JSON text (as PostgreSQL prints a jsonb) and how deep objects and
 # arrays nest. The largest real payload (50 extract fields, 100 include/exclude patterns,
 # sealed credentials) is well under both; migration 0004 makes the table refuse more.
@@ -433,6 +440,22 @@ def _check_follow(value: object) -> list[str]:
     return problems
 
 
+def _check_next(value: object) -> list[str]:
+    if not isinstance(value, Mapping):
+        return ['next must be an object {"selector": ..., "maxPages": ...}']
+    problems: list[str] = []
+    unknown = sorted(set(value) - NEXT_KEYS)
+    if unknown:
+        problems.append(f"next has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    selector = value.get("selector")
+    if not isinstance(selector, str) or not selector.strip() or len(selector) > MAX_SELECTOR_CHARS:
+        problems.append(f"next.selector must be a string of 1-{MAX_SELECTOR_CHARS} characters")
+    for key in ("maxPages", "page"):
+        if key in value and not _is_integer(value[key], 1, MAX_NEXT_PAGES):
+            problems.append(f"next.{key} must be an integer from 1 to {MAX_NEXT_PAGES}")
+    return problems
+
+
 def _check_items(value: object) -> list[str]:
     if not isinstance(value, Mapping):
         return ['items must be an object {"selector": ..., "fields": {...}, "limit": ...}']
@@ -698,6 +721,7 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "timeoutSeconds": _check_timeout,
     "extract": _check_extract,
     "follow": _check_follow,
+    "next": _check_next,
     "headers": _check_headers,
     "sealed": _check_sealed,
     "blockResources": lambda value: check_resource_kinds("blockResources", value),

@@ -140,14 +140,24 @@ def followed_rows(
     hands each followed row its share of what is left of the crawl's maxPages once these links
     are counted (see the module's docstring). A link a parser gave a label (`labels`) becomes
     a row whose parser_type is that label and whose payload names no `parser`, so the parser
-    registered under the label parses it.
+    registered under the label parses it. A followed row's payload has no `next`: pagination
+    is the listing's (pagination.py), and a followed page starts no chain of its own.
     """
     if follow is None or not urls:
         return []
     rows = _followed_rows(payload, urls, follow, owned=owned)
+    if isinstance(payload, Mapping) and "next" in payload:
+        # Pagination is the listing's: a followed page starts no chain of its own.
+        rows = [_without_next(row, payload) for row in rows]
     if not labels:
         return rows
     return [_labelled(row, labels.get(row.url), payload) for row in rows]
+
+
+def _without_next(row: FollowUrl, parent_payload: Mapping[str, Any]) -> FollowUrl:
+    source = row.payload if row.payload is not None else parent_payload
+    options = {key: value for key, value in source.items() if key != "next"}
+    return FollowUrl(row.url, payload=options, parser_type=row.parser_type)
 
 
 def _labelled(row: FollowUrl, label: str | None, parent_payload: object) -> FollowUrl:

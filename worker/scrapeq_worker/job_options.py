@@ -13,6 +13,7 @@ from typing import Any, Final, Literal, cast
 
 from scrapeq_queue.payload import (
     DEFAULT_FOLLOW_MAX_PAGES,
+    DEFAULT_NEXT_MAX_PAGES,
     URLPattern,
     compile_url_pattern,
     structured_data_syntaxes,
@@ -56,6 +57,17 @@ class FollowOptions:
 
 
 @dataclass(frozen=True)
+class NextOptions:
+    """Pagination: the first link matching `selector` is the next page, scraped with the same
+    options, at chain position `page` + 1, up to `max_pages` pages in the chain."""
+
+    selector: str
+    max_pages: int
+    # The chain position of this row's page (1: the page the chain starts on).
+    page: int = 1
+
+
+@dataclass(frozen=True)
 class JobOptions:
     """Everything one scrape needs besides the URL."""
 
@@ -66,6 +78,8 @@ class JobOptions:
     headers: Mapping[str, str] | None = None
     fields: tuple[FieldSpec, ...] = ()
     follow: FollowOptions | None = None
+    # payload.next: the page's "next page" link, followed as a chain of its own.
+    next: NextOptions | None = None
     # payload.sealed opened: headers and cookies for the origins they were given for.
     credentials: Credentials | None = None
     # Sub-resource kinds the browser does not fetch (payload.blockResources, else the pool's).
@@ -142,6 +156,14 @@ def _read_options(
             exclude=tuple(compile_url_pattern(pattern) for pattern in raw.get("exclude", ())),
             extract=dict(raw["extract"]) if "extract" in raw else None,
         )
+    pagination: NextOptions | None = None
+    if "next" in options:
+        raw = options["next"]
+        pagination = NextOptions(
+            selector=str(raw["selector"]).strip(),
+            max_pages=int(raw.get("maxPages", DEFAULT_NEXT_MAX_PAGES)),
+            page=int(raw.get("page", 1)),
+        )
     headers = options.get("headers")
     credentials = _open_credentials(options.get("sealed"), sealing_keys)
     return JobOptions(
@@ -152,6 +174,7 @@ def _read_options(
         headers=dict(headers) if headers else None,
         fields=parse_fields(options.get("extract")),
         follow=follow,
+        next=pagination,
         credentials=credentials,
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),

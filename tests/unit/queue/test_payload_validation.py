@@ -29,6 +29,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             "exclude": [r"\?sort="],
             "extract": {"name": "h1"},
         },
+        "next": {"selector": "a[rel=next]", "maxPages": 10_000, "page": 2},
         "headers": {"Accept-Language": "en"},
         "blockResources": ["image", "font", "media", "stylesheet"],
         "sealed": SealingKeys.from_text(SealingKeys.generate()).seal(
@@ -91,6 +92,16 @@ def test_an_unknown_option_is_reported_with_the_known_ones() -> None:
             "follow.exclude[0] '(unclosed' is not a valid regular expression",
         ),
         ({"follow": {"selector": "a", "extract": {"n": 3}}}, "follow.extract.n must be a selector"),
+        ({"next": "a.next"}, 'next must be an object {"selector": ..., "maxPages": ...}'),
+        ({"next": {"maxPages": 3}}, "next.selector must be a string of 1-1024 characters"),
+        ({"next": {"selector": " "}}, "next.selector must be a string of 1-1024 characters"),
+        ({"next": {"selector": "a", "maxPages": 0}}, "next.maxPages must be an integer from 1"),
+        (
+            {"next": {"selector": "a", "maxPages": 10_001}},
+            "next.maxPages must be an integer from 1 to 10000",
+        ),
+        ({"next": {"selector": "a", "page": True}}, "next.page must be an integer from 1"),
+        ({"next": {"selector": "a", "button": "b"}}, "next has unknown keys: button"),
         ({"headers": {"X": 1}}, "headers must be an object"),
         ({"blockResources": "image"}, "blockResources must be a list of distinct kinds"),
         ({"blockResources": ["image", "script"]}, "from image, font, media, stylesheet"),
@@ -353,3 +364,13 @@ def test_a_bad_structured_data_option_names_the_syntaxes(value: object) -> None:
         "structuredData must be true, false or a list of distinct syntaxes from "
         "json-ld, microdata, opengraph"
     )
+
+
+def test_every_problem_of_a_next_option_is_named_at_once() -> None:
+    problems = validate_payload({"next": {"selector": "", "maxPages": 0, "page": -1, "x": 1}})
+    assert problems == [
+        "next has unknown keys: x",
+        "next.selector must be a string of 1-1024 characters",
+        "next.maxPages must be an integer from 1 to 10000",
+        "next.page must be an integer from 1 to 10000",
+    ]
