@@ -27,6 +27,7 @@ PAYLOAD_FIELDS = (
     "timeoutSeconds",
     "extract",
     "follow",
+    "next",
     "politeness",
     "items",
     "structuredData",

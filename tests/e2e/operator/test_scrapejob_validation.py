@@ -44,6 +44,11 @@ pytestmark = pytest.mark.controlplane
             "spec.blockResources",
         ),
         ({"url": "https://a.example.com/", "queue": "Not A Queue"}, "spec.queue"),
+        ({"url": "https://a.example.com/", "next": {"maxPages": 5}}, "spec.next.selector"),
+        (
+            {"url": "https://a.example.com/", "next": {"selector": "a", "maxPages": 10_001}},
+            "spec.next.maxPages",
+        ),
         (
             {"url": "https://a.example.com/", "extract": {"bad name": {"selector": "h1"}}},
             "extract field names must be identifiers",

@@ -109,6 +109,18 @@ def test_the_crd_bounds_every_payload_field_as_the_queue_does() -> None:
         assert patterns["items"]["maxLength"] == payload.MAX_FOLLOW_PATTERN_CHARS
 
 
+def test_the_crd_bounds_pagination_as_the_queue_does() -> None:
+    spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
+    pagination = spec[".spec.next"]
+    assert pagination["required"] == ["selector"]
+    # `page` is the worker's: the chain position of a queued row, never a spec field.
+    assert set(pagination["properties"]) == payload.NEXT_KEYS - {"page"}
+    assert pagination["properties"]["selector"]["maxLength"] == payload.MAX_SELECTOR_CHARS
+    assert pagination["properties"]["maxPages"]["minimum"] == 1
+    assert pagination["properties"]["maxPages"]["maximum"] == payload.MAX_NEXT_PAGES
+    assert pagination["properties"]["maxPages"]["default"] == payload.DEFAULT_NEXT_MAX_PAGES
+
+
 def test_the_crd_bounds_items_and_transforms_as_the_queue_does() -> None:
     spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
     items = spec[".spec.items"]["properties"]
