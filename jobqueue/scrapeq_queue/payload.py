@@ -22,8 +22,10 @@ from typing import Any, Final, Protocol
 
 import re2
 
+from scrapeq_queue.page_steps import check_session, check_steps
 from scrapeq_queue.politeness import site_delay_problem, site_limit_problem
 from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
+from scrapeq_queue.urls import target_problem
 
 WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "networkidle2")
 # Kinds of sub-resource a job may tell the browser not to fetch (blockResources): none of them
@@ -713,6 +715,39 @@ def _check_parser(value: object) -> list[str]:
     ]
 
 
+def _step_pattern_problem(pattern: str) -> str | None:
+    try:
+        compile_url_pattern(pattern)
+    except ValueError as error:
+        return f"is not a valid regular expression: {error} ({_RE2_HINT})"
+    return None
+
+
+def _steps_problems(payload: Mapping[str, Any]) -> list[str]:
+    """The problems of `steps`, which also depend on `render` and `timeoutSeconds`."""
+    problems = check_steps(
+        payload["steps"],
+        job_timeout_seconds=payload.get("timeoutSeconds"),
+        check_pattern=_step_pattern_problem,
+    )
+    if payload.get("render") is False:
+        problems.append("steps run on rendered pages only: remove them or set render to true")
+    return problems
+
+
+def _session_problems(payload: Mapping[str, Any]) -> list[str]:
+    """The problems of `session`, whose login steps are bounded like `steps`."""
+    problems = check_session(
+        payload["session"],
+        job_timeout_seconds=payload.get("timeoutSeconds"),
+        check_pattern=_step_pattern_problem,
+        check_url=target_problem,
+    )
+    if payload.get("render") is False:
+        problems.append("session logs in on rendered pages only: remove it or set render to true")
+    return problems
+
+
 # option name -> validator returning the problems with its value.
 PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "render": _check_render,
@@ -729,6 +764,10 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "parser": _check_parser,
     "items": _check_items,
     "structuredData": _check_structured_data,
+    # Checked with the payload around it (_steps_problems): its bounds depend on other options.
+    "steps": lambda value: [],
+    # Checked with the payload around it (_session_problems), like steps.
+    "session": lambda value: [],
 }
 
 
@@ -765,6 +804,10 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
             problems.append(f"unknown payload option {_quoted(name)} (known options: {known})")
             continue
         problems.extend(check(value))
+    if "steps" in payload:
+        problems.extend(_steps_problems(payload))
+    if "session" in payload:
+        problems.extend(_session_problems(payload))
     if len(problems) > MAX_REPORTED_PROBLEMS:
         more = len(problems) - MAX_REPORTED_PROBLEMS
         problems = [*problems[:MAX_REPORTED_PROBLEMS], f"and {more} more problems"]

@@ -1,5 +1,5 @@
-"""Credentials (headers, cookies and upstream proxies) sealed into a row's payload, readable
-only with the key.
+"""Credentials (headers, cookies, upstream proxies and values page steps type) sealed into a
+row's payload, readable only with the key.
 
 A ScrapeJob names its credentials in a Secret; the operator reads the Secret and stores the
 values in each row as `payload.sealed`, encrypted with AES-256-GCM under a key that only the
@@ -7,7 +7,10 @@ operator and the workers hold (`SCRAPEQ_SEALING_KEY`). Anyone who can read the t
 ScrapeJob or the logs sees an opaque string; a worker opens it just before the request.
 
 The upstream proxies of a ScrapeJob (spec.proxy: `http://user:password@host:port` URLs from a
-Secret) travel the same way: every request of the row's page goes through one of them.
+Secret) travel the same way: every request of the row's page goes through one of them. So do
+the values a ScrapeJob's `type`/`fill` steps take from a Secret (`valueFrom.secretKeyRef`): the
+step in the payload names its value (`sealedValue: "<secret>/<key>"`), and a worker types it
+only into pages of the sealed origins.
 
 The sealed text also names the origins (scheme://host:port) the credentials were given for,
 inside the encryption: a row that copies the sealed text next to another URL cannot send the
@@ -72,6 +75,15 @@ class Credentials:
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     cookies: Mapping[str, str] = field(default_factory=dict, repr=False)
     proxies: tuple[str, ...] = field(default=(), repr=False)
+    # Values page steps type or fill (a step's `sealedValue` names one): Secret name/key ->
+    # value, typed only into pages of `origins`.
+    values: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def for_requests(self) -> bool:
+        """True when these credentials change requests (headers, cookies, proxies), not only
+        what page steps type."""
+        return bool(self.headers or self.cookies or self.proxies)
 
     def applies_to(self, url: str) -> bool:
         """True when `url` is on one of the origins the credentials were given for."""
@@ -190,6 +202,8 @@ class SealingKeys:
         }
         if credentials.proxies:
             content["proxies"] = list(credentials.proxies)
+        if credentials.values:
+            content["values"] = dict(credentials.values)
         plain = json.dumps(content, separators=(",", ":")).encode("utf-8")
         nonce = os.urandom(NONCE_BYTES)
         sealed = self._keys[self._newest].encrypt(nonce, plain, _authenticated_data(self._newest))
@@ -220,6 +234,7 @@ class SealingKeys:
             headers={str(k): str(v) for k, v in (data.get("headers") or {}).items()},
             cookies={str(k): str(v) for k, v in (data.get("cookies") or {}).items()},
             proxies=tuple(str(proxy) for proxy in data.get("proxies") or ()),
+            values={str(k): str(v) for k, v in (data.get("values") or {}).items()},
         )
 
     def __repr__(self) -> str:

@@ -1,5 +1,5 @@
-"""spec.credentials and spec.proxy: headers, cookies and upstream proxies read from Secrets and
-sealed into the rows' payload.
+"""spec.credentials, spec.proxy and the steps' valueFrom: headers, cookies, upstream proxies and
+values to type read from Secrets and sealed into the rows' payload.
 
 The operator is the only reader of the Secret. It seals the values at once with the sealing key
 (scrapeq_queue.sealed_credentials) and never puts them in a message, a condition, an Event or
@@ -22,6 +22,7 @@ from scrapeq_queue.sealed_credentials import (
 )
 
 from scrapeq_operator.errors import JobNotRunnableError
+from scrapeq_operator.job_spec import sealed_value_name
 
 SecretReader = Callable[[str, str], Awaitable[dict[str, bytes] | None]]
 
@@ -37,8 +38,8 @@ async def sealed_credentials(
     read_secret: SecretReader,
     keys: SealingKeys | None,
 ) -> str | None:
-    """The job's spec.credentials and spec.proxy as one sealed text for `payload.sealed` (None
-    without either).
+    """The job's spec.credentials, spec.proxy and its steps' Secret values as one sealed text for
+    `payload.sealed` (None without any).
 
     Raises JobNotRunnableError (retried: the Secret or the key may be created or fixed later)
     with reason NoSealingKey, SecretNotFound, SecretNotReadable, SecretKeyNotFound,
@@ -46,10 +47,11 @@ async def sealed_credentials(
     """
     wanted = spec.get("credentials")
     proxy = spec.get("proxy")
-    if not wanted and not proxy:
+    step_values = _step_references(spec)
+    if not wanted and not proxy and not step_values:
         return None
     if keys is None:
-        field = "spec.credentials" if wanted else "spec.proxy"
+        field = "spec.credentials" if wanted else "spec.proxy" if proxy else "spec.steps"
         raise JobNotRunnableError(
             "NoSealingKey",
             f"{field}: the operator has no sealing key ({SEALING_KEY_ENV}), so it "
@@ -85,10 +87,42 @@ async def sealed_credentials(
             ) from None
         except ValueError as error:
             raise JobNotRunnableError("InvalidProxy", f"{where}, key {key!r}: {error}") from None
-    origins = sorted({origin for origin in map(origin_of, urls) if origin is not None})
+    values: dict[str, str] = {}
+    for name, (step, reference) in step_values.items():
+        where = f"{step}.valueFrom: Secret {namespace}/{reference['name']}"
+        data = await _secret(read_secret, namespace, str(reference["name"]), where)
+        values.update(_values(data, {name: str(reference["key"])}, where, "step value"))
+    login = (spec.get("session") or {}).get("login") or {}
+    # The login page is the job's site too: the values its steps type are typed there.
+    pages = [*urls, str(login["url"])] if login.get("url") else urls
+    origins = sorted({origin for origin in map(origin_of, pages) if origin is not None})
     return keys.seal(
-        Credentials(origins=tuple(origins), headers=headers, cookies=cookies, proxies=proxies)
+        Credentials(
+            origins=tuple(origins),
+            headers=headers,
+            cookies=cookies,
+            proxies=proxies,
+            values=values,
+        )
     )
+
+
+def _step_references(spec: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any]]]:
+    """The Secret keys that spec.steps and spec.session.login.steps type, by the name they are
+    sealed under, with where the first step naming each is."""
+    references: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    login = (spec.get("session") or {}).get("login") or {}
+    for name, steps in (
+        ("spec.steps", spec.get("steps")),
+        ("spec.session.login.steps", login.get("steps")),
+    ):
+        for position, step in enumerate(steps or ()):
+            reference = (step.get("valueFrom") or {}).get("secretKeyRef")
+            if reference:
+                references.setdefault(
+                    sealed_value_name(reference), (f"{name}[{position}]", reference)
+                )
+    return references
 
 
 async def _secret(

@@ -31,6 +31,8 @@ PAYLOAD_FIELDS = (
     "politeness",
     "items",
     "structuredData",
+    "steps",
+    "session",
 )
 # How many bad lines an error message quotes.
 QUOTED_BAD_LINES = 3
@@ -161,6 +163,24 @@ def decode_url_list(raw: bytes, *, where: str) -> str:
         raise JobNotRunnableError("InvalidURLList", f"{where}: not UTF-8 text") from error
 
 
+def sealed_value_name(secret_key_ref: Mapping[str, Any]) -> str:
+    """The name a step's Secret value is sealed under: `<secret>/<key>`."""
+    return f"{secret_key_ref['name']}/{secret_key_ref['key']}"
+
+
+def payload_steps(steps: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """spec.steps as payload.steps: a step's `valueFrom.secretKeyRef` becomes `sealedValue`,
+    the name of its value in the rows' sealed credentials (credentials.py seals it)."""
+    converted: list[dict[str, Any]] = []
+    for step in steps:
+        row_step = {name: value for name, value in step.items() if name != "valueFrom"}
+        reference = (step.get("valueFrom") or {}).get("secretKeyRef")
+        if reference:
+            row_step["sealedValue"] = sealed_value_name(reference)
+        converted.append(row_step)
+    return converted
+
+
 def row_options(spec: Mapping[str, Any]) -> RowOptions:
     """Queue, priority, parser, retries and the payload every row of the job carries (every
     key set, so the spec alone decides them)."""
@@ -175,6 +195,11 @@ def row_options(spec: Mapping[str, Any]) -> RowOptions:
     # the payload a worker without parser support accepts.
     if parser != DECLARATIVE_PARSER:
         payload["parser"] = parser
+    if spec.get("steps"):
+        payload["steps"] = payload_steps(spec["steps"])
+    login = (spec.get("session") or {}).get("login")
+    if login:
+        payload["session"] = {"login": {**login, "steps": payload_steps(login["steps"])}}
     return RowOptions(
         queue=str(spec.get("queue") or "default"),
         priority=int(spec.get("priority") or 0),

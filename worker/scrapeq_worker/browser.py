@@ -55,6 +55,7 @@ from .chromium_process import (
 )
 from .egress_proxy import EgressProxy
 from .errors import (
+    BlockedRequest,
     BrowserUnavailable,
     PermanentFailure,
     RetryLater,
@@ -68,13 +69,14 @@ from .extraction import (
     page_from_browser,
 )
 from .http_status import check_status, navigation_failure
-from .job_options import JobOptions
+from .job_options import JobOptions, LoginOptions, PageStep
 from .memory_watch import MemoryWatch
 from .metrics import WorkerMetrics
 from .network_guard import NetworkGuard
 from .pyppeteer_compat import apply as _repair_pyppeteer
 from .pyppeteer_compat import retrieve_exception
 from .request_checks import PageWatch, RequestChecks
+from .step_runner import StepFailed, StepRunner
 from .tab_pool import Tab, TabPool, terminate_scripts
 
 logger = logging.getLogger(__name__)
@@ -387,12 +389,14 @@ class BrowserPool:
         clean = False
         try:
             try:
-                # A job with credentials gets a context of its own, closed after it: cookies
-                # a site sets for them never reach another job, even of the same owner.
+                # A job whose credentials change its requests gets a context of its own,
+                # closed after it: cookies a site sets for them never reach another job, even
+                # of the same owner. (Values its steps type are the owner's login: the
+                # cookies it earns serve the owner's later pages.)
                 tab = await self.tabs.take_tab(
                     chromium,
                     owner,
-                    single_use=options.credentials is not None,
+                    single_use=options.credentials is not None and options.credentials.for_requests,
                     upstreams=options.upstream_proxies,
                 )
             except PyppeteerNetworkError as error:
@@ -400,10 +404,19 @@ class BrowserPool:
                 raise BrowserUnavailable(f"browser connection lost: {error}") from error
             tab.jobs += 1
             opened = time.monotonic()
+            login_ms: float | None = None
             try:
+                login = options.login
+                if login is not None and login.identity not in tab.context.logins:
+                    await self._log_in(tab, login, options, started)
+                    tab.context.logins.add(login.identity)
+                    login_ms = round((time.monotonic() - opened) * 1000, 1)
+                    opened = time.monotonic()
                 outcome = await self._load_and_extract(
                     tab, url, options, follow_selector, started, opened
                 )
+                if login_ms is not None:
+                    outcome.timing_ms["login_ms"] = login_ms
             except (PyppeteerNetworkError, ConnectionError) as error:
                 # The tab's session or the whole browser connection went away mid-page.
                 if not chromium.alive:
@@ -420,6 +433,79 @@ class BrowserPool:
             if self._on_page_count is not None:
                 self._on_page_count(-1)
             self._maybe_close_retired(chromium)
+
+    async def _log_in(
+        self, tab: Tab, login: LoginOptions, options: JobOptions, started: float
+    ) -> None:
+        """Log the tab's context in: load the login page, run its steps, and see the success
+        selector if the login names one; within the job's deadline.
+
+        Raises PermanentFailure(login_failed) when the steps or the success selector fail
+        (trying again would repeat the same attempt, and could lock the account),
+        RetryLater(login_failed) when the login page cannot be loaded now, and the guard's
+        own error for a login page on a forbidden address.
+        """
+        page = tab.page
+        watch = PageWatch(login.url, page.mainFrame._id, options.timeout_seconds)
+        tab.watch = watch
+        watch.credentials = options.credentials
+        watch.block_resources = options.block_resources
+        tab.context.route.holder = watch.refused_by_proxy
+        deadline = started + options.timeout_seconds
+        where = f"login at {login.url}"
+        try:
+            navigation = page.goto(
+                login.url,
+                {
+                    "waitUntil": "load",
+                    "timeout": max(1, int((deadline - time.monotonic()) * 1000))
+                    + _NAVIGATION_TIMER_MARGIN_MS,
+                },
+            )
+            try:
+                response = await self._bounded(
+                    watch, navigation, deadline, page, "load the login page"
+                )
+            except PyppeteerPageError as error:
+                if watch.abort.done():
+                    raise watch.abort.result() from error
+                raise navigation_failure(login.url, str(error)) from error
+            if watch.abort.done():
+                raise watch.abort.result()
+            status = watch.status if watch.status is not None else getattr(response, "status", None)
+            if status is None or status >= 400 or watch.stopped_early:
+                raise RetryLater(
+                    f"{where} failed: the login page answered HTTP {status} instead of a page",
+                    reason="login_failed",
+                )
+            runner = StepRunner(
+                page, lambda work, what: self._bounded(watch, work, deadline, page, what)
+            )
+            steps = list(login.steps)
+            if login.success_selector is not None:
+                steps.append(PageStep(action="waitFor", selector=login.success_selector))
+            try:
+                await runner.run(steps)
+            except StepFailed as error:
+                if login.success_selector is not None and error.message.startswith(
+                    f"step {len(steps) - 1} (waitFor)"
+                ):
+                    raise PermanentFailure(
+                        f"{where} failed: after its steps the page (now {page.url}) showed no "
+                        f"{login.success_selector!r} (successSelector)",
+                        reason="login_failed",
+                    ) from error
+                raise PermanentFailure(
+                    f"{where} failed: {error.message}", reason="login_failed"
+                ) from error
+            if watch.abort.done():
+                raise watch.abort.result()
+        except BlockedRequest:
+            raise
+        except RetryLater as error:
+            if error.reason == "login_failed" or isinstance(error, BrowserUnavailable):
+                raise
+            raise RetryLater(f"{where} failed: {error.message}", reason="login_failed") from error
 
     async def _load_and_extract(
         self,
@@ -498,6 +584,17 @@ class BrowserPool:
                 skipped_requests=watch.skipped,
                 headers=watch.headers,
             )
+        step_reports: list[dict[str, Any]] = []
+        if options.steps:
+            runner = StepRunner(
+                page, lambda work, what: self._bounded(watch, work, deadline, page, what)
+            )
+            step_reports = await runner.run(options.steps)
+            if watch.abort.done():
+                raise watch.abort.result()
+            stepped = time.monotonic()
+            timing["steps_ms"] = round((stepped - loaded) * 1000, 1)
+            loaded = stepped
         extracted = await self._extract(
             page, watch, options.fields, options, follow_selector, deadline
         )
@@ -517,6 +614,7 @@ class BrowserPool:
             headers=watch.headers,
             html=html[0] if html else None,
             html_truncated=html[1] if html else False,
+            steps=step_reports,
         )
 
     async def _extract(

@@ -227,6 +227,8 @@ class PageOutcome:
     headers: dict[str, str] = field(default_factory=dict)
     html: str | None = None
     html_truncated: bool = False
+    # What each of the job's page steps reported (step_runner.py), in order.
+    steps: list[dict[str, Any]] = field(default_factory=list)
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a

@@ -74,15 +74,22 @@ def select_links(
 
 
 def followed_payload(payload: object, follow: FollowOptions) -> dict[str, Any] | None:
-    """The payload of the followed rows: the parent's, with `follow.extract` as its `extract`.
+    """The payload of the followed rows: the parent's, with `follow.extract` as its `extract`
+    and without its `steps`.
 
     None means "the parent's payload unchanged" (the queue copies it). The `follow` option
-    stays, so followed pages follow further until maxDepth.
+    stays, so followed pages follow further until maxDepth; so does `session`, whose login
+    serves every page of the job. `steps` are what a visitor does on the given pages (scroll a
+    list, reveal its links): run on the pages those lead to they would act on elements that
+    are not there.
     """
-    if follow.extract is None:
+    has_steps = isinstance(payload, Mapping) and "steps" in payload
+    if follow.extract is None and not has_steps:
         return None
     options: dict[str, Any] = dict(payload) if isinstance(payload, Mapping) else {}
-    options["extract"] = dict(follow.extract)
+    options.pop("steps", None)
+    if follow.extract is not None:
+        options["extract"] = dict(follow.extract)
     return options
 
 
@@ -186,6 +193,7 @@ def _followed_rows(
 
 def _with_budget(payload: object, follow: FollowOptions, pages: int) -> dict[str, Any]:
     options: dict[str, Any] = dict(payload) if isinstance(payload, Mapping) else {}
+    options.pop("steps", None)  # see followed_payload
     if follow.extract is not None:
         options["extract"] = dict(follow.extract)
     if pages <= 0:

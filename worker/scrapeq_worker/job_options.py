@@ -7,10 +7,18 @@ values the engines need, so the two can never disagree about what is allowed.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Literal, cast
 
+from scrapeq_queue.page_steps import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_LOAD_MORE_CLICKS,
+    DEFAULT_SCROLL_ROUNDS,
+    DEFAULT_SETTLE_SECONDS,
+    DEFAULT_STEP_TIMEOUT_SECONDS,
+)
 from scrapeq_queue.payload import (
     DEFAULT_FOLLOW_MAX_PAGES,
     DEFAULT_NEXT_MAX_PAGES,
@@ -68,6 +76,51 @@ class NextOptions:
 
 
 @dataclass(frozen=True)
+class PageStep:
+    """One step of `steps` (scrapeq_queue.page_steps): what a visitor does on the rendered
+    page before it is read. Only the fields of its `action` mean anything."""
+
+    action: str
+    timeout_seconds: float = DEFAULT_STEP_TIMEOUT_SECONDS
+    selector: str | None = None
+    # type, fill, select: the value (a literal, or for type and fill a sealed value).
+    value: str | None = field(default=None, repr=False)
+    # The value came from the row's sealed credentials: it is typed only into pages of these
+    # origins and never shown (messages, logs, results).
+    sealed_origins: tuple[str, ...] | None = None
+    # press: the key.
+    key: str | None = None
+    # click: what to wait for after the click.
+    wait_for_navigation: bool = False
+    wait_for: str | None = None
+    # scroll: stop once `count` elements match `selector`; scroll and loadMore: their caps and
+    # how long a round waits for the page to grow.
+    count: int | None = None
+    max_rounds: int = DEFAULT_SCROLL_ROUNDS
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
+    # waitFor: "visible" or "hidden".
+    state: str = "visible"
+    # waitForResponse: searched in each response's URL (RE2, like follow.include).
+    url_pattern: URLPattern | None = None
+    # waitForNetworkIdle: how long no request may be in flight.
+    idle_seconds: float = DEFAULT_IDLE_SECONDS
+
+
+@dataclass(frozen=True)
+class LoginOptions:
+    """payload.session.login: the page and steps that log a browser context in, once, before
+    the first page of the job's owner that context renders; `success_selector`, when given,
+    must be visible afterwards or the login failed."""
+
+    url: str
+    steps: tuple[PageStep, ...]
+    success_selector: str | None = None
+    # What tells two logins apart (a context logged in with one is not with the other): the
+    # login as the payload gives it, which names sealed values but holds none.
+    identity: str = ""
+
+
+@dataclass(frozen=True)
 class JobOptions:
     """Everything one scrape needs besides the URL."""
 
@@ -100,6 +153,11 @@ class JobOptions:
     def text_sample(self) -> bool:
         """The result carries the page's text sample: the job asked for no fields or items."""
         return not self.fields and self.items is None
+
+    # payload.steps, run in order on the rendered page before it is read.
+    steps: tuple[PageStep, ...] = ()
+    # payload.session.login: how the page's browser context logs in first.
+    login: LoginOptions | None = None
 
 
 def options_from_payload(
@@ -181,7 +239,76 @@ def _read_options(
         parser=str(options["parser"]) if "parser" in options else None,
         items=parse_items(options.get("items")),
         structured_data=structured_data_syntaxes(options.get("structuredData")),
+        steps=_page_steps(options.get("steps", ()), credentials),
+        login=_login(options.get("session"), credentials),
     )
+
+
+def _login(
+    session: Mapping[str, Any] | None, credentials: Credentials | None
+) -> LoginOptions | None:
+    if not session:
+        return None
+    login = session["login"]
+    return LoginOptions(
+        url=str(login["url"]),
+        steps=_page_steps(login["steps"], credentials, name="session.login.steps"),
+        success_selector=(
+            str(login["successSelector"]).strip() if "successSelector" in login else None
+        ),
+        identity=json.dumps(login, sort_keys=True),
+    )
+
+
+def _page_steps(
+    raw_steps: Sequence[Mapping[str, Any]],
+    credentials: Credentials | None,
+    *,
+    name: str = "steps",
+) -> tuple[PageStep, ...]:
+    """The validated `steps` as PageSteps, defaults filled in and sealed values opened; raise
+    BadInput naming a step whose sealed value the row does not carry."""
+    steps: list[PageStep] = []
+    for position, raw in enumerate(raw_steps):
+        action = str(raw["action"])
+        pattern = raw.get("urlPattern")
+        value = str(raw["value"]) if "value" in raw else None
+        sealed_origins: tuple[str, ...] | None = None
+        if "sealedValue" in raw:
+            sealed = str(raw["sealedValue"])
+            if credentials is None or sealed not in credentials.values:
+                raise BadInput(
+                    f"invalid payload: {name}[{position}].sealedValue {sealed!r} is not among the "
+                    "row's sealed values (the operator seals them from the step's "
+                    "valueFrom.secretKeyRef)",
+                    reason="invalid_payload",
+                )
+            value = credentials.values[sealed]
+            sealed_origins = credentials.origins
+        steps.append(
+            PageStep(
+                action=action,
+                timeout_seconds=float(raw.get("timeoutSeconds", DEFAULT_STEP_TIMEOUT_SECONDS)),
+                selector=str(raw["selector"]).strip() if "selector" in raw else None,
+                value=value,
+                sealed_origins=sealed_origins,
+                key=str(raw["key"]) if "key" in raw else None,
+                wait_for_navigation=bool(raw.get("waitForNavigation", False)),
+                wait_for=str(raw["waitFor"]).strip() if "waitFor" in raw else None,
+                count=int(raw["count"]) if "count" in raw else None,
+                max_rounds=int(
+                    raw.get(
+                        "maxClicks" if action == "loadMore" else "maxRounds",
+                        DEFAULT_LOAD_MORE_CLICKS if action == "loadMore" else DEFAULT_SCROLL_ROUNDS,
+                    )
+                ),
+                settle_seconds=float(raw.get("settleSeconds", DEFAULT_SETTLE_SECONDS)),
+                state=str(raw.get("state", "visible")),
+                url_pattern=compile_url_pattern(str(pattern)) if pattern is not None else None,
+                idle_seconds=float(raw.get("idleSeconds", DEFAULT_IDLE_SECONDS)),
+            )
+        )
+    return tuple(steps)
 
 
 def _upstream_proxies(credentials: Credentials | None) -> tuple[UpstreamProxy, ...]:

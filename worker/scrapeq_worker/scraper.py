@@ -218,4 +218,6 @@ def result_document(outcome: PageOutcome, engine: str) -> dict[str, Any]:
         document["blocked_requests"] = outcome.blocked_requests
     if outcome.skipped_requests:
         document["skipped_requests"] = outcome.skipped_requests
+    if outcome.steps:
+        document["steps"] = outcome.steps
     return document

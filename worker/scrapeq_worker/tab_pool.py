@@ -55,6 +55,8 @@ class Context:
         # Closed when its job ends instead of kept warm (a job with credentials).
         self.single_use = single_use
         self.tab: Tab | None = None
+        # The logins (LoginOptions.identity) done in this context: its cookies carry them.
+        self.logins: set[str] = set()
 
 
 class Tab:

@@ -34,6 +34,11 @@ from tests.e2e.operator.operator_parts import (
     wait_for_status,
     worker_command,
 )
+from tests.integration.worker.step_site import (
+    LOGIN_PASSWORD,
+    LOGIN_USER,
+    running_step_site,
+)
 from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres, pytest.mark.timeout(240)]
@@ -170,10 +175,13 @@ def apply_before_their_secret(
     }
 
 
-def run_worker_burst(database_url: str, key: str) -> subprocess.CompletedProcess[str]:
-    """A real worker process (`--burst`, DEBUG logs) holding the sealing key; it must succeed."""
+def run_worker_burst(
+    database_url: str, key: str, *arguments: str
+) -> subprocess.CompletedProcess[str]:
+    """A real worker process (`--burst`, DEBUG logs, `arguments`) holding the sealing key; it
+    must succeed."""
     worker = subprocess.run(
-        worker_command("--burst", "--log-level", "DEBUG"),
+        worker_command("--burst", "--log-level", "DEBUG", *arguments),
         cwd=REPOSITORY_ROOT,
         env={**os.environ, "DATABASE_URL": database_url, "SCRAPEQ_SEALING_KEY": key},
         capture_output=True,
@@ -359,3 +367,137 @@ def test_credentials_cannot_change_on_a_live_scrapejob(kubectl: Kubectl, namespa
     )
     assert changed.returncode != 0
     assert "spec is immutable" in changed.stderr
+
+
+PASSWORD = f"pw-{uuid.uuid4().hex}"
+LOGIN_FORM = (
+    b"<html><body><input id=user><input id=password type=password>"
+    b"<button id=send>Sign in</button><p id=done></p><script>"
+    b"document.getElementById('send').addEventListener('click', function () {"
+    b"  fetch('/api/check', {headers: {'X-Typed': document.getElementById('password').value,"
+    b"                                 'X-User': document.getElementById('user').value}})"
+    b"    .then(function () { document.getElementById('done').textContent = 'sent'; });"
+    b"});</script></body></html>"
+)
+
+
+def test_a_secret_value_typed_by_a_step_reaches_the_page_and_appears_nowhere_else(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    key = SealingKeys.generate()
+    operator = operator_factory(empty_database_url, environment={"SCRAPEQ_SEALING_KEY": key})
+    steps = [
+        {"action": "type", "selector": "#user", "value": "ada"},
+        {
+            "action": "fill",
+            "selector": "#password",
+            "valueFrom": {"secretKeyRef": {"name": "form-login", "key": "password"}},
+        },
+        {"action": "click", "selector": "#send", "waitFor": "#done:not(:empty)"},
+    ]
+    with recording_site({"/login": LOGIN_FORM, "/api/check": b"{}"}) as shop:
+        jobs = {
+            "typed": scrapejob(
+                "typed",
+                url=f"{shop.url}/login",
+                steps=steps,
+                extract={"done": {"selector": "#done"}},
+                retries={"limit": 0},
+            )
+        }
+        (status,) = apply_before_their_secret(kubectl, namespace, jobs).values()
+        assert f"Secret {namespace}/form-login does not exist" in status["message"]
+        kubectl.run(
+            "create",
+            "secret",
+            "generic",
+            "form-login",
+            "-n",
+            namespace,
+            f"--from-literal=password={PASSWORD}",
+        )
+        uid = kubectl.get("scrapejob", "typed", namespace)["metadata"]["uid"]
+        eventually_blocking(
+            lambda: owner_progress(empty_database_url, uid).total == 1,
+            within=30,
+            what="the row queued once the Secret exists",
+        )
+        worker = run_worker_burst(empty_database_url, key)
+        wait_for_status(
+            kubectl, namespace, "typed", lambda s: s.get("phase") == "Succeeded", what="Succeeded"
+        )
+    # The page got the value, typed into its field by the step...
+    (checked,) = shop.headers_of("/api/check")
+    assert (checked["x-typed"], checked["x-user"]) == (PASSWORD, "ada")
+    # ...and nobody else can read it.
+    places = places_a_reader_could_look(kubectl, namespace, operator, worker, empty_database_url)
+    assert "form-login/password" in places["database rows"]
+    assert '"sent"' in places["database rows"]
+    for place, text in places.items():
+        assert PASSWORD not in text, f"the secret value appears in the {place}"
+
+
+def test_a_login_session_types_its_password_from_a_secret_once_and_serves_the_jobs_pages(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    key = SealingKeys.generate()
+    operator = operator_factory(empty_database_url, environment={"SCRAPEQ_SEALING_KEY": key})
+    with contextlib.ExitStack() as stack:
+        shop = stack.enter_context(contextlib.contextmanager(running_step_site)())
+        login = {
+            "url": shop.url("/login"),
+            "steps": [
+                {"action": "fill", "selector": "input[name=user]", "value": LOGIN_USER},
+                {
+                    "action": "type",
+                    "selector": "input[name=password]",
+                    "valueFrom": {"secretKeyRef": {"name": "members", "key": "password"}},
+                },
+                {"action": "click", "selector": "button[type=submit]", "waitForNavigation": True},
+            ],
+            "successSelector": ".welcome",
+        }
+        jobs = {
+            "members": scrapejob(
+                "members",
+                urls=[shop.url(f"/members/{n}") for n in range(1, 4)],
+                session={"login": login},
+                extract={"price": {"selector": ".member-price"}},
+                retries={"limit": 0},
+            )
+        }
+        apply_before_their_secret(kubectl, namespace, jobs)
+        kubectl.run(
+            "create",
+            "secret",
+            "generic",
+            "members",
+            "-n",
+            namespace,
+            f"--from-literal=password={LOGIN_PASSWORD}",
+        )
+        uid = kubectl.get("scrapejob", "members", namespace)["metadata"]["uid"]
+        eventually_blocking(
+            lambda: owner_progress(empty_database_url, uid).total == 3,
+            within=30,
+            what="the rows queued once the Secret exists",
+        )
+        # One page at a time: the job's one warm browser context serves all three pages.
+        worker = run_worker_burst(empty_database_url, key, "--concurrency", "1")
+        wait_for_status(
+            kubectl, namespace, "members", lambda s: s.get("phase") == "Succeeded", what="Succeeded"
+        )
+        assert shop.logins == 1
+        # Each page once, and /members/1 once more: where the login form lands.
+        assert [shop.hits[f"/members/{n}"] for n in range(1, 4)] == [2, 1, 1]
+    places = places_a_reader_could_look(kubectl, namespace, operator, worker, empty_database_url)
+    for n in range(1, 4):
+        assert f"${n}00.00 for members" in places["database rows"]
+    for place, text in places.items():
+        assert LOGIN_PASSWORD not in text, f"the password appears in the {place}"

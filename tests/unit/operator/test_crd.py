@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from scrapeq_queue import payload
+from scrapeq_queue import page_steps, payload
 
 CRD_PATH = Path(__file__).resolve().parents[3] / "crds" / "scrapejobs.scrapeq.io.yaml"
 
@@ -143,3 +143,36 @@ def test_the_crd_bounds_items_and_transforms_as_the_queue_does() -> None:
         assert step["thousands"]["enum"] == list(payload.THOUSANDS_SEPARATORS)
         assert step["pattern"]["maxLength"] == payload.MAX_TRANSFORM_PATTERN_CHARS
         assert step["separator"]["maxLength"] == payload.MAX_JOIN_SEPARATOR_CHARS
+
+
+def test_the_crd_bounds_every_step_as_the_queue_does() -> None:
+    spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
+    steps = spec[".spec.steps"]
+    assert steps["maxItems"] == page_steps.MAX_STEPS
+    step = steps["items"]["properties"]
+    assert step["action"]["enum"] == list(page_steps.STEP_ACTIONS)
+    # A row's sealedValue is the spec's valueFrom, sealed by the operator.
+    assert set(step) == {"action", "timeoutSeconds", "valueFrom"}.union(
+        *page_steps.STEP_KEYS.values()
+    ) - {"sealedValue"}
+    for name in ("selector", "waitFor"):
+        assert step[name]["maxLength"] == page_steps.MAX_STEP_SELECTOR_CHARS
+    assert step["value"]["maxLength"] == page_steps.MAX_STEP_VALUE_CHARS
+    assert step["urlPattern"]["maxLength"] == page_steps.MAX_URL_PATTERN_CHARS
+    assert step["timeoutSeconds"]["maximum"] == page_steps.MAX_STEP_TIMEOUT_SECONDS
+    assert (
+        step["maxRounds"]["maximum"] == step["maxClicks"]["maximum"] == (page_steps.MAX_STEP_ROUNDS)
+    )
+    assert step["count"]["maximum"] == page_steps.MAX_SCROLL_COUNT
+    assert step["settleSeconds"]["maximum"] == page_steps.MAX_SETTLE_SECONDS
+    assert step["idleSeconds"]["maximum"] == page_steps.MAX_IDLE_SECONDS
+    assert step["state"]["enum"] == list(page_steps.WAIT_FOR_STATES)
+    for key in page_steps.NAMED_KEYS:
+        assert f"|{key}|" in step["key"]["pattern"] or f"|{key})" in step["key"]["pattern"]
+
+
+def test_login_steps_are_the_same_vocabulary_as_spec_steps() -> None:
+    spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
+    login_steps = spec[".spec.session.login"]["properties"]["steps"]
+    assert login_steps["items"] == spec[".spec.steps"]["items"]
+    assert login_steps["maxItems"] == page_steps.MAX_STEPS

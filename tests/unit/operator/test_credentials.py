@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from scrapeq_operator.credentials import sealed_credentials
 from scrapeq_operator.errors import JobNotRunnableError
+from scrapeq_operator.job_spec import row_options
+from scrapeq_queue import validate_payload
 from scrapeq_queue.sealed_credentials import SealingKeys
 
 pytestmark = pytest.mark.timeout(10)
@@ -141,3 +143,66 @@ async def test_a_proxy_without_a_sealing_key_waits_for_one() -> None:
         await sealed_credentials(PROXY_SPEC, "shop", URLS, reader({}), None)
     assert raised.value.reason == "NoSealingKey"
     assert raised.value.message.startswith("spec.proxy:")
+
+
+STEPS_SPEC: dict[str, Any] = {
+    "steps": [
+        {"action": "fill", "selector": "#user", "value": "ada"},
+        {
+            "action": "type",
+            "selector": "#password",
+            "valueFrom": {"secretKeyRef": {"name": "shop-login", "key": "password"}},
+        },
+    ]
+}
+
+
+async def test_a_steps_secret_value_is_sealed_under_the_name_its_row_step_gives() -> None:
+    sealed = await sealed_credentials(
+        STEPS_SPEC, "shop", URLS, reader({"password": SECRET.encode()}), KEYS
+    )
+    assert sealed is not None
+    assert SECRET not in sealed
+    opened = KEYS.open(sealed)
+    assert opened.values == {"shop-login/password": SECRET}
+    assert not opened.for_requests
+    assert "https://shop.example:443" in opened.origins
+    (_, typed) = row_options(STEPS_SPEC)["payload"]["steps"]
+    assert typed == {
+        "action": "type",
+        "selector": "#password",
+        "sealedValue": "shop-login/password",
+    }
+    assert validate_payload(row_options(STEPS_SPEC)["payload"]) == []
+
+
+async def test_a_missing_key_for_a_step_is_named_without_any_value() -> None:
+    with pytest.raises(JobNotRunnableError) as raised:
+        await sealed_credentials(STEPS_SPEC, "shop", URLS, reader({"user": SECRET.encode()}), KEYS)
+    assert raised.value.reason == "SecretKeyNotFound"
+    assert "spec.steps[1].valueFrom: Secret shop/shop-login has no key 'password'" in str(
+        raised.value.message
+    )
+    assert SECRET not in str(raised.value.message)
+
+
+async def test_steps_with_secret_values_need_the_sealing_key() -> None:
+    with pytest.raises(JobNotRunnableError) as raised:
+        await sealed_credentials(STEPS_SPEC, "shop", URLS, reader({}), None)
+    assert raised.value.reason == "NoSealingKey"
+    assert raised.value.message.startswith("spec.steps: the operator has no sealing key")
+
+
+async def test_a_login_steps_secret_value_is_sealed_for_the_login_pages_origin_too() -> None:
+    spec = {"session": {"login": {"url": "https://login.example/sign-in", **STEPS_SPEC}}}
+    sealed = await sealed_credentials(
+        spec, "shop", URLS, reader({"password": SECRET.encode()}), KEYS
+    )
+    assert sealed is not None
+    opened = KEYS.open(sealed)
+    assert opened.values == {"shop-login/password": SECRET}
+    assert "https://login.example:443" in opened.origins
+    payload = row_options(spec)["payload"]
+    assert payload["session"]["login"]["steps"][1]["sealedValue"] == "shop-login/password"
+    assert "valueFrom" not in str(payload)
+    assert validate_payload(payload) == []

@@ -15,7 +15,7 @@ def test_an_empty_or_null_payload_is_valid() -> None:
 
 def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
     payload = {
-        "render": False,
+        "render": True,
         "waitFor": ".product",
         "waitUntil": "networkidle2",
         "timeoutSeconds": 45,
@@ -43,6 +43,13 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             "limit": 100,
         },
         "structuredData": ["json-ld", "opengraph"],
+        "steps": [{"action": "click", "selector": "button.more"}],
+        "session": {
+            "login": {
+                "url": "https://shop.example/login",
+                "steps": [{"action": "click", "selector": "button.sign-in"}],
+            }
+        },
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []

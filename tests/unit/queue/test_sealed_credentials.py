@@ -29,6 +29,17 @@ def test_a_sealed_text_opens_to_the_same_credentials_and_shows_no_value() -> Non
     assert validate_payload({"sealed": sealed}) == []
 
 
+def test_values_for_page_steps_are_sealed_and_opened_like_headers_and_never_shown() -> None:
+    keys = SealingKeys.from_text(SealingKeys.generate())
+    typed = Credentials(origins=("https://shop.example:443",), values={"login/password": SECRET})
+    sealed = keys.seal(typed)
+    assert SECRET not in sealed
+    assert keys.open(sealed) == typed
+    assert SECRET not in repr(keys.open(sealed))
+    assert not typed.for_requests
+    assert CREDENTIALS.for_requests
+
+
 def test_the_same_credentials_seal_differently_every_time() -> None:
     keys = SealingKeys.from_text(SealingKeys.generate())
     assert keys.seal(CREDENTIALS) != keys.seal(CREDENTIALS)

@@ -89,6 +89,28 @@ def test_without_a_follow_extract_followed_pages_share_the_parent_payload() -> N
     assert followed_payload({"follow": {"selector": "a"}}, options.follow) is None
 
 
+def test_followed_pages_run_none_of_the_parents_steps_and_keep_its_login() -> None:
+    payload = {
+        "steps": [{"action": "scroll", "selector": "li.product", "count": 100}],
+        "session": {
+            "login": {
+                "url": "https://shop.example/login",
+                "steps": [{"action": "hover", "selector": "a"}],
+            }
+        },
+        "follow": {"selector": "li.product a"},
+    }
+    options = options_from_payload(payload, default_timeout_seconds=30)
+    assert options.follow is not None
+    child = followed_payload(payload, options.follow)
+    assert child == {"session": payload["session"], "follow": payload["follow"]}
+    assert "steps" in payload, "the parent's payload is not changed"
+    [row] = followed_rows(payload, ["https://shop.example/p/1"], options.follow, owned=False)
+    assert row.payload is not None
+    assert "steps" not in row.payload
+    assert row.payload["session"] == payload["session"]
+
+
 @pytest.mark.timeout(10)
 def test_a_pattern_that_backtracks_exponentially_in_python_matches_in_linear_time() -> None:
     # Python's re needs about 2**n steps for `(a+)+$` against n a's and a non-matching end:
