@@ -17,7 +17,7 @@ classic row therefore queues at most its `maxPages` rows in all, as a ScrapeJob'
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -25,6 +25,7 @@ from scrapeq_queue import FollowUrl
 from scrapeq_queue.payload import DEFAULT_FOLLOW_MAX_PAGES
 
 from .job_options import FollowOptions
+from .routes import route_names, route_payload
 
 # The rules for a parser's follow requests on a row whose payload has no `follow`: one level
 # deep, the same site, the default page budget. Its followed rows carry the parent's payload
@@ -145,20 +146,38 @@ def followed_rows(
 
     A ScrapeJob's rows share `followed_payload` (None: the parent's). A row without an owner
     hands each followed row its share of what is left of the crawl's maxPages once these links
-    are counted (see the module's docstring). A link a parser gave a label (`labels`) becomes
-    a row whose parser_type is that label and whose payload names no `parser`, so the parser
-    registered under the label parses it. A followed row's payload has no `next`: pagination
-    is the listing's (pagination.py), and a followed page starts no chain of its own.
+    are counted (see the module's docstring). A rule with a `label` gives its rows the payload
+    of that route (routes.py). A link a parser gave a label (`labels`) that names a route
+    becomes a row of that route; any other label becomes a row whose parser_type is that label
+    and whose payload names no `parser`, so the parser registered under the label parses it.
+    A followed row's payload has no `next` unless its route gives one: pagination is the
+    listing's (pagination.py), and a followed page starts no chain of its own.
     """
     if follow is None or not urls:
         return []
-    rows = _followed_rows(payload, urls, follow, owned=owned)
-    if isinstance(payload, Mapping) and "next" in payload:
-        # Pagination is the listing's: a followed page starts no chain of its own.
-        rows = [_without_next(row, payload) for row in rows]
+    if follow.label is not None:
+        routed = route_payload(payload, follow.label, max_pages=follow.max_pages)
+        if "follow" in routed:
+            rows = _followed_rows(routed, urls, replace(follow, extract=None), owned=owned)
+            rows = [_with_payload(row, routed) for row in rows]
+        else:
+            # A route without follow rules: its pages follow nothing, whatever budget is left.
+            rows = [FollowUrl(url, payload=routed) for url in urls]
+    else:
+        rows = _followed_rows(payload, urls, follow, owned=owned)
+        if isinstance(payload, Mapping) and "next" in payload:
+            rows = [_without_next(row, payload) for row in rows]
     if not labels:
         return rows
-    return [_labelled(row, labels.get(row.url), payload) for row in rows]
+    routes = route_names(payload)
+    return [_labelled(row, labels.get(row.url), payload, routes) for row in rows]
+
+
+def _with_payload(row: FollowUrl, parent_payload: dict[str, Any]) -> FollowUrl:
+    """The row with its payload spelled out (a routed row never inherits the parent's)."""
+    if row.payload is not None:
+        return row
+    return FollowUrl(row.url, payload=dict(parent_payload), parser_type=row.parser_type)
 
 
 def _without_next(row: FollowUrl, parent_payload: Mapping[str, Any]) -> FollowUrl:
@@ -167,9 +186,13 @@ def _without_next(row: FollowUrl, parent_payload: Mapping[str, Any]) -> FollowUr
     return FollowUrl(row.url, payload=options, parser_type=row.parser_type)
 
 
-def _labelled(row: FollowUrl, label: str | None, parent_payload: object) -> FollowUrl:
+def _labelled(
+    row: FollowUrl, label: str | None, parent_payload: object, routes: frozenset[str]
+) -> FollowUrl:
     if label is None:
         return row
+    if label in routes:
+        return FollowUrl(row.url, payload=route_payload(parent_payload, label))
     source = row.payload if row.payload is not None else parent_payload
     options: dict[str, Any] = dict(source) if isinstance(source, Mapping) else {}
     options.pop("parser", None)

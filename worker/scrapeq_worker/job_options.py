@@ -62,6 +62,8 @@ class FollowOptions:
     include: tuple[URLPattern, ...] = ()
     exclude: tuple[URLPattern, ...] = ()
     extract: Mapping[str, Any] | None = None
+    # The route the followed pages are scraped with (see routes.py); None: this page's options.
+    label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,8 @@ class JobOptions:
     follow: FollowOptions | None = None
     # payload.next: the page's "next page" link, followed as a chain of its own.
     next: NextOptions | None = None
+    # payload.route: the label of routes this page was followed under (None: none).
+    route: str | None = None
     # payload.sealed opened: headers and cookies for the origins they were given for.
     credentials: Credentials | None = None
     # Sub-resource kinds the browser does not fetch (payload.blockResources, else the pool's).
@@ -213,6 +217,7 @@ def _read_options(
             include=tuple(compile_url_pattern(pattern) for pattern in raw.get("include", ())),
             exclude=tuple(compile_url_pattern(pattern) for pattern in raw.get("exclude", ())),
             extract=dict(raw["extract"]) if "extract" in raw else None,
+            label=str(raw["label"]) if "label" in raw else None,
         )
     pagination: NextOptions | None = None
     if "next" in options:
@@ -233,6 +238,7 @@ def _read_options(
         fields=parse_fields(options.get("extract")),
         follow=follow,
         next=pagination,
+        route=str(options["route"]) if "route" in options else None,
         credentials=credentials,
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),

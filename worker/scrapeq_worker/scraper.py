@@ -113,6 +113,8 @@ class Scraper:
         if follow is not None and outcome.extracted is not None:
             chosen = select_links(outcome.extracted.follow, follow, page_urls=page_urls)
             read = len(outcome.extracted.follow)
+        if options.route is not None:
+            document["route"] = options.route
         chain_row: FollowUrl | None = None
         if options.next is not None and outcome.extracted is not None:
             chain = next_page(

@@ -1,6 +1,7 @@
 """A paginated shop listing for the test site: `chain` pages of products, each page linking to
 the next one with `a.next` (relative links, as shops write them) and to its products' detail
-pages with `a.product`; the last page's "next" is a disabled button, as on most shops.
+pages with `a.product`; the last page's "next" is a disabled button, as on most shops. Each
+detail page links to its product's reviews page with `a.reviews`: list -> detail -> reviews.
 
 Served as static HTML, so both engines read the same pages (HostileSite's /page/<name>).
 """
@@ -18,6 +19,21 @@ def listing_name(page: int) -> str:
 
 def detail_name(page: int, item: int) -> str:
     return f"item-{page}-{item}"
+
+
+REVIEWS_PER_PRODUCT = 2
+
+
+def reviews_name(page: int, item: int) -> str:
+    return f"reviews-{page}-{item}"
+
+
+def expected_reviews(page: int, item: int) -> list[dict[str, str]]:
+    """The reviews of a product, as items {author, text} extracts them."""
+    return [
+        {"author": f"Reviewer {review}", "text": f"Review {review} of product {page}.{item}"}
+        for review in range(1, REVIEWS_PER_PRODUCT + 1)
+    ]
 
 
 def expected_items(page: int) -> list[dict[str, str]]:
@@ -51,5 +67,15 @@ def register_listing(site: HostileSite, chain: int) -> None:
             site.pages[detail_name(page, item)] = (
                 f"<html><head><title>Product {page}.{item}</title></head><body>"
                 f'<h1 class="name">Product {page}.{item}</h1>'
-                f'<p class="description">About product {page}.{item}</p></body></html>'
+                f'<p class="description">About product {page}.{item}</p>'
+                f'<a class="reviews" href="{reviews_name(page, item)}">Reviews</a></body></html>'
+            )
+            reviews = "".join(
+                f'<li class="review"><b class="author">Reviewer {review}</b>'
+                f'<p class="text">Review {review} of product {page}.{item}</p></li>'
+                for review in range(1, REVIEWS_PER_PRODUCT + 1)
+            )
+            site.pages[reviews_name(page, item)] = (
+                f"<html><head><title>Reviews of {page}.{item}</title></head><body>"
+                f"<ul>{reviews}</ul></body></html>"
             )
