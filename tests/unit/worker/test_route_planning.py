@@ -36,8 +36,10 @@ def test_a_labelled_page_carries_its_route_in_place_of_the_page_s_own_options() 
     }
     options = options_from_payload(payload, default_timeout_seconds=30)
     assert options.route == "detail"
-    assert options.items is None and options.next is None
-    assert options.follow is not None and options.follow.label == "reviews"
+    assert options.items is None
+    assert options.next is None
+    assert options.follow is not None
+    assert options.follow.label == "reviews"
 
 
 def test_a_route_s_own_max_pages_wins_and_a_route_without_follow_gets_none() -> None:
@@ -53,7 +55,8 @@ def test_a_scrapejob_s_labelled_rows_each_carry_the_route_payload() -> None:
     assert [row.url for row in rows] == URLS
     for row in rows:
         assert row.payload == route_payload(LISTING, "detail", max_pages=50)
-        assert row.parser_type is None and not row.next_page
+        assert row.parser_type is None
+        assert not row.next_page
 
 
 def test_a_classic_row_s_labelled_rows_share_its_remaining_budget_in_the_route_s_follow() -> None:
@@ -74,7 +77,9 @@ def test_a_parser_label_that_names_a_route_routes_and_any_other_keeps_the_parser
         owned=True,
         labels={URLS[0]: "reviews", URLS[1]: "product_page"},
     )
-    assert rows[0].payload is not None and rows[0].payload["route"] == "reviews"
+    assert rows[0].payload is not None
+    assert rows[0].payload["route"] == "reviews"
     assert rows[0].parser_type is None
     assert rows[1].parser_type == "product_page"
-    assert rows[1].payload is not None and "parser" not in rows[1].payload
+    assert rows[1].payload is not None
+    assert "parser" not in rows[1].payload
