@@ -17,7 +17,7 @@ classic row therefore queues at most its `maxPages` rows in all, as a ScrapeJob'
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -157,12 +157,7 @@ def followed_rows(
         return []
     if follow.label is not None:
         routed = route_payload(payload, follow.label, max_pages=follow.max_pages)
-        if "follow" in routed:
-            rows = _followed_rows(routed, urls, replace(follow, extract=None), owned=owned)
-            rows = [_with_payload(row, routed) for row in rows]
-        else:
-            # A route without follow rules: its pages follow nothing, whatever budget is left.
-            rows = [FollowUrl(url, payload=routed) for url in urls]
+        rows = _routed_rows(routed, urls, follow, owned=owned)
     else:
         rows = _followed_rows(payload, urls, follow, owned=owned)
         if isinstance(payload, Mapping) and "next" in payload:
@@ -173,11 +168,24 @@ def followed_rows(
     return [_labelled(row, labels.get(row.url), payload, routes) for row in rows]
 
 
-def _with_payload(row: FollowUrl, parent_payload: dict[str, Any]) -> FollowUrl:
-    """The row with its payload spelled out (a routed row never inherits the parent's)."""
-    if row.payload is not None:
-        return row
-    return FollowUrl(row.url, payload=dict(parent_payload), parser_type=row.parser_type)
+def _routed_rows(
+    routed: dict[str, Any], urls: Sequence[str], follow: FollowOptions, *, owned: bool
+) -> list[FollowUrl]:
+    """The rows of a labelled rule, each with its route's payload (its steps included: they
+    are the route's own). A row without an owner hands its remaining budget on in the route's
+    `follow`, as `_with_budget` does; a route without follow rules follows nothing."""
+    if owned or "follow" not in routed:
+        return [FollowUrl(url, payload=dict(routed)) for url in urls]
+    budgets = page_budgets(len(urls), follow.max_pages - len(urls))
+    rows: list[FollowUrl] = []
+    for url, budget in zip(urls, budgets, strict=True):
+        options = dict(routed)
+        if budget <= 0:
+            options.pop("follow")
+        else:
+            options["follow"] = {**routed["follow"], "maxPages": budget}
+        rows.append(FollowUrl(url, payload=options))
+    return rows
 
 
 def _without_next(row: FollowUrl, parent_payload: Mapping[str, Any]) -> FollowUrl:

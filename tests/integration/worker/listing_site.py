@@ -1,7 +1,8 @@
 """A paginated shop listing for the test site: `chain` pages of products, each page linking to
 the next one with `a.next` (relative links, as shops write them) and to its products' detail
 pages with `a.product`; the last page's "next" is a disabled button, as on most shops. Each
-detail page links to its product's reviews page with `a.reviews`: list -> detail -> reviews.
+detail page links to its product's reviews page with `a.reviews` (list -> detail -> reviews)
+and shows its specs (`p.specs`) once `button.specs` is clicked.
 
 Served as static HTML, so both engines read the same pages (HostileSite's /page/<name>).
 """
@@ -68,6 +69,10 @@ def register_listing(site: HostileSite, chain: int) -> None:
                 f"<html><head><title>Product {page}.{item}</title></head><body>"
                 f'<h1 class="name">Product {page}.{item}</h1>'
                 f'<p class="description">About product {page}.{item}</p>'
+                # The specs appear on a click, as a script writes them (a route's steps).
+                f'<button class="specs" onclick="const p = document.createElement(\'p\'); '
+                f"p.className = 'specs'; p.textContent = 'Specs of {page}.{item}'; "
+                f'document.body.appendChild(p)">Specs</button>'
                 f'<a class="reviews" href="{reviews_name(page, item)}">Reviews</a></body></html>'
             )
             reviews = "".join(

@@ -28,16 +28,21 @@ OWNER = queue.Owner(uid="uid-routes", namespace="shop", name="routes")
 
 
 def crawl(render: bool, *, reviews_depth: int = 2, max_pages: int = 1000) -> dict[str, Any]:
+    detail: dict[str, Any] = {
+        "extract": {"name": "h1.name", "description": ".description"},
+        "follow": {"selector": "a.reviews", "label": "reviews", "maxDepth": reviews_depth},
+    }
+    if render:
+        # The detail route's own steps: its pages show their specs on a click.
+        detail["steps"] = [{"action": "click", "selector": "button.specs", "waitFor": "p.specs"}]
+        detail["extract"] = {**detail["extract"], "specs": "p.specs"}
     return {
         "render": render,
         "items": {"selector": "li.product", "fields": {"name": ".name", "price": ".price"}},
         "next": {"selector": "a.next", "maxPages": 2},
         "follow": {"selector": "a.product", "label": "detail", "maxPages": max_pages},
         "routes": {
-            "detail": {
-                "extract": {"name": "h1.name", "description": ".description"},
-                "follow": {"selector": "a.reviews", "label": "reviews", "maxDepth": reviews_depth},
-            },
+            "detail": detail,
             "reviews": {
                 "items": {"selector": "li.review", "fields": {"author": ".author", "text": ".text"}}
             },
@@ -85,9 +90,11 @@ async def test_a_list_detail_reviews_crawl_scrapes_each_label_with_its_own_route
         assert result["fields"] == {
             "name": f"Product {page}.{item}",
             "description": f"About product {page}.{item}",
+            **({"specs": f"Specs of {page}.{item}"} if render else {}),
         }
         assert "items" not in result
         assert "pagination" not in result
+        assert len(result.get("steps", [])) == (1 if render else 0)
         depth, _, result = found[reviews_name(page, item)]
         assert depth == 2
         assert result["route"] == "reviews"

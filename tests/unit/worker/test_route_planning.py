@@ -83,3 +83,17 @@ def test_a_parser_label_that_names_a_route_routes_and_any_other_keeps_the_parser
     assert rows[1].parser_type == "product_page"
     assert rows[1].payload is not None
     assert "parser" not in rows[1].payload
+
+
+def test_a_route_s_steps_travel_with_its_rows_and_the_listing_s_own_do_not() -> None:
+    steps = [{"action": "click", "selector": "button.specs"}]
+    listing = {
+        **LISTING,
+        "render": True,
+        "steps": [{"action": "scroll"}],
+        "routes": {**ROUTES, "detail": {**ROUTES["detail"], "steps": steps}},
+    }
+    options = options_from_payload(listing, default_timeout_seconds=30)
+    for owned in (True, False):
+        rows = followed_rows(listing, URLS, options.follow, owned=owned)
+        assert all(row.payload and row.payload["steps"] == steps for row in rows)
