@@ -39,8 +39,9 @@ POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerSite", "delaySeconds", "res
 # Keys named before 0.1.0: a row that still uses one fails with the key's name now.
 RENAMED_POLITENESS_KEYS: Final = {"maxConcurrentPerHost": "maxConcurrentPerSite"}
 FOLLOW_KEYS: Final = frozenset(
-    {"selector", "maxDepth", "maxPages", "sameDomain", "include", "exclude", "extract", "label"}
+    {"selector", "maxDepth", "maxPages", "sameHost", "include", "exclude", "extract", "label"}
 )
+RENAMED_FOLLOW_KEYS: Final = {"sameDomain": "sameHost"}
 # routes: label -> what the pages followed under that label are scraped with. A route's keys
 # replace the payload's own for those pages (the other options, such as render or headers,
 # stay the job's). Labels are names (ROUTE_LABEL_PATTERN) and there are at most MAX_ROUTES.
@@ -424,9 +425,12 @@ def _check_follow(value: object) -> list[str]:
     if not isinstance(value, Mapping):
         return ['follow must be an object {"selector": ..., "maxDepth": ..., "maxPages": ...}']
     problems: list[str] = []
-    unknown = sorted(set(value) - FOLLOW_KEYS)
+    unknown = sorted(set(value) - FOLLOW_KEYS - RENAMED_FOLLOW_KEYS.keys())
     if unknown:
         problems.append(f"follow has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    for old, new in RENAMED_FOLLOW_KEYS.items():
+        if old in value:
+            problems.append(f"follow.{old} is now follow.{new}")
     selector = value.get("selector")
     if not isinstance(selector, str) or not selector.strip() or len(selector) > MAX_SELECTOR_CHARS:
         problems.append(f"follow.selector must be a string of 1-{MAX_SELECTOR_CHARS} characters")
@@ -436,8 +440,8 @@ def _check_follow(value: object) -> list[str]:
     ):
         if key in value and not _is_integer(value[key], minimum, maximum):
             problems.append(f"follow.{key} must be an integer from {minimum} to {maximum}")
-    if "sameDomain" in value and not isinstance(value["sameDomain"], bool):
-        problems.append("follow.sameDomain must be true or false")
+    if "sameHost" in value and not isinstance(value["sameHost"], bool):
+        problems.append("follow.sameHost must be true or false")
     for key in ("include", "exclude"):
         if key in value:
             problems.extend(_check_patterns(f"follow.{key}", value[key]))

@@ -1,7 +1,7 @@
 """Which links of a page become followed rows, and what payload those rows carry.
 
 The page's engine collects the links matching `follow.selector` (absolute, in page order); this
-module keeps the ones a crawl wants: http(s) only, on the same site unless `sameDomain` is
+module keeps the ones a crawl wants: http(s) only, on the same host unless `sameHost` is
 false, matching an `include` pattern when there are any and no `exclude` pattern.
 
 `maxPages` bounds the followed pages of a whole crawl, with or without an owner. For a
@@ -48,7 +48,7 @@ def select_links(
     """The links to follow, in page order, each once.
 
     `page_urls` are the URL the job asked for and the URL the page ended on (after redirects):
-    with `same_domain` a link must be on the host of one of them ("www." ignored), so a site
+    with `same_host` a link must be on the host of one of them ("www." ignored), so a site
     that redirects example.com to www.example.com is still crawled.
     """
     hosts = {host for host in (site_host(url) for url in page_urls) if host}
@@ -64,7 +64,7 @@ def select_links(
             continue
         if scheme not in ("http", "https"):
             continue
-        if follow.same_domain and site_host(link) not in hosts:
+        if follow.same_host and site_host(link) not in hosts:
             continue
         if follow.include and not any(pattern.search(link) for pattern in follow.include):
             continue

@@ -49,14 +49,14 @@ class FollowOptions:
     """Links to enqueue as child jobs: those matching `selector`, down to `max_depth`.
 
     `max_pages` caps the followed pages of the whole job (the queue enforces it);
-    `same_domain`, `include` and `exclude` choose which links qualify (see following.py);
+    `same_host`, `include` and `exclude` choose which links qualify (see following.py);
     `extract`, when given, replaces the payload's `extract` for the followed pages.
     """
 
     selector: str
     max_depth: int
     max_pages: int
-    same_domain: bool = True
+    same_host: bool = True
     # RE2 patterns: matching is linear in the link's length whatever the pattern, so a
     # user's pattern cannot stall the event loop (see scrapeq_queue.payload).
     include: tuple[URLPattern, ...] = ()
@@ -213,7 +213,7 @@ def _read_options(
             # Following one level is what "list page -> detail pages" needs; deeper is opt-in.
             max_depth=int(raw.get("maxDepth", 1)),
             max_pages=int(raw.get("maxPages", DEFAULT_FOLLOW_MAX_PAGES)),
-            same_domain=bool(raw.get("sameDomain", True)),
+            same_host=bool(raw.get("sameHost", True)),
             include=tuple(compile_url_pattern(pattern) for pattern in raw.get("include", ())),
             exclude=tuple(compile_url_pattern(pattern) for pattern in raw.get("exclude", ())),
             extract=dict(raw["extract"]) if "extract" in raw else None,

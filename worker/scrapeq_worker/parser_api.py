@@ -71,7 +71,7 @@ class FollowRequest:
     """A URL the parser wants scraped as a followed row of this one.
 
     It is checked like a link the row's `follow.selector` found (http(s) only, same site
-    unless `follow.sameDomain` is false, `include`/`exclude`, the crawl's `maxPages` and
+    unless `follow.sameHost` is false, `include`/`exclude`, the crawl's `maxPages` and
     `maxDepth`), and fetched through the same egress guard as every page. `label`, when
     given, becomes the followed row's `parser_type`: the parser registered under that name
     parses it (a list page's parser sends its detail pages to a detail parser).

@@ -209,7 +209,7 @@ def test_a_category_to_product_crawl_scrapes_every_product_once_within_depth_and
         for number in range(1, PRODUCTS_PER_CATEGORY + 1)
     }
     # Exactly the home page, the categories and each product once: no duplicate from the
-    # #reviews links, no /about (include), no other host (sameDomain), no /related (maxDepth).
+    # #reviews links, no /about (include), no other host (sameHost), no /related (maxDepth).
     assert len(rows) == len(by_url)
     assert set(by_url) == {"/", "/category/1", "/category/2", *products}
     assert {row["status"] for row in rows} == {"completed"}

@@ -38,6 +38,10 @@ pytestmark = pytest.mark.controlplane
         ({"url": "https://a.example.com/", "waitUntil": "whenever"}, "spec.waitUntil"),
         ({"url": "https://a.example.com/", "blockResources": ["script"]}, "spec.blockResources"),
         ({"url": "https://a.example.com/", "parser": "shop product"}, "spec.parser"),
+        (
+            {"url": "https://a.example.com/", "follow": {"selector": "a", "sameDomain": False}},
+            "follow.sameDomain is now follow.sameHost",
+        ),
         ({"url": "https://a.example.com/", "parser": "-shop"}, "spec.parser"),
         (
             {"url": "https://a.example.com/", "blockResources": ["image", "image"]},

@@ -24,7 +24,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             "selector": "a.product",
             "maxDepth": 1,
             "maxPages": 500,
-            "sameDomain": False,
+            "sameHost": False,
             "include": ["/product/"],
             "exclude": [r"\?sort="],
             "extract": {"name": "h1"},
@@ -94,7 +94,11 @@ def test_an_unknown_option_is_reported_with_the_known_ones() -> None:
             {"follow": {"selector": "a", "maxPages": 0}},
             "follow.maxPages must be an integer from 1 to 100000",
         ),
-        ({"follow": {"selector": "a", "sameDomain": "yes"}}, "follow.sameDomain must be true"),
+        ({"follow": {"selector": "a", "sameHost": "yes"}}, "follow.sameHost must be true"),
+        (
+            {"follow": {"selector": "a", "sameDomain": False}},
+            "follow.sameDomain is now follow.sameHost",
+        ),
         ({"follow": {"selector": "a", "include": "/p/"}}, "follow.include must be a list"),
         (
             {"follow": {"selector": "a", "exclude": ["(unclosed"]}},

@@ -53,8 +53,8 @@ def test_a_redirect_to_another_host_makes_links_on_either_host_the_same_site() -
     assert chosen == ["https://other.example/product/3"]
 
 
-def test_same_domain_false_leaves_the_site() -> None:
-    chosen = select_links(LINKS, follow(same_domain=False), page_urls=["https://shop.example/"])
+def test_same_host_false_leaves_the_host() -> None:
+    chosen = select_links(LINKS, follow(same_host=False), page_urls=["https://shop.example/"])
     assert "https://other.example/product/3" in chosen
     assert not any(link.startswith(("mailto:", "javascript:", "ftp:")) for link in chosen)
 
