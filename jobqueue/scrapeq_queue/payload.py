@@ -39,15 +39,29 @@ POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerSite", "delaySeconds", "res
 # Keys named before 0.1.0: a row that still uses one fails with the key's name now.
 RENAMED_POLITENESS_KEYS: Final = {"maxConcurrentPerHost": "maxConcurrentPerSite"}
 FOLLOW_KEYS: Final = frozenset(
-    {"selector", "maxDepth", "maxPages", "sameHost", "include", "exclude", "extract"}
+    {"selector", "maxDepth", "maxPages", "sameHost", "include", "exclude", "extract", "label"}
 )
 RENAMED_FOLLOW_KEYS: Final = {"sameDomain": "sameHost"}
+# routes: label -> what the pages followed under that label are scraped with. A route's keys
+# replace the payload's own for those pages (the other options, such as render or headers,
+# stay the job's). Labels are names (ROUTE_LABEL_PATTERN) and there are at most MAX_ROUTES.
+ROUTE_KEYS: Final = ("extract", "items", "follow", "next", "steps", "waitFor")
+MAX_ROUTES: Final = 20
+ROUTE_LABEL_PATTERN: Final = r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}"
+_ROUTE_LABEL: Final = re.compile(ROUTE_LABEL_PATTERN)
 # Followed pages per job when follow.maxPages is not given: a crawl stays bounded by default.
 DEFAULT_FOLLOW_MAX_PAGES: Final = 1000
 # The most follow.maxPages may say (the CRD's maximum too): a crawl of its own, not a row's.
 MAX_FOLLOW_PAGES: Final = 100_000
 # Links deep a crawl may go (the CRD's maximum too); 0 follows nothing.
 MAX_FOLLOW_DEPTH: Final = 5
+# next: the "next page" link of a paginated listing, followed as a chain of its own. `page` is
+# the chain position of the row's page (1, the page the chain starts on, when left out); the
+# worker sets it in the rows it queues.
+NEXT_KEYS: Final = frozenset({"selector", "maxPages", "page"})
+# Pages of a chain when next.maxPages is not given, and the most it may say (the CRD's too).
+DEFAULT_NEXT_MAX_PAGES: Final = 100
+MAX_NEXT_PAGES: Final = 10_000
 # The payload as a whole: its JSON text (as PostgreSQL prints a jsonb) and how deep objects and
 # arrays nest. The largest real payload (50 extract fields, 100 include/exclude patterns,
 # sealed credentials) is well under both; migration 0004 makes the table refuse more.
@@ -436,6 +450,99 @@ def _check_follow(value: object) -> list[str]:
             problem.replace("extract", "follow.extract", 1)
             for problem in _check_extract(value["extract"])
         )
+    if "label" in value:
+        label = value["label"]
+        if not isinstance(label, str) or not _ROUTE_LABEL.fullmatch(label):
+            problems.append(f"follow.label must be a route's label: {_LABEL_RULE}")
+        elif "extract" in value:
+            problems.append(
+                "follow.extract and follow.label exclude each other: the route's own extract "
+                "applies to the pages of a label"
+            )
+    return problems
+
+
+_LABEL_RULE: Final = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+def _check_routes(value: object) -> list[str]:
+    if not isinstance(value, Mapping) or not value:
+        return ['routes must be a non-empty object {"<label>": {"extract": ..., ...}, ...}']
+    problems: list[str] = []
+    if len(value) > MAX_ROUTES:
+        problems.append(f"routes has {len(value)} labels; at most {MAX_ROUTES} are allowed")
+    for label, route in list(value.items())[: MAX_ROUTES + 1]:
+        if not isinstance(label, str) or not _ROUTE_LABEL.fullmatch(label):
+            problems.append(f"routes label {_quoted(label)} must be {_LABEL_RULE}")
+            continue
+        name = f"routes.{label}"
+        if not isinstance(route, Mapping):
+            problems.append(f"{name} must be an object of {', '.join(ROUTE_KEYS)}")
+            continue
+        unknown = sorted(set(route) - set(ROUTE_KEYS))
+        if unknown:
+            problems.append(
+                f"{name} has unknown keys: {', '.join(_shown(k) for k in unknown[:5])} "
+                f"(a route has {', '.join(ROUTE_KEYS)})"
+            )
+        for key in ROUTE_KEYS:
+            if key in route and key != "steps":
+                # Each option's own check, its messages naming the route.
+                problems.extend(f"{name}.{problem}" for problem in PAYLOAD_OPTIONS[key](route[key]))
+    return problems
+
+
+def _check_route(value: object) -> list[str]:
+    if isinstance(value, str) and _ROUTE_LABEL.fullmatch(value):
+        return []
+    return [f"route must be a label of routes: {_LABEL_RULE}"]
+
+
+def _route_problems(payload: Mapping[str, Any]) -> list[str]:
+    """The problems of labels that name no route, and of the routes' steps (bounded like the
+    payload's own, by its render and timeoutSeconds)."""
+    routes = payload.get("routes")
+    defined = set(routes) if isinstance(routes, Mapping) else set()
+    known = ", ".join(sorted(str(label) for label in defined)[:MAX_ROUTES]) or "none"
+    problems: list[str] = []
+
+    def unknown(name: str, label: object) -> None:
+        if isinstance(label, str) and _ROUTE_LABEL.fullmatch(label) and label not in defined:
+            problems.append(f"{name} {_quoted(label)} names no route (routes: {known})")
+
+    follow = payload.get("follow")
+    if isinstance(follow, Mapping):
+        unknown("follow.label", follow.get("label"))
+    unknown("route", payload.get("route"))
+    if isinstance(routes, Mapping) and len(routes) <= MAX_ROUTES:
+        for label, route in routes.items():
+            if not isinstance(route, Mapping):
+                continue
+            follow = route.get("follow")
+            if isinstance(follow, Mapping):
+                unknown(f"routes.{label}.follow.label", follow.get("label"))
+            if "steps" in route:
+                problems.extend(
+                    _steps_problems(
+                        {**payload, "steps": route["steps"]}, name=f"routes.{label}.steps"
+                    )
+                )
+    return problems
+
+
+def _check_next(value: object) -> list[str]:
+    if not isinstance(value, Mapping):
+        return ['next must be an object {"selector": ..., "maxPages": ...}']
+    problems: list[str] = []
+    unknown = sorted(set(value) - NEXT_KEYS)
+    if unknown:
+        problems.append(f"next has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    selector = value.get("selector")
+    if not isinstance(selector, str) or not selector.strip() or len(selector) > MAX_SELECTOR_CHARS:
+        problems.append(f"next.selector must be a string of 1-{MAX_SELECTOR_CHARS} characters")
+    for key in ("maxPages", "page"):
+        if key in value and not _is_integer(value[key], 1, MAX_NEXT_PAGES):
+            problems.append(f"next.{key} must be an integer from 1 to {MAX_NEXT_PAGES}")
     return problems
 
 
@@ -704,15 +811,16 @@ def _step_pattern_problem(pattern: str) -> str | None:
     return None
 
 
-def _steps_problems(payload: Mapping[str, Any]) -> list[str]:
+def _steps_problems(payload: Mapping[str, Any], *, name: str = "steps") -> list[str]:
     """The problems of `steps`, which also depend on `render` and `timeoutSeconds`."""
     problems = check_steps(
         payload["steps"],
+        name=name,
         job_timeout_seconds=payload.get("timeoutSeconds"),
         check_pattern=_step_pattern_problem,
     )
     if payload.get("render") is False:
-        problems.append("steps run on rendered pages only: remove them or set render to true")
+        problems.append(f"{name} run on rendered pages only: remove them or set render to true")
     return problems
 
 
@@ -737,6 +845,9 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "timeoutSeconds": _check_timeout,
     "extract": _check_extract,
     "follow": _check_follow,
+    "next": _check_next,
+    "routes": _check_routes,
+    "route": _check_route,
     "headers": _check_headers,
     "sealed": _check_sealed,
     "blockResources": lambda value: check_resource_kinds("blockResources", value),
@@ -788,6 +899,7 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
         problems.extend(_steps_problems(payload))
     if "session" in payload:
         problems.extend(_session_problems(payload))
+    problems.extend(_route_problems(payload))
     if len(problems) > MAX_REPORTED_PROBLEMS:
         more = len(problems) - MAX_REPORTED_PROBLEMS
         problems = [*problems[:MAX_REPORTED_PROBLEMS], f"and {more} more problems"]

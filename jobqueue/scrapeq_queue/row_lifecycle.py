@@ -278,7 +278,10 @@ async def complete_job(
     `follow_limit` caps the followed rows (depth > 0) of the parent's owner as a whole: links
     past it are dropped, in the order given, and the stored result says how many
     (`follow_dropped.max_pages`). For rows without an owner it caps this call; the worker
-    carries such a crawl's budget in the followed rows' payloads.
+    carries such a crawl's budget in the followed rows' payloads. A `next_page` link (the next
+    page of a pagination chain) becomes a row of the parent's depth that `follow_limit` does
+    not count or cap (at depth 0 it has no parent_id: the table gives one to deeper rows only);
+    it is deduplicated per owner like the others.
     """
     completion = Completion(job_id, attempt, result, duration_seconds)
     async with connection.transaction():
@@ -294,8 +297,12 @@ async def complete_job(
         if await cursor.fetchone() is None:
             logger.info("completion of job %s attempt %s fenced out", job_id, attempt)
             return False
-        if follow_urls:
-            await _insert_children(connection, job_id, follow_urls, follow_limit)
+        followed = [follow for follow in follow_urls if not follow.next_page]
+        if followed:
+            await _insert_children(connection, job_id, followed, follow_limit)
+        chained = [follow for follow in follow_urls if follow.next_page]
+        if chained:
+            await _insert_children(connection, job_id, chained, None, depth_step=0)
     return True
 
 
@@ -304,6 +311,8 @@ async def _insert_children(
     parent_id: int,
     follow_urls: Sequence[FollowUrl],
     follow_limit: int | None,
+    *,
+    depth_step: int = 1,
 ) -> None:
     seen: set[str] = set()
     urls: list[str] = []
@@ -345,6 +354,7 @@ async def _insert_children(
                 "dedup_keys": dedup_keys,
                 "host_keys": [host_key_of(url) for url in urls],
                 "limit": limit,
+                "depth_step": depth_step,
             },
         )
         inserted = len(await cursor.fetchall())

@@ -65,12 +65,15 @@ class ClaimedJob:
 class FollowUrl:
     """A link found on a page, to enqueue as a child row when its parent completes.
 
-    `payload`/`parser_type` default to the parent's.
+    `payload`/`parser_type` default to the parent's. A `next_page` row is the next page of
+    the parent's pagination chain: it has the parent's depth (a chain does not go deeper) and
+    the owner's follow limit does not count it (the chain has its own cap, payload `next`).
     """
 
     url: str
     payload: dict[str, Any] | None = None
     parser_type: str | None = None
+    next_page: bool = False
 
 
 @dataclass(frozen=True)

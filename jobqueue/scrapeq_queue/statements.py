@@ -167,10 +167,13 @@ WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
 """
 
 # Inserts followed links as children of a job that just completed in this transaction:
-# same queue/priority/retries/owner, depth + 1, deduplicated per owner by normalised URL
+# same queue/priority/retries/owner, depth + %(depth_step)s (1 for followed links, 0 for the
+# next page of a pagination chain; the table keeps parent_id for rows deeper than 0 only, so
+# a chain of depth-0 pages has none), deduplicated per owner by normalised URL
 # (rows without an owner are deduplicated only within one call), at most %(limit)s new rows
-# in the order given (links already queued for the owner do not use up the limit). Returns
-# the new ids. The children's host keys come from the caller (registrable domains).
+# in the order given (links already queued for the owner do not use up the limit; NULL: no
+# limit). Returns the new ids. The children's host keys come from the caller (registrable
+# domains).
 JOB_INSERT_CHILDREN: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
@@ -180,7 +183,8 @@ SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        parent.max_retries, parent.retry_backoff_seconds, parent.owner_uid,
        parent.owner_namespace, parent.owner_name,
        CASE WHEN parent.owner_uid IS NULL THEN NULL ELSE child.dedup_key END,
-       parent.id, parent.depth + 1, child.host_key
+       CASE WHEN parent.depth + %(depth_step)s > 0 THEN parent.id END,
+       parent.depth + %(depth_step)s, child.host_key
 FROM scraping_jobs AS parent,
      unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
             %(dedup_keys)s::text[], %(host_keys)s::text[])

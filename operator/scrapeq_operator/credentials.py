@@ -51,7 +51,13 @@ async def sealed_credentials(
     if not wanted and not proxy and not step_values:
         return None
     if keys is None:
-        field = "spec.credentials" if wanted else "spec.proxy" if proxy else "spec.steps"
+        field = (
+            "spec.credentials"
+            if wanted
+            else "spec.proxy"
+            if proxy
+            else next(iter(step_values.values()))[0].split("[", 1)[0]
+        )
         raise JobNotRunnableError(
             "NoSealingKey",
             f"{field}: the operator has no sealing key ({SEALING_KEY_ENV}), so it "
@@ -108,13 +114,15 @@ async def sealed_credentials(
 
 
 def _step_references(spec: Mapping[str, Any]) -> dict[str, tuple[str, Mapping[str, Any]]]:
-    """The Secret keys that spec.steps and spec.session.login.steps type, by the name they are
-    sealed under, with where the first step naming each is."""
+    """The Secret keys that spec.steps, spec.session.login.steps and the routes' steps type, by
+    the name they are sealed under, with where the first step naming each is."""
     references: dict[str, tuple[str, Mapping[str, Any]]] = {}
     login = (spec.get("session") or {}).get("login") or {}
+    routes = spec.get("routes") or {}
     for name, steps in (
         ("spec.steps", spec.get("steps")),
         ("spec.session.login.steps", login.get("steps")),
+        *((f"spec.routes.{label}.steps", route.get("steps")) for label, route in routes.items()),
     ):
         for position, step in enumerate(steps or ()):
             reference = (step.get("valueFrom") or {}).get("secretKeyRef")

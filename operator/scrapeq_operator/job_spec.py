@@ -27,6 +27,8 @@ PAYLOAD_FIELDS = (
     "timeoutSeconds",
     "extract",
     "follow",
+    "next",
+    "routes",
     "politeness",
     "items",
     "structuredData",
@@ -196,6 +198,13 @@ def row_options(spec: Mapping[str, Any]) -> RowOptions:
         payload["parser"] = parser
     if spec.get("steps"):
         payload["steps"] = payload_steps(spec["steps"])
+    if spec.get("routes"):
+        payload["routes"] = {
+            label: {**route, "steps": payload_steps(route["steps"])}
+            if route.get("steps")
+            else route
+            for label, route in spec["routes"].items()
+        }
     login = (spec.get("session") or {}).get("login")
     if login:
         payload["session"] = {"login": {**login, "steps": payload_steps(login["steps"])}}

@@ -633,6 +633,7 @@ class BrowserPool:
             follow_selector=follow_selector,
             max_links=self.settings.max_links,
             max_result_bytes=self.settings.max_result_bytes,
+            next_selector=options.next.selector if options.next else None,
             text_sample=options.text_sample,
             items=options.items,
             document_html_chars=self.settings.max_response_bytes if options.structured_data else 0,

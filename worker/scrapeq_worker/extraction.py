@@ -190,6 +190,8 @@ class ExtractedPage:
     title: str | None = None
     links: list[str] = field(default_factory=list)
     follow: list[str] = field(default_factory=list)
+    # The links matching the job's next.selector (absolute, in page order), when it has one.
+    next_links: list[str] = field(default_factory=list)
     # The first TEXT_SAMPLE_CHARACTERS of the body's text, when the job asked for no fields.
     text_sample: str | None = None
     # One object per item element, when the job asked for items.
@@ -363,6 +365,11 @@ async (spec) => {
     try { follow = hrefs(spec.followSelector); }
     catch (e) { return {badSelector: spec.followSelector, error: String(e)}; }
   }
+  let next = [];
+  if (spec.nextSelector) {
+    try { next = hrefs(spec.nextSelector); }
+    catch (e) { return {badSelector: spec.nextSelector, error: String(e)}; }
+  }
   const titleNode = document.querySelector('title');
   let title = null;
   if (titleNode) {
@@ -403,7 +410,7 @@ async (spec) => {
   }
   const base = document.querySelector('base[href]');
   const baseHref = base ? base.getAttribute('href') : null;
-  return {fields, items, itemsCut, title, links: hrefs('a[href]'), follow, textSample,
+  return {fields, items, itemsCut, title, links: hrefs('a[href]'), follow, next, textSample,
           documentHtml, documentHtmlTooLarge,
           baseHref: baseHref !== null && baseHref.length <= spec.linkChars ? baseHref : null,
           finalUrl: location.href, contentType: document.contentType};
@@ -419,6 +426,7 @@ def browser_script_argument(
     follow_selector: str | None,
     max_links: int,
     max_result_bytes: int,
+    next_selector: str | None = None,
     text_sample: bool = False,
     items: ItemsSpec | None = None,
     document_html_chars: int = 0,
@@ -428,7 +436,8 @@ def browser_script_argument(
     that many characters, each list of raw links at LINK_CHARS_PER_LINK per kept link.
     `text_sample`: read the page's text sample (TEXT_SAMPLE_CHARACTERS). `items`: read them
     after the fields, from the same budget. `document_html_chars`: hand over the rendered
-    document's HTML when it has at most that many characters (0: never)."""
+    document's HTML when it has at most that many characters (0: never). `next_selector`:
+    read the links matching it as the page's next page links."""
     return {
         "documentHtmlChars": document_html_chars,
         "items": items.as_json() if items is not None else None,
@@ -439,6 +448,7 @@ def browser_script_argument(
         "waitFor": wait_for,
         "waitForMs": wait_for_ms,
         "followSelector": follow_selector,
+        "nextSelector": next_selector,
         "linkCandidates": max_links * LINK_CANDIDATES_PER_LINK,
         "maxChars": max_result_bytes,
         "linkChars": max_links * LINK_CHARS_PER_LINK,
@@ -465,6 +475,7 @@ def page_from_browser(
         title=raw.get("title") or None,
         links=resolve_links(raw.get("links") or [], base, max_links),
         follow=resolve_links(raw.get("follow") or [], base, max_links),
+        next_links=resolve_links(raw.get("next") or [], base, max_links),
         text_sample=raw.get("textSample") or None,
         items=list(raw["items"]) if raw.get("items") is not None else None,
         truncated=[
@@ -612,6 +623,7 @@ def extract_static(
     max_links: int = DEFAULT_MAX_LINKS,
     max_characters: int = MAX_EXTRACTED_CHARACTERS,
     wait_for: str | None = None,
+    next_selector: str | None = None,
     text_sample: bool = False,
     items: ItemsSpec | None = None,
     structured_data: Sequence[str] = (),
@@ -627,6 +639,7 @@ def extract_static(
     static HTML is all there is to wait for). `text_sample`: read the page's text sample.
     `items`: read after the fields, from the same budget, as the browser script reads them.
     `structured_data`: the syntaxes of the page's structured data to read (structured_data.py).
+    `next_selector`: the links matching it are the page's next page links.
 
     CPU-bound and unbounded in time on hostile HTML (a parse of deeply nested lists takes
     seconds): the worker runs it in a child process within the job's time
@@ -635,7 +648,12 @@ def extract_static(
     for spec in (*fields, *(items.fields if items is not None else ())):
         if spec.selector != ITEM_ELEMENT_SELECTOR:
             check_selector(spec.selector)
-    for selector in (follow_selector, wait_for, items.selector if items is not None else None):
+    for selector in (
+        follow_selector,
+        next_selector,
+        wait_for,
+        items.selector if items is not None else None,
+    ):
         if selector:
             check_selector(selector)
     try:
@@ -689,6 +707,10 @@ def extract_static(
     page.links = resolve_links(_hrefs(document, "a[href]", candidates), base, max_links)
     if follow_selector:
         page.follow = resolve_links(_hrefs(document, follow_selector, candidates), base, max_links)
+    if next_selector:
+        page.next_links = resolve_links(
+            _hrefs(document, next_selector, candidates), base, max_links
+        )
     if structured_data:
         page.structured_data = read_structured_data(html, base, structured_data)
     if text_sample and document.body is not None:

@@ -71,6 +71,7 @@ class _Request:
     text_sample: bool
     items: ItemsSpec | None
     structured_data: tuple[str, ...]
+    next_selector: str | None
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,7 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                     text_sample=request.text_sample,
                     items=request.items,
                     structured_data=request.structured_data,
+                    next_selector=request.next_selector,
                 )
                 answer = ("ok", page, "")
         except BadInput as error:
@@ -240,6 +242,7 @@ class ExtractionProcesses:
         text_sample: bool = False,
         items: ItemsSpec | None = None,
         structured_data: Sequence[str] = (),
+        next_selector: str | None = None,
     ) -> ExtractedPage:
         """`extract_static` in a child, finished by `deadline` (time.monotonic()).
 
@@ -259,6 +262,7 @@ class ExtractionProcesses:
             text_sample,
             items,
             tuple(structured_data),
+            next_selector,
         )
         answer = await self._ask(request, url=url, deadline=deadline, doing="extracting from")
         page: ExtractedPage = answer

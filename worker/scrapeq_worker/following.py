@@ -25,6 +25,7 @@ from scrapeq_queue import FollowUrl
 from scrapeq_queue.payload import DEFAULT_FOLLOW_MAX_PAGES
 
 from .job_options import FollowOptions
+from .routes import route_names, route_payload
 
 # The rules for a parser's follow requests on a row whose payload has no `follow`: one level
 # deep, the same site, the default page budget. Its followed rows carry the parent's payload
@@ -145,21 +146,61 @@ def followed_rows(
 
     A ScrapeJob's rows share `followed_payload` (None: the parent's). A row without an owner
     hands each followed row its share of what is left of the crawl's maxPages once these links
-    are counted (see the module's docstring). A link a parser gave a label (`labels`) becomes
-    a row whose parser_type is that label and whose payload names no `parser`, so the parser
-    registered under the label parses it.
+    are counted (see the module's docstring). A rule with a `label` gives its rows the payload
+    of that route (routes.py). A link a parser gave a label (`labels`) that names a route
+    becomes a row of that route; any other label becomes a row whose parser_type is that label
+    and whose payload names no `parser`, so the parser registered under the label parses it.
+    A followed row's payload has no `next` unless its route gives one: pagination is the
+    listing's (pagination.py), and a followed page starts no chain of its own.
     """
     if follow is None or not urls:
         return []
-    rows = _followed_rows(payload, urls, follow, owned=owned)
+    if follow.label is not None:
+        routed = route_payload(payload, follow.label, max_pages=follow.max_pages)
+        rows = _routed_rows(routed, urls, follow, owned=owned)
+    else:
+        rows = _followed_rows(payload, urls, follow, owned=owned)
+        if isinstance(payload, Mapping) and "next" in payload:
+            rows = [_without_next(row, payload) for row in rows]
     if not labels:
         return rows
-    return [_labelled(row, labels.get(row.url), payload) for row in rows]
+    routes = route_names(payload)
+    return [_labelled(row, labels.get(row.url), payload, routes) for row in rows]
 
 
-def _labelled(row: FollowUrl, label: str | None, parent_payload: object) -> FollowUrl:
+def _routed_rows(
+    routed: dict[str, Any], urls: Sequence[str], follow: FollowOptions, *, owned: bool
+) -> list[FollowUrl]:
+    """The rows of a labelled rule, each with its route's payload (its steps included: they
+    are the route's own). A row without an owner hands its remaining budget on in the route's
+    `follow`, as `_with_budget` does; a route without follow rules follows nothing."""
+    if owned or "follow" not in routed:
+        return [FollowUrl(url, payload=dict(routed)) for url in urls]
+    budgets = page_budgets(len(urls), follow.max_pages - len(urls))
+    rows: list[FollowUrl] = []
+    for url, budget in zip(urls, budgets, strict=True):
+        options = dict(routed)
+        if budget <= 0:
+            options.pop("follow")
+        else:
+            options["follow"] = {**routed["follow"], "maxPages": budget}
+        rows.append(FollowUrl(url, payload=options))
+    return rows
+
+
+def _without_next(row: FollowUrl, parent_payload: Mapping[str, Any]) -> FollowUrl:
+    source = row.payload if row.payload is not None else parent_payload
+    options = {key: value for key, value in source.items() if key != "next"}
+    return FollowUrl(row.url, payload=options, parser_type=row.parser_type)
+
+
+def _labelled(
+    row: FollowUrl, label: str | None, parent_payload: object, routes: frozenset[str]
+) -> FollowUrl:
     if label is None:
         return row
+    if label in routes:
+        return FollowUrl(row.url, payload=route_payload(parent_payload, label))
     source = row.payload if row.payload is not None else parent_payload
     options: dict[str, Any] = dict(source) if isinstance(source, Mapping) else {}
     options.pop("parser", None)

@@ -161,7 +161,12 @@ class HttpEngine:
         started = time.monotonic()
         deadline = started + options.timeout_seconds
         # Reject selectors the static engine cannot parse before any network traffic.
-        wanted = (*(spec.selector for spec in options.fields), follow_selector, options.wait_for)
+        wanted = (
+            *(spec.selector for spec in options.fields),
+            follow_selector,
+            options.next.selector if options.next else None,
+            options.wait_for,
+        )
         if options.items is not None:
             wanted += (
                 options.items.selector,
@@ -347,6 +352,7 @@ class HttpEngine:
             text_sample=options.text_sample,
             items=options.items,
             structured_data=options.structured_data,
+            next_selector=options.next.selector if options.next else None,
         )
         finished = time.monotonic()
         return PageOutcome(

@@ -21,6 +21,7 @@ from scrapeq_queue.page_steps import (
 )
 from scrapeq_queue.payload import (
     DEFAULT_FOLLOW_MAX_PAGES,
+    DEFAULT_NEXT_MAX_PAGES,
     URLPattern,
     compile_url_pattern,
     structured_data_syntaxes,
@@ -61,6 +62,19 @@ class FollowOptions:
     include: tuple[URLPattern, ...] = ()
     exclude: tuple[URLPattern, ...] = ()
     extract: Mapping[str, Any] | None = None
+    # The route the followed pages are scraped with (see routes.py); None: this page's options.
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class NextOptions:
+    """Pagination: the first link matching `selector` is the next page, scraped with the same
+    options, at chain position `page` + 1, up to `max_pages` pages in the chain."""
+
+    selector: str
+    max_pages: int
+    # The chain position of this row's page (1: the page the chain starts on).
+    page: int = 1
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,10 @@ class JobOptions:
     headers: Mapping[str, str] | None = None
     fields: tuple[FieldSpec, ...] = ()
     follow: FollowOptions | None = None
+    # payload.next: the page's "next page" link, followed as a chain of its own.
+    next: NextOptions | None = None
+    # payload.route: the label of routes this page was followed under (None: none).
+    route: str | None = None
     # payload.sealed opened: headers and cookies for the origins they were given for.
     credentials: Credentials | None = None
     # Sub-resource kinds the browser does not fetch (payload.blockResources, else the pool's).
@@ -199,6 +217,15 @@ def _read_options(
             include=tuple(compile_url_pattern(pattern) for pattern in raw.get("include", ())),
             exclude=tuple(compile_url_pattern(pattern) for pattern in raw.get("exclude", ())),
             extract=dict(raw["extract"]) if "extract" in raw else None,
+            label=str(raw["label"]) if "label" in raw else None,
+        )
+    pagination: NextOptions | None = None
+    if "next" in options:
+        raw = options["next"]
+        pagination = NextOptions(
+            selector=str(raw["selector"]).strip(),
+            max_pages=int(raw.get("maxPages", DEFAULT_NEXT_MAX_PAGES)),
+            page=int(raw.get("page", 1)),
         )
     headers = options.get("headers")
     credentials = _open_credentials(options.get("sealed"), sealing_keys)
@@ -210,6 +237,8 @@ def _read_options(
         headers=dict(headers) if headers else None,
         fields=parse_fields(options.get("extract")),
         follow=follow,
+        next=pagination,
+        route=str(options["route"]) if "route" in options else None,
         credentials=credentials,
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
         upstream_proxies=_upstream_proxies(credentials),

@@ -89,6 +89,8 @@ class OutcomeReporter:
             owned=job.owner_uid is not None,
             labels=scraped.follow_labels,
         )
+        if scraped.next_page is not None:
+            follow.append(scraped.next_page)
         try:
             current = await self._store_result(job, scraped, duration, follow)
         except Exception as error:

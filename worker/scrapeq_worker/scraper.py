@@ -13,12 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from scrapeq_queue import FollowUrl
+
 from .browser import BrowserPool
 from .extraction import FieldSpec, PageOutcome, cap_result
 from .following import PARSER_FOLLOW, FollowPlan, follow_dropped, plan_follow, select_links
 from .http_engine import HttpEngine
 from .job_options import FollowOptions, JobOptions
 from .metrics import WorkerMetrics
+from .pagination import next_page
 from .parsers import ParserRunner, page_for_parser
 
 
@@ -32,6 +35,8 @@ class ScrapeResult:
     follow: FollowOptions | None = None
     # A parser's follow labels: URL -> the followed row's parser_type.
     follow_labels: Mapping[str, str] = field(default_factory=dict)
+    # The next page of the row's pagination chain (payload `next`), to queue beside them.
+    next_page: FollowUrl | None = None
 
 
 class Scraper:
@@ -108,6 +113,15 @@ class Scraper:
         if follow is not None and outcome.extracted is not None:
             chosen = select_links(outcome.extracted.follow, follow, page_urls=page_urls)
             read = len(outcome.extracted.follow)
+        if options.route is not None:
+            document["route"] = options.route
+        chain_row: FollowUrl | None = None
+        if options.next is not None and outcome.extracted is not None:
+            chain = next_page(
+                outcome.extracted.next_links, options.next, payload, page_urls=page_urls
+            )
+            document["pagination"] = chain.result
+            chain_row = chain.row
         labels: dict[str, str] = {}
         if parser is not None:
             assert self.parsers is not None, "a parser was chosen without a ParserRunner"
@@ -150,6 +164,7 @@ class Scraper:
             follow_urls=plan.urls,
             follow=follow,
             follow_labels={link: labels[link] for link in plan.urls if link in labels},
+            next_page=chain_row,
         )
 
     async def _read_structured_data(

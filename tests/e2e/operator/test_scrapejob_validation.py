@@ -48,6 +48,27 @@ pytestmark = pytest.mark.controlplane
             "spec.blockResources",
         ),
         ({"url": "https://a.example.com/", "queue": "Not A Queue"}, "spec.queue"),
+        ({"url": "https://a.example.com/", "next": {"maxPages": 5}}, "spec.next.selector"),
+        (
+            {"url": "https://a.example.com/", "follow": {"selector": "a", "label": "detail"}},
+            "spec.follow.label must name a route of spec.routes",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "follow": {"selector": "a", "label": "detail"},
+                "routes": {"detail": {"follow": {"selector": "a", "label": "reviews"}}},
+            },
+            "a route's follow.label must name a route of spec.routes",
+        ),
+        (
+            {"url": "https://a.example.com/", "routes": {"bad label": {}}},
+            "routes labels must be names",
+        ),
+        (
+            {"url": "https://a.example.com/", "next": {"selector": "a", "maxPages": 10_001}},
+            "spec.next.maxPages",
+        ),
         (
             {"url": "https://a.example.com/", "extract": {"bad name": {"selector": "h1"}}},
             "extract field names must be identifiers",

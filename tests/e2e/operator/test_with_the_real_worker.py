@@ -167,3 +167,66 @@ def test_a_scrapejob_with_items_transforms_and_structured_data_gets_them_in_its_
         {"name": "Laptop Two", "price": None, "link": url + "/shop/p/2", "sku": 2},
     ]
     assert result["structured_data"]["json-ld"][0]["numberOfItems"] == 2
+
+
+def _listing_page(path: str) -> bytes | None:
+    """A listing of four pages (/list/1 .. /list/4), each with one product (/item/N)."""
+    kind, _, number = path.strip("/").partition("/")
+    if not number.isdigit() or not 1 <= int(number) <= 4:
+        return None
+    if kind == "list":
+        more = f'<a class="next" href="/list/{int(number) + 1}">next</a>' if number != "4" else ""
+        return (
+            f'<html><body><h1>Page {number}</h1><a class="product" href="/item/{number}">'
+            f"item</a>{more}</body></html>"
+        ).encode()
+    if kind == "item":
+        return f'<html><body><h1 class="name">Item {number}</h1></body></html>'.encode()
+    return None
+
+
+def test_a_scrapejob_with_next_and_routes_scrapes_its_chain_and_each_label_with_its_route(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    """spec.next and spec.routes reach the rows' payload through the operator as the CRD
+    defaulted them: the chain stops at its maxPages, the followed pages get their route."""
+    operator_factory(empty_database_url)
+    with loopback_site(_listing_page) as url:
+        manifest = scrapejob(
+            "routes",
+            url=url + "/list/1",
+            render=False,
+            extract={"heading": {"selector": "h1"}},
+            next={"selector": "a.next", "maxPages": 3},
+            follow={"selector": "a.product", "label": "detail"},
+            routes={"detail": {"extract": {"name": {"selector": "h1.name"}}}},
+        )
+        manifest["metadata"]["namespace"] = namespace
+        kubectl.apply(manifest)
+        uid = kubectl.get("scrapejob", "routes", namespace)["metadata"]["uid"]
+        eventually_blocking(
+            partial(_has_rows, empty_database_url, uid, 1), within=30, what="the row"
+        )
+        worker = run_worker_until_idle(empty_database_url)
+        assert worker.returncode == 0, worker.stderr[-3000:]
+
+    with psycopg.connect(empty_database_url) as conn:
+        rows = conn.execute(
+            "SELECT url_to_scrape, depth, status::text, result FROM scraping_jobs"
+            " WHERE owner_uid = %s ORDER BY url_to_scrape",
+            (uid,),
+        ).fetchall()
+    found = {url_to_scrape.removeprefix(url): row for url_to_scrape, *row in rows}
+    assert set(found) == {"/list/1", "/list/2", "/list/3", "/item/1", "/item/2", "/item/3"}
+    for number in (1, 2, 3):
+        depth, status, result = found[f"/list/{number}"]
+        assert (depth, status) == (0, "completed")
+        assert result["fields"] == {"heading": f"Page {number}"}
+        assert result["pagination"]["page"] == number
+        depth, status, result = found[f"/item/{number}"]
+        assert (depth, status, result["route"]) == (1, "completed", "detail")
+        assert result["fields"] == {"name": f"Item {number}"}
+    assert found["/list/3"][2]["pagination"]["end"] == "max_pages"

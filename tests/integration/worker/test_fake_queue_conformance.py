@@ -272,6 +272,35 @@ async def test_a_completion_with_links_queues_them_as_children_one_level_deeper(
     assert {(job.depth, job.parent_id) for job in children} == {(1, parent)}
 
 
+async def test_a_next_page_link_is_queued_at_its_parents_depth_and_past_the_follow_limit(
+    harness: Harness,
+) -> None:
+    parent = await harness.enqueue(site(1))
+    await claim(harness, 1)
+
+    recorded = await harness.backend.complete_job(
+        parent,
+        1,
+        result={"ok": True},
+        duration_seconds=0.1,
+        follow_urls=[
+            FollowUrl(site(2)),
+            FollowUrl(site(3)),
+            FollowUrl(site(4), payload={"next": {"selector": "a", "page": 2}}, next_page=True),
+        ],
+        follow_limit=1,
+    )
+
+    assert recorded
+    children = await claim(harness, 10)
+    assert sorted((job.url, job.depth, job.parent_id) for job in children) == [
+        (site(2), 1, parent),
+        (site(4), 0, None),
+    ]
+    [chained] = [job for job in children if job.url == site(4)]
+    assert chained.payload == {"next": {"selector": "a", "page": 2}}
+
+
 async def test_expired_leases_are_rescued_as_a_spent_retry(harness: Harness) -> None:
     job_id = await harness.enqueue(site(1))
     await claim(harness, 1)

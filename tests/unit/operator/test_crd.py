@@ -109,6 +109,35 @@ def test_the_crd_bounds_every_payload_field_as_the_queue_does() -> None:
         assert patterns["items"]["maxLength"] == payload.MAX_FOLLOW_PATTERN_CHARS
 
 
+def test_the_crd_bounds_pagination_as_the_queue_does() -> None:
+    spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
+    pagination = spec[".spec.next"]
+    assert pagination["required"] == ["selector"]
+    # `page` is the worker's: the chain position of a queued row, never a spec field.
+    assert set(pagination["properties"]) == payload.NEXT_KEYS - {"page"}
+    assert pagination["properties"]["selector"]["maxLength"] == payload.MAX_SELECTOR_CHARS
+    assert pagination["properties"]["maxPages"]["minimum"] == 1
+    assert pagination["properties"]["maxPages"]["maximum"] == payload.MAX_NEXT_PAGES
+    assert pagination["properties"]["maxPages"]["default"] == payload.DEFAULT_NEXT_MAX_PAGES
+
+
+def test_the_crd_bounds_routes_as_the_queue_does() -> None:
+    spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
+    routes = spec[".spec.routes"]
+    assert routes["maxProperties"] == payload.MAX_ROUTES
+    assert f"'^{payload.ROUTE_LABEL_PATTERN}$'" in routes["x-kubernetes-validations"][0]["rule"]
+    route = routes["additionalProperties"]["properties"]
+    assert tuple(route) == payload.ROUTE_KEYS
+    # A route's options are the spec's own, except that a route's follow without maxPages
+    # takes the maxPages of the rule that led to it.
+    for key in payload.ROUTE_KEYS:
+        if key != "follow":
+            assert route[key] == spec[f".spec.{key}"], key
+    assert "default" not in route["follow"]["properties"]["maxPages"]
+    label = spec[".spec.follow"]["properties"]["label"]
+    assert label["pattern"] == f"^{payload.ROUTE_LABEL_PATTERN}$"
+
+
 def test_the_crd_bounds_items_and_transforms_as_the_queue_does() -> None:
     spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
     items = spec[".spec.items"]["properties"]

@@ -206,3 +206,23 @@ async def test_a_login_steps_secret_value_is_sealed_for_the_login_pages_origin_t
     assert payload["session"]["login"]["steps"][1]["sealedValue"] == "shop-login/password"
     assert "valueFrom" not in str(payload)
     assert validate_payload(payload) == []
+
+
+async def test_a_route_s_steps_secret_value_is_sealed_and_its_row_step_names_it() -> None:
+    spec = {
+        "follow": {"selector": "a", "label": "detail"},
+        "routes": {"detail": {**STEPS_SPEC, "extract": {"name": "h1"}}},
+    }
+    sealed = await sealed_credentials(
+        spec, "shop", URLS, reader({"password": SECRET.encode()}), KEYS
+    )
+    assert sealed is not None
+    assert KEYS.open(sealed).values == {"shop-login/password": SECRET}
+    payload = row_options(spec)["payload"]
+    (_, typed) = payload["routes"]["detail"]["steps"]
+    assert typed["sealedValue"] == "shop-login/password"
+    assert "valueFrom" not in str(payload)
+    assert validate_payload(payload) == []
+    with pytest.raises(JobNotRunnableError) as raised:
+        await sealed_credentials(spec, "shop", URLS, reader({}), None)
+    assert raised.value.message.startswith("spec.routes.detail.steps: the operator has no")

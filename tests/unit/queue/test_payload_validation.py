@@ -29,6 +29,9 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             "exclude": [r"\?sort="],
             "extract": {"name": "h1"},
         },
+        "next": {"selector": "a[rel=next]", "maxPages": 10_000, "page": 2},
+        "routes": {"detail": {"extract": {"name": "h1"}, "waitFor": "h1"}},
+        "route": "detail",
         "headers": {"Accept-Language": "en"},
         "blockResources": ["image", "font", "media", "stylesheet"],
         "sealed": SealingKeys.from_text(SealingKeys.generate()).seal(
@@ -102,6 +105,16 @@ def test_an_unknown_option_is_reported_with_the_known_ones() -> None:
             "follow.exclude[0] '(unclosed' is not a valid regular expression",
         ),
         ({"follow": {"selector": "a", "extract": {"n": 3}}}, "follow.extract.n must be a selector"),
+        ({"next": "a.next"}, 'next must be an object {"selector": ..., "maxPages": ...}'),
+        ({"next": {"maxPages": 3}}, "next.selector must be a string of 1-1024 characters"),
+        ({"next": {"selector": " "}}, "next.selector must be a string of 1-1024 characters"),
+        ({"next": {"selector": "a", "maxPages": 0}}, "next.maxPages must be an integer from 1"),
+        (
+            {"next": {"selector": "a", "maxPages": 10_001}},
+            "next.maxPages must be an integer from 1 to 10000",
+        ),
+        ({"next": {"selector": "a", "page": True}}, "next.page must be an integer from 1"),
+        ({"next": {"selector": "a", "button": "b"}}, "next has unknown keys: button"),
         ({"headers": {"X": 1}}, "headers must be an object"),
         ({"blockResources": "image"}, "blockResources must be a list of distinct kinds"),
         ({"blockResources": ["image", "script"]}, "from image, font, media, stylesheet"),
@@ -364,3 +377,87 @@ def test_a_bad_structured_data_option_names_the_syntaxes(value: object) -> None:
         "structuredData must be true, false or a list of distinct syntaxes from "
         "json-ld, microdata, opengraph"
     )
+
+
+def test_every_problem_of_a_next_option_is_named_at_once() -> None:
+    problems = validate_payload({"next": {"selector": "", "maxPages": 0, "page": -1, "x": 1}})
+    assert problems == [
+        "next has unknown keys: x",
+        "next.selector must be a string of 1-1024 characters",
+        "next.maxPages must be an integer from 1 to 10000",
+        "next.page must be an integer from 1 to 10000",
+    ]
+
+
+ROUTES = {
+    "detail": {
+        "extract": {"name": "h1"},
+        "follow": {"selector": "a.reviews", "label": "reviews", "maxDepth": 2},
+    },
+    "reviews": {"items": {"selector": "li", "fields": {"text": ""}}, "next": {"selector": "a"}},
+}
+
+
+def test_a_crawl_whose_labels_all_name_routes_is_valid() -> None:
+    payload = {"follow": {"selector": "a.product", "label": "detail"}, "routes": ROUTES}
+    assert validate_payload(payload) == []
+    assert validate_payload({**payload, "route": "reviews"}) == []
+
+
+def test_every_label_that_names_no_route_is_named_with_the_routes_there_are() -> None:
+    routes = {**ROUTES, "detail": {"follow": {"selector": "a", "label": "ratings"}}}
+    problems = validate_payload(
+        {"follow": {"selector": "a", "label": "details"}, "routes": routes, "route": "list"}
+    )
+    assert problems == [
+        "follow.label 'details' names no route (routes: detail, reviews)",
+        "route 'list' names no route (routes: detail, reviews)",
+        "routes.detail.follow.label 'ratings' names no route (routes: detail, reviews)",
+    ]
+    assert validate_payload({"follow": {"selector": "a", "label": "detail"}}) == [
+        "follow.label 'detail' names no route (routes: none)"
+    ]
+
+
+def test_routes_are_bounded_and_each_route_is_checked_as_the_payload_s_own_options() -> None:
+    too_many = {f"r{n}": {} for n in range(21)}
+    assert validate_payload({"routes": too_many})[0] == (
+        "routes has 21 labels; at most 20 are allowed"
+    )
+    problems = validate_payload(
+        {
+            "routes": {
+                "bad label": {},
+                "detail": {"extract": {}, "script": "x", "next": {"maxPages": 0}},
+                "steps": {"steps": [{"action": "evaluate"}]},
+                "empty": 3,
+            }
+        }
+    )
+    assert problems[0].startswith("routes label 'bad label' must be 1-63 letters")
+    assert "routes.detail has unknown keys: script" in problems[1]
+    assert "routes.detail.extract must be a non-empty object" in problems[2]
+    assert "routes.detail.next.selector must be a string" in problems[3]
+    assert "routes.empty must be an object of extract, items, follow, next, steps" in problems[5]
+    assert any(problem.startswith("routes.steps.steps[0]") for problem in problems)
+    assert validate_payload({"routes": {}}) == [
+        'routes must be a non-empty object {"<label>": {"extract": ..., ...}, ...}'
+    ]
+
+
+def test_a_follow_rule_has_a_label_or_an_extract_not_both() -> None:
+    problems = validate_payload(
+        {"follow": {"selector": "a", "label": "detail", "extract": {"n": "h1"}}, "routes": ROUTES}
+    )
+    assert problems == [
+        "follow.extract and follow.label exclude each other: the route's own extract applies "
+        "to the pages of a label"
+    ]
+
+
+def test_a_route_s_steps_need_rendered_pages_like_the_payload_s_own() -> None:
+    routes = {"detail": {"steps": [{"action": "click", "selector": "button"}]}}
+    assert validate_payload({"routes": routes}) == []
+    assert validate_payload({"routes": routes, "render": False}) == [
+        "routes.detail.steps run on rendered pages only: remove them or set render to true"
+    ]

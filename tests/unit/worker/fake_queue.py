@@ -265,7 +265,9 @@ class FakeQueue:
             return False
         self._complete(row, result)
         known = {other.url for other in self.rows.values()}
-        for follow in follow_urls[:follow_limit]:
+        followed = [follow for follow in follow_urls if not follow.next_page]
+        chained = [follow for follow in follow_urls if follow.next_page]
+        for follow in [*followed[:follow_limit], *chained]:
             if follow.url in known:
                 continue
             child = FakeRow(
@@ -275,8 +277,8 @@ class FakeQueue:
                 queue=row.queue,
                 priority=row.priority,
                 max_retries=row.max_retries,
-                depth=row.depth + 1,
-                parent_id=row.id,
+                depth=row.depth if follow.next_page else row.depth + 1,
+                parent_id=None if follow.next_page and row.depth == 0 else row.id,
                 run_at=self.now,
             )
             self.rows[child.id] = child
