@@ -34,7 +34,7 @@ WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "network
 RESOURCE_KINDS: Final = ("image", "font", "media", "stylesheet")
 # A page that needs more than ten minutes is a stuck page, not a slow one.
 MAX_TIMEOUT_SECONDS: Final = 600.0
-EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all", "transforms"})
+EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "xpath", "attribute", "all", "transforms"})
 POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerSite", "delaySeconds", "respectRobotsTxt"})
 # Keys named before 0.1.0: a row that still uses one fails with the key's name now.
 RENAMED_POLITENESS_KEYS: Final = {"maxConcurrentPerHost": "maxConcurrentPerSite"}
@@ -85,7 +85,7 @@ MAX_HEADER_VALUE_CHARS: Final = 8192
 MAX_REPORTED_PROBLEMS: Final = 20
 _QUOTED_CHARS: Final = 60
 # items: one object per element matching `selector`, of `fields` read inside that element.
-ITEMS_KEYS: Final = frozenset({"selector", "fields", "limit"})
+ITEMS_KEYS: Final = frozenset({"selector", "xpath", "fields", "limit"})
 # Items kept per page when items.limit is not given: a listing page's worth.
 DEFAULT_ITEMS_LIMIT: Final = 1000
 # The most items.limit may say (the CRD's maximum too): each item is one query per field.
@@ -391,12 +391,15 @@ def _check_extract(value: object) -> list[str]:
             problems.append(
                 f"extract.{name} has unknown keys: {', '.join(_shown(key) for key in unknown[:5])}"
             )
-        selector = spec.get("selector")
+        if "selector" in spec and "xpath" in spec:
+            problems.append(f"extract.{name} must name a selector or an xpath, not both")
+        what = "xpath" if "xpath" in spec else "selector"
+        selector = spec.get(what)
         if not isinstance(selector, str) or not selector.strip():
-            problems.append(f"extract.{name}.selector must be a non-empty string")
+            problems.append(f"extract.{name}.{what} must be a non-empty string")
         elif len(selector) > MAX_SELECTOR_CHARS:
             problems.append(
-                f"extract.{name}.selector must have at most {MAX_SELECTOR_CHARS} characters"
+                f"extract.{name}.{what} must have at most {MAX_SELECTOR_CHARS} characters"
             )
         else:
             chars += len(selector)
@@ -553,11 +556,22 @@ def _check_items(value: object) -> list[str]:
     unknown = sorted(set(value) - ITEMS_KEYS)
     if unknown:
         problems.append(f"items has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
-    selector = value.get("selector")
-    if not isinstance(selector, str) or not selector.strip() or len(selector) > MAX_SELECTOR_CHARS:
-        problems.append(
-            f"items.selector must be a CSS selector of 1-{MAX_SELECTOR_CHARS} characters"
-        )
+    if "selector" in value and "xpath" in value:
+        problems.append("items must name a selector or an xpath, not both")
+    if "xpath" in value:
+        xpath = value["xpath"]
+        if not isinstance(xpath, str) or not xpath.strip() or len(xpath) > MAX_SELECTOR_CHARS:
+            problems.append(f"items.xpath must be an XPath of 1-{MAX_SELECTOR_CHARS} characters")
+    else:
+        selector = value.get("selector")
+        if (
+            not isinstance(selector, str)
+            or not selector.strip()
+            or len(selector) > MAX_SELECTOR_CHARS
+        ):
+            problems.append(
+                f"items.selector must be a CSS selector of 1-{MAX_SELECTOR_CHARS} characters"
+            )
     if "limit" in value and not _is_integer(value["limit"], 1, MAX_ITEMS_LIMIT):
         problems.append(f"items.limit must be an integer from 1 to {MAX_ITEMS_LIMIT}")
     fields = value.get("fields")
@@ -594,8 +608,8 @@ def item_fields_as_extract(fields: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(spec, str) and _is_item_element(spec):
             spec = ITEM_ELEMENT_SELECTOR
         elif isinstance(spec, Mapping) and (
-            "selector" not in spec
-            or (isinstance(spec["selector"], str) and _is_item_element(spec["selector"]))
+            ("selector" not in spec and "xpath" not in spec)
+            or (isinstance(spec.get("selector"), str) and _is_item_element(spec["selector"]))
         ):
             spec = {**spec, "selector": ITEM_ELEMENT_SELECTOR}
         extract[name] = spec
