@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 
 import re2
 
-from scrapeq_queue.page_steps import check_session, check_steps
+from scrapeq_queue.page_steps import MAX_SETTLE_SECONDS, check_session, check_steps
 from scrapeq_queue.politeness import site_delay_problem, site_limit_problem
 from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
 from scrapeq_queue.urls import target_problem
@@ -58,7 +58,7 @@ MAX_FOLLOW_DEPTH: Final = 5
 # next: the "next page" link of a paginated listing, followed as a chain of its own. `page` is
 # the chain position of the row's page (1, the page the chain starts on, when left out); the
 # worker sets it in the rows it queues.
-NEXT_KEYS: Final = frozenset({"selector", "maxPages", "page"})
+NEXT_KEYS: Final = frozenset({"selector", "maxPages", "page", "click", "settleSeconds"})
 # Pages of a chain when next.maxPages is not given, and the most it may say (the CRD's too).
 DEFAULT_NEXT_MAX_PAGES: Final = 100
 MAX_NEXT_PAGES: Final = 10_000
@@ -530,6 +530,16 @@ def _route_problems(payload: Mapping[str, Any]) -> list[str]:
                         {**payload, "steps": route["steps"]}, name=f"routes.{label}.steps"
                     )
                 )
+            route_next = route.get("next")
+            if (
+                isinstance(route_next, Mapping)
+                and route_next.get("click") is True
+                and payload.get("render") is False
+            ):
+                problems.append(
+                    f"routes.{label}.next.click clicks a button on rendered pages only: remove it "
+                    "or set render to true"
+                )
     return problems
 
 
@@ -546,6 +556,14 @@ def _check_next(value: object) -> list[str]:
     for key in ("maxPages", "page"):
         if key in value and not _is_integer(value[key], 1, MAX_NEXT_PAGES):
             problems.append(f"next.{key} must be an integer from 1 to {MAX_NEXT_PAGES}")
+    if "click" in value and not isinstance(value["click"], bool):
+        problems.append("next.click must be true or false")
+    if "settleSeconds" in value and not _in_range(
+        value["settleSeconds"], 0, MAX_SETTLE_SECONDS, low_open=True
+    ):
+        problems.append(
+            f"next.settleSeconds must be a number above 0 and at most {MAX_SETTLE_SECONDS:g}"
+        )
     return problems
 
 
@@ -911,6 +929,15 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
         problems.extend(check(value))
     if "steps" in payload:
         problems.extend(_steps_problems(payload))
+    next_spec = payload.get("next")
+    if (
+        isinstance(next_spec, Mapping)
+        and next_spec.get("click") is True
+        and payload.get("render") is False
+    ):
+        problems.append(
+            "next.click clicks a button on rendered pages only: remove it or set render to true"
+        )
     if "session" in payload:
         problems.extend(_session_problems(payload))
     problems.extend(_route_problems(payload))

@@ -192,6 +192,14 @@ pytestmark = pytest.mark.controlplane
             },
             "an item field names a selector or an xpath, not both",
         ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "render": False,
+                "next": {"selector": "button.next", "click": True},
+            },
+            "spec.next.click clicks a button on rendered pages only",
+        ),
         ({"url": "https://a.example.com/", "structuredData": ["rdfa"]}, "spec.structuredData"),
         (
             {"url": "https://a.example.com/", "structuredData": ["json-ld", "json-ld"]},

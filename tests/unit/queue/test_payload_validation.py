@@ -306,6 +306,27 @@ def test_xpaths_are_accepted_wherever_a_field_or_items_names_a_selector() -> Non
     assert problem == "extract.t.xpath must have at most 1024 characters"
 
 
+def test_a_next_button_is_clicked_on_rendered_pages_only() -> None:
+    click = {"selector": "button.next", "click": True, "settleSeconds": 2}
+    assert validate_payload({"next": click}) == []
+    assert validate_payload({"next": click, "render": False}) == [
+        "next.click clicks a button on rendered pages only: remove it or set render to true"
+    ]
+    assert validate_payload({"next": {**click, "click": "yes", "settleSeconds": 0}}) == [
+        "next.click must be true or false",
+        "next.settleSeconds must be a number above 0 and at most 30",
+    ]
+    routed = {
+        "render": False,
+        "follow": {"selector": "a", "label": "list"},
+        "routes": {"list": {"next": click}},
+    }
+    assert validate_payload(routed) == [
+        "routes.list.next.click clicks a button on rendered pages only: remove it or set render "
+        "to true"
+    ]
+
+
 def test_items_fields_are_bounded_like_extract_fields() -> None:
     fields = {f"f{number}": "b" for number in range(51)}
     (problem,) = validate_payload({"items": {"selector": "li", "fields": fields}})
