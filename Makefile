@@ -98,6 +98,7 @@ bench-queue: setup
 bench-worker: setup
 	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[bench]'
 	@$(PY) -m benchmarks.worker_pages $(BENCH_ARGS)
+	@$(PY) -m benchmarks.worker_pages --only steps $(BENCH_ARGS)
 
 bench-operator: setup
 	@$(PY) -m benchmarks.operator_scale

@@ -2,6 +2,7 @@
 
     python -m benchmarks.worker_pages                         # every mode but heavy (~4 min)
     python -m benchmarks.worker_pages --only heavy            # the three heavy modes only
+    python -m benchmarks.worker_pages --only steps            # page steps, scroll, Crawlee
     python -m benchmarks.worker_pages --pages 100 --rounds 1  # smaller, for a smoke run
 
 A local site on loopback (127.0.0.2, its own process) serves a JS-rendered page — the content
@@ -34,6 +35,17 @@ with `--only heavy`, the others only without it):
 
 `--only heavy` runs just the three heavy modes (interleaved for --rounds rounds, best round
 each); `--heavy-pages` sets their size.
+
+`--only steps` measures page steps on a JS page whose price is shown by clicking a button:
+
+- steps-none:        the worker on N rendered jobs that wait for the content and extract it,
+                     no steps (the price is not revealed);
+- steps-three:       the same pages with three steps before extraction: wait for the button,
+                     click it and wait for the price, hover a tag;
+- crawlee-steps:     Crawlee's PlaywrightCrawler doing the same three things on the same pages;
+- scroll-1000:       one job that scrolls an infinite list (20 items appended by script per
+                     fetch, on scroll) until 1,000 items match, then extracts them as items:
+                     its wall time and CPU (the worker's and Chromium's), --rounds times.
 
 render, bare-warm, static and crawlee run interleaved for --rounds rounds (per-round lines go to
 stderr) and each keeps its best round: the machine this runs on is shared, and the best round
@@ -89,11 +101,75 @@ STATIC_PAGE = """<!doctype html><html><head><title>Item {n}</title></head><body>
 <h1 class="name">Item {n}</h1><span class="price">{n}.99</span>
 <ul><li class="tag">a</li><li class="tag">b</li></ul></body></html>"""
 
+# The steps page: the JS page's content, a button that shows the price when clicked.
+STEPS_PAGE = """<!doctype html><html><head><title>Item {n}</title></head><body>
+<div id="app">loading</div><script>
+setTimeout(function () {{
+  document.getElementById('app').innerHTML = '<h1 class="name">Item {n}</h1>' +
+    '<button class="reveal">Show price</button><ul><li class="tag">a</li>' +
+    '<li class="tag">b</li></ul>';
+  document.querySelector('button.reveal').addEventListener('click', function () {{
+    setTimeout(function () {{
+      var price = document.createElement('span');
+      price.className = 'price';
+      price.textContent = '{n}.99';
+      document.getElementById('app').appendChild(price);
+    }}, 5);
+  }});
+}}, 5);
+</script></body></html>"""
+
+# An infinite list: each fetch appends 20 items, fetched when the visitor nears the bottom.
+SCROLL_PAGE = """<!doctype html><html><head><title>List</title>
+<style>li {{ height: 40px; }}</style></head><body><ul id="list"></ul><script>
+var offset = 0, loading = false;
+function more() {{
+  if (loading) return;
+  loading = true;
+  fetch('/api/items?offset=' + offset).then(function (r) {{ return r.json(); }})
+    .then(function (items) {{
+      var list = document.getElementById('list');
+      items.forEach(function (text) {{
+        var li = document.createElement('li'); li.className = 'item'; li.textContent = text;
+        list.appendChild(li);
+      }});
+      offset += items.length; loading = false;
+    }});
+}}
+window.addEventListener('scroll', function () {{
+  if (window.innerHeight + window.scrollY >= document.body.scrollHeight - 100) more();
+}});
+more();
+</script></body></html>"""
+SCROLL_ITEMS = 1000
+
 PAYLOAD_RENDER = {
     "waitFor": "h1.name",
     "extract": {"name": "h1.name", "price": ".price", "tags": {"selector": "li.tag", "all": True}},
 }
 PAYLOAD_STATIC = {"render": False, "extract": PAYLOAD_RENDER["extract"]}
+PAYLOAD_STEPS_NONE = PAYLOAD_RENDER
+PAYLOAD_STEPS_THREE = {
+    **PAYLOAD_RENDER,
+    "steps": [
+        {"action": "waitFor", "selector": "button.reveal"},
+        {"action": "click", "selector": "button.reveal", "waitFor": ".price"},
+        {"action": "hover", "selector": "li.tag"},
+    ],
+}
+PAYLOAD_SCROLL = {
+    "steps": [
+        {
+            "action": "scroll",
+            "selector": "li.item",
+            "count": SCROLL_ITEMS,
+            "maxRounds": 200,
+            "timeoutSeconds": 60,
+        }
+    ],
+    "items": {"selector": "li.item", "fields": {"text": ""}, "limit": SCROLL_ITEMS},
+    "timeoutSeconds": 90,
+}
 
 HEAVY_PAGES = 100
 # A heavy page: the JS page's content and 50 sub-resources, named after the page so that no
@@ -205,6 +281,18 @@ def _serve(port: int) -> None:
         n = request.match_info["n"]
         return web.Response(text=STATIC_PAGE.format(n=n), content_type="text/html")
 
+    async def steps(request: web.Request) -> web.Response:
+        n = request.match_info["n"]
+        return web.Response(text=STEPS_PAGE.format(n=n), content_type="text/html")
+
+    async def scroll(request: web.Request) -> web.Response:
+        return web.Response(text=SCROLL_PAGE.format(), content_type="text/html")
+
+    async def items(request: web.Request) -> web.Response:
+        offset = int(request.query["offset"])
+        batch = [f"Item {n}" for n in range(offset + 1, offset + 21)]
+        return web.json_response(batch)
+
     bodies = _heavy_asset_bodies()
 
     async def heavy(request: web.Request) -> web.Response:
@@ -218,6 +306,9 @@ def _serve(port: int) -> None:
     app.router.add_get("/js/{n}", js)
     app.router.add_get("/static/{n}", static)
     app.router.add_get("/heavy/{n}", heavy)
+    app.router.add_get("/steps/{n}", steps)
+    app.router.add_get("/scroll/{n}", scroll)
+    app.router.add_get("/api/items", items)
     app.router.add_get("/asset/{n}/{name}", asset)
     web.run_app(app, host=SITE_HOST, port=port, print=None, access_log=None)
 
@@ -264,6 +355,8 @@ FULL_CHROMIUM_INSTALLED = os.path.exists(FULL_CHROMIUM)
 
 class Bench:
     def __init__(self, admin_dsn: str, site_port: int, executable: str) -> None:
+        # The database of the latest worker mode (its rows, for a check of what was read).
+        self.last_database = ""
         self.admin_dsn = admin_dsn
         self.base = f"http://{SITE_HOST}:{site_port}"
         self.executable = executable
@@ -283,6 +376,7 @@ class Bench:
         self, mode: str, path: str, pages: int, payload: dict[str, Any], **changes: Any
     ) -> Measurement:
         dsn = await self.fresh_database()
+        self.last_database = dsn
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
             await queue.enqueue_many(
                 connection, [f"{self.base}{path}/{n}" for n in range(pages)], payload=payload
@@ -353,7 +447,9 @@ class Bench:
 
         return await _measure(mode, pages, run)
 
-    async def crawlee(self, mode: str, pages: int, concurrency: int) -> Measurement:
+    async def crawlee(
+        self, mode: str, pages: int, concurrency: int, *, path: str = "/js", steps: bool = False
+    ) -> Measurement:
         """Crawlee's PlaywrightCrawler (PyPI `crawlee`) on the same pages, with the same
         Chromium binary, the worker's concurrency, and the same wait and fields: a peer that
         runs a browser per process with reused pages, as the worker does, without a queue in a
@@ -392,11 +488,19 @@ class Bench:
 
             @crawler.router.default_handler
             async def handle(context: PlaywrightCrawlingContext) -> None:
-                extracted.append(await context.page.evaluate(BARE_SCRIPT))
+                page = context.page
+                if steps:
+                    # The worker's three steps: wait for the button, click it and wait for
+                    # the price, hover a tag.
+                    await page.wait_for_selector("button.reveal", state="visible")
+                    await page.click("button.reveal")
+                    await page.wait_for_selector(".price", state="visible")
+                    await page.hover("li.tag")
+                extracted.append(await page.evaluate(BARE_SCRIPT))
 
             # URLs of their own per run: Crawlee skips a URL its request queue has handled.
             run_id = uuid.uuid4().hex
-            await crawler.run([f"{self.base}/js/{n}?run={run_id}" for n in range(pages)])
+            await crawler.run([f"{self.base}{path}/{n}?run={run_id}" for n in range(pages)])
             return pages - len(extracted)
 
         return await _measure(mode, pages, run)
@@ -476,6 +580,8 @@ async def _main(arguments: argparse.Namespace) -> int:
         bench = Bench(admin_dsn, site_port, executable)
         if arguments.only == "heavy":
             return await _heavy(bench, arguments)
+        if arguments.only == "steps":
+            return await _steps(bench, arguments)
         scale = arguments.pages / RENDER_PAGES
         concurrency = WorkerSettings().concurrency
         new_tab_pages = max(20, int(NEW_TAB_PAGES * scale))
@@ -573,6 +679,57 @@ async def _heavy(bench: Bench, arguments: argparse.Namespace) -> int:
     return 0
 
 
+async def _steps(bench: Bench, arguments: argparse.Namespace) -> int:
+    """Page steps: three steps against none on the same pages, Crawlee doing the same three,
+    interleaved; then a 1,000-item infinite scroll, --rounds times."""
+    pages = arguments.pages
+    concurrency = WorkerSettings().concurrency
+    repeated: dict[str, Callable[[], Awaitable[Measurement]]] = {
+        "steps-none": lambda: bench.worker_mode("steps-none", "/steps", pages, PAYLOAD_STEPS_NONE),
+        "steps-three": lambda: bench.worker_mode(
+            "steps-three", "/steps", pages, PAYLOAD_STEPS_THREE
+        ),
+    }
+    if _crawlee_installed():
+        repeated["crawlee-steps"] = lambda: bench.crawlee(
+            "crawlee-steps", pages, concurrency, path="/steps", steps=True
+        )
+    best = await _best_rounds(repeated, arguments.rounds)
+    scrolls: list[tuple[Measurement, int]] = []
+    for _ in range(arguments.rounds):
+        measurement = await bench.worker_mode("scroll-1000", "/scroll", 1, PAYLOAD_SCROLL)
+        async with await psycopg.AsyncConnection.connect(
+            bench.last_database, autocommit=True
+        ) as connection:
+            cursor = await connection.execute(
+                "SELECT coalesce(jsonb_array_length(result->'items'), 0) FROM scraping_jobs"
+            )
+            row = await cursor.fetchone()
+        scrolls.append((measurement, int(row[0]) if row else 0))
+    results = [best[mode] for mode in repeated]
+    for measurement in [*results, *(scroll for scroll, _ in scrolls)]:
+        print(json.dumps(measurement.as_json()), flush=True)
+    print()
+    print(_table(results))
+    print()
+    ratio = best["steps-three"].rate / best["steps-none"].rate
+    print(f"three steps vs none: {ratio * 100:.0f}% of the pages/s (goal >= 80%)")
+    if "crawlee-steps" in best:
+        print(
+            "three steps, scrapeq vs Crawlee: "
+            f"{best['steps-three'].rate / best['crawlee-steps'].rate:.2f}x the pages/s, "
+            f"{best['steps-three'].cpu_seconds / best['crawlee-steps'].cpu_seconds * 100:.0f}% of "
+            "the CPU per page"
+        )
+    for measurement, read in scrolls:
+        print(
+            f"scroll to {SCROLL_ITEMS} items: {measurement.seconds:.2f} s, "
+            f"{measurement.cpu_seconds:.2f} s of CPU (worker and Chromium), "
+            f"{read} items read{' (the row failed)' if measurement.failed else ''}"
+        )
+    return 0
+
+
 async def _best_rounds(
     steps: dict[str, Callable[[], Awaitable[Measurement]]], rounds: int
 ) -> dict[str, Measurement]:
@@ -616,10 +773,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--only",
-        choices=("all", "heavy"),
+        choices=("all", "heavy", "steps"),
         default="all",
-        help="all (default): every mode but the heavy-page ones; heavy: only the heavy-page"
-        " modes (resource blocking off vs on)",
+        help="all (default): every mode but the heavy-page and steps ones; heavy: only the"
+        " heavy-page modes (resource blocking off vs on); steps: only the page-steps modes",
     )
     parser.add_argument(
         "--heavy-pages", type=int, default=HEAVY_PAGES, help="jobs per heavy-page mode"
