@@ -97,8 +97,12 @@ bench-queue: setup
 # BENCH_ARGS passes options through, e.g. BENCH_ARGS="--only heavy" (docs/benchmarks.md).
 bench-worker: setup
 	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[bench]'
+ifeq ($(BENCH_ARGS),)
+	@$(PY) -m benchmarks.worker_pages
+	@$(PY) -m benchmarks.worker_pages --only steps
+else
 	@$(PY) -m benchmarks.worker_pages $(BENCH_ARGS)
-	@$(PY) -m benchmarks.worker_pages --only steps $(BENCH_ARGS)
+endif
 
 bench-operator: setup
 	@$(PY) -m benchmarks.operator_scale
