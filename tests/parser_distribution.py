@@ -90,6 +90,40 @@ def slow(page: Page) -> dict[str, object]:
     return {"kind": "slow"}
 
 
+async def reveal(page: Page) -> dict[str, object]:
+    # Acts on the live page: the price exists only after the button is clicked.
+    if page.actions is None:
+        return {"kind": "reveal", "actions": False, "price": page.fields.get("price")}
+    before = await page.actions.extract({"price": ".price"})
+    report = await page.actions.click("button.reveal", wait_for=".price")
+    after = await page.actions.extract(
+        {"price": ".price"}, items={"selector": "li.tag", "fields": {"tag": ""}}
+    )
+    html = await page.actions.html() or ""
+    return {
+        "kind": "reveal",
+        "actions": True,
+        "before": before["fields"]["price"],
+        "price": after["fields"]["price"],
+        "tags": [item["tag"] for item in after["items"]],
+        "price_in_html": 'class="price"' in html,
+        "click": report,
+    }
+
+
+async def wander(page: Page) -> dict[str, object]:
+    # A click that navigates to an address the worker's guard refuses.
+    assert page.actions is not None
+    await page.actions.click("a.away", wait_for_navigation=True)
+    return {"kind": "wander"}
+
+
+async def bad_steps(page: Page) -> dict[str, object]:
+    assert page.actions is not None
+    await page.actions.run_steps([{"action": "evaluate", "script": "alert(1)"}])
+    return {"kind": "bad-steps"}
+
+
 NOT_CALLABLE = 42
 """
 
@@ -104,6 +138,9 @@ ENTRY_POINTS: Mapping[str, str] = {
     "shop.not-a-mapping": "not_a_mapping",
     "shop.retry": "retry",
     "shop.slow": "slow",
+    "shop.reveal": "reveal",
+    "shop.wander": "wander",
+    "shop.bad-steps": "bad_steps",
 }
 # Entry points that must be left out, each for its own reason.
 BROKEN_ENTRY_POINTS: Mapping[str, str] = {

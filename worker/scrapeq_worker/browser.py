@@ -37,12 +37,14 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
+from scrapeq_queue.payload import validate_payload
 
 from .browser_settings import BrowserSettings
 from .chromium_process import (
@@ -68,13 +70,16 @@ from .extraction import (
     browser_script_argument,
     merge_clicked_pages,
     page_from_browser,
+    parse_fields,
+    parse_items,
     same_content,
 )
 from .http_status import check_status, navigation_failure
-from .job_options import JobOptions, LoginOptions, NextOptions, PageStep
+from .job_options import JobOptions, LoginOptions, NextOptions, PageStep, page_steps_from_raw
 from .memory_watch import MemoryWatch
 from .metrics import WorkerMetrics
 from .network_guard import NetworkGuard
+from .parser_api import PageActions
 from .pyppeteer_compat import apply as _repair_pyppeteer
 from .pyppeteer_compat import retrieve_exception
 from .request_checks import PageWatch, RequestChecks
@@ -368,11 +373,13 @@ class BrowserPool:
         *,
         follow_selector: str | None = None,
         owner: str | None = None,
+        finish: Finish | None = None,
     ) -> PageOutcome:
         """Load `url` in a warm tab of a browser context of `owner` (the ScrapeJob's uid; jobs
         without one share the anonymous owner's contexts), or of a fresh context with
         `isolate_pages`; apply `options`, extract, and hand the tab back (or close it if
-        anything went wrong).
+        anything went wrong). `finish(outcome, actions)`, when given, runs before the tab goes
+        back, with the live page as parser_api.PageActions (a parser's call).
 
         Raises a WorkerError subclass for every failure: BlockedRequest (guard), RetryLater
         (timeouts, crashes, 5xx, 429/503 with the site's delay), PermanentFailure (4xx, script
@@ -422,6 +429,12 @@ class BrowserPool:
                 )
                 if login_ms is not None:
                     outcome.timing_ms["login_ms"] = login_ms
+                if finish is not None:
+                    actions = _LiveActions(self, tab, options, started + options.timeout_seconds)
+                    try:
+                        await finish(outcome, actions)
+                    finally:
+                        actions.ended = True
             except (PyppeteerNetworkError, ConnectionError) as error:
                 # The tab's session or the whole browser connection went away mid-page.
                 if not chromium.alive:
@@ -858,3 +871,86 @@ __all__ = [
     "find_chromium",
     "memory_mb",
 ]
+
+
+# What a caller runs on a rendered page before its tab goes back (BrowserPool.render): the
+# outcome so far, and the live page for a parser.
+Finish = Callable[[PageOutcome, PageActions], Awaitable[None]]
+
+
+class _LiveActions(PageActions):
+    """parser_api.PageActions on the tab of the job under way: the same step runner, checks,
+    deadline and egress route as the job's own steps; usable only during the parser's call."""
+
+    def __init__(self, pool: BrowserPool, tab: Tab, options: JobOptions, deadline: float) -> None:
+        self._pool = pool
+        self._tab = tab
+        self._options = options
+        self._deadline = deadline
+        self.ended = False
+
+    def _watch(self) -> PageWatch:
+        watch = self._tab.watch
+        if self.ended or watch is None:
+            raise RuntimeError("page.actions acts on the page only during the parser's call")
+        return watch
+
+    def _bounded(self, watch: PageWatch) -> Callable[[Awaitable[Any], str], Awaitable[Any]]:
+        page = self._tab.page
+        return lambda work, what: self._pool._bounded(watch, work, self._deadline, page, what)
+
+    async def run_steps(self, steps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        watch = self._watch()
+        raw = [dict(step) if isinstance(step, Mapping) else step for step in steps]
+        if any(
+            isinstance(step, dict) and ("valueFrom" in step or "sealedValue" in step)
+            for step in raw
+        ):
+            raise ValueError(
+                "a parser's steps type literal values: read a secret from the parser image's "
+                "environment, not from valueFrom"
+            )
+        problems = validate_payload({"steps": raw, "timeoutSeconds": self._options.timeout_seconds})
+        if problems:
+            raise ValueError("; ".join(problems))
+        reports = await StepRunner(self._tab.page, self._bounded(watch)).run(
+            page_steps_from_raw(raw)
+        )
+        if watch.abort.done():
+            raise watch.abort.result()
+        return reports
+
+    async def html(self) -> str | None:
+        watch = self._watch()
+        limit = self._options.html_limit or self._pool.settings.max_response_bytes
+        found = await self._pool._page_html(self._tab.page, watch, limit, self._deadline)
+        return found[0] if found else None
+
+    async def extract(
+        self,
+        extract: Mapping[str, Any] | None = None,
+        *,
+        items: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        watch = self._watch()
+        spec: dict[str, Any] = {}
+        if extract is not None:
+            spec["extract"] = dict(extract)
+        if items is not None:
+            spec["items"] = dict(items)
+        problems = validate_payload(spec)
+        if problems:
+            raise ValueError("; ".join(problems))
+        items_spec = parse_items(spec.get("items"))
+        options = replace(
+            self._options,
+            wait_for=None,
+            next=None,
+            items=items_spec,
+            fields=parse_fields(spec.get("extract")),
+            structured_data=(),
+        )
+        found, _ = await self._pool._extract(
+            self._tab.page, watch, options.fields, options, None, self._deadline
+        )
+        return {"fields": found.fields, "items": found.items}

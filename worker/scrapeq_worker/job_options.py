@@ -273,6 +273,12 @@ def _login(
     )
 
 
+def page_steps_from_raw(raw_steps: Sequence[Mapping[str, Any]]) -> tuple[PageStep, ...]:
+    """Validated `steps` with literal values only (a parser's, parser_api.PageActions) as
+    PageSteps, defaults filled in."""
+    return _page_steps(raw_steps, None)
+
+
 def _page_steps(
     raw_steps: Sequence[Mapping[str, Any]],
     credentials: Credentials | None,

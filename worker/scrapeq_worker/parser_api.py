@@ -20,16 +20,169 @@ browser's objects, so the engine beneath can change without breaking parsers. It
 A parser may be a plain function (run in a thread, off the worker's event loop) or an
 `async def` function (run on the event loop: it must not block). Either is bounded by the job's
 `timeoutSeconds`. Everything in this module is stable: a field is added, never renamed.
+
+On a rendered page an async parser may also act on the page itself through `page.actions`
+(`PageActions`): the vocabulary of a payload's `steps` as calls, then the page's HTML or a
+declarative extraction as they are now:
+
+    async def reviews(page: Page) -> ParserResult:
+        assert page.actions is not None  # rendered pages only
+        await page.actions.load_more("button.more-reviews", max_clicks=20)
+        found = await page.actions.extract(items={"selector": ".review", "fields": {"text": ""}})
+        return ParserResult(data={"reviews": found["items"]})
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 # The entry-point group parser packages register their callables under (name = callable).
 ENTRY_POINT_GROUP = "scrapeq.parsers"
+
+
+class PageActions(abc.ABC):
+    """The rendered page itself, while an async parser runs (`Page.actions`).
+
+    Each call is a step of the payload's `steps` vocabulary (docs/scrapejob.md, "Steps"),
+    checked as a payload's steps are, with its own `timeout_seconds` and within the job's
+    `timeoutSeconds` counted from the page's start; each returns that step's report (what a
+    scroll or "load more" found, why it stopped). A step that fails raises the worker's own
+    error: the row then fails as a payload step would (`step_failed`, retried; a request the
+    guard refuses fails it `blocked_address`). Every request a step causes goes through the
+    worker's egress checks. Values typed are literal: a parser that needs a secret reads it
+    from its own image's environment, never from the row.
+    """
+
+    @abc.abstractmethod
+    async def run_steps(self, steps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Run steps given as a payload gives them (`{"action": "click", "selector": ...}`),
+        in order; their reports. Raises ValueError for steps the vocabulary refuses."""
+
+    @abc.abstractmethod
+    async def html(self) -> str | None:
+        """The document as it is now, at most the page's `html_limit` characters."""
+
+    @abc.abstractmethod
+    async def extract(
+        self,
+        extract: Mapping[str, Any] | None = None,
+        *,
+        items: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A declarative extraction of the page as it is now: `{"fields": ..., "items": ...}`
+        for an `extract` and `items` spec as a payload gives them (transforms not applied).
+        Raises ValueError for a spec the payload rules refuse."""
+
+    async def click(
+        self,
+        selector: str,
+        *,
+        wait_for: str | None = None,
+        wait_for_navigation: bool = False,
+        timeout_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        return await self._one(
+            "click",
+            selector=selector,
+            waitFor=wait_for,
+            waitForNavigation=wait_for_navigation or None,
+            timeoutSeconds=timeout_seconds,
+        )
+
+    async def scroll(
+        self,
+        selector: str | None = None,
+        *,
+        count: int | None = None,
+        max_rounds: int | None = None,
+        settle_seconds: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        return await self._one(
+            "scroll",
+            selector=selector,
+            count=count,
+            maxRounds=max_rounds,
+            settleSeconds=settle_seconds,
+            timeoutSeconds=timeout_seconds,
+        )
+
+    async def load_more(
+        self,
+        selector: str,
+        *,
+        max_clicks: int | None = None,
+        settle_seconds: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> dict[str, Any]:
+        return await self._one(
+            "loadMore",
+            selector=selector,
+            maxClicks=max_clicks,
+            settleSeconds=settle_seconds,
+            timeoutSeconds=timeout_seconds,
+        )
+
+    async def type(
+        self, selector: str, value: str, *, timeout_seconds: float | None = None
+    ) -> dict[str, Any]:
+        return await self._one(
+            "type", selector=selector, value=value, timeoutSeconds=timeout_seconds
+        )
+
+    async def fill(
+        self, selector: str, value: str, *, timeout_seconds: float | None = None
+    ) -> dict[str, Any]:
+        return await self._one(
+            "fill", selector=selector, value=value, timeoutSeconds=timeout_seconds
+        )
+
+    async def select(
+        self, selector: str, value: str, *, timeout_seconds: float | None = None
+    ) -> dict[str, Any]:
+        return await self._one(
+            "select", selector=selector, value=value, timeoutSeconds=timeout_seconds
+        )
+
+    async def hover(self, selector: str, *, timeout_seconds: float | None = None) -> dict[str, Any]:
+        return await self._one("hover", selector=selector, timeoutSeconds=timeout_seconds)
+
+    async def press(
+        self, key: str, *, selector: str | None = None, timeout_seconds: float | None = None
+    ) -> dict[str, Any]:
+        return await self._one("press", key=key, selector=selector, timeoutSeconds=timeout_seconds)
+
+    async def wait_for(
+        self, selector: str, *, hidden: bool = False, timeout_seconds: float | None = None
+    ) -> dict[str, Any]:
+        return await self._one(
+            "waitFor",
+            selector=selector,
+            state="hidden" if hidden else None,
+            timeoutSeconds=timeout_seconds,
+        )
+
+    async def wait_for_response(
+        self, url_pattern: str, *, timeout_seconds: float | None = None
+    ) -> dict[str, Any]:
+        return await self._one(
+            "waitForResponse", urlPattern=url_pattern, timeoutSeconds=timeout_seconds
+        )
+
+    async def wait_for_network_idle(
+        self, *, idle_seconds: float | None = None, timeout_seconds: float | None = None
+    ) -> dict[str, Any]:
+        return await self._one(
+            "waitForNetworkIdle", idleSeconds=idle_seconds, timeoutSeconds=timeout_seconds
+        )
+
+    async def _one(self, action: str, **options: Any) -> dict[str, Any]:
+        step = {"action": action, **{k: v for k, v in options.items() if v is not None}}
+        (report,) = await self.run_steps([step])
+        return report
 
 
 @dataclass(frozen=True)
@@ -64,6 +217,9 @@ class Page:
     # The row's parser_type column and its payload, read-only: a parser may branch on them.
     parser_type: str
     payload: Mapping[str, Any]
+    # The rendered page itself while an async parser runs (None for render: false pages, and
+    # outside the parser's call).
+    actions: PageActions | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +266,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "FollowRequest",
     "Page",
+    "PageActions",
     "Parser",
     "ParserOutput",
     "ParserResult",

@@ -17,8 +17,9 @@ the runner's own pool (as many threads as the worker runs pages, so a parser can
 threads other work uses); either bounded by the job's timeoutSeconds. A thread cannot be
 stopped: a sync parser past its time fails its row (`parser_timeout`) and keeps its thread
 until it returns. An exception is `parser_error` (permanent: the same page and the same code
-fail the same way) unless it is parser_api.RetryPage (`parser_retry`, retried); a result that
-is not a JSON object or is larger than the result limit is `parser_result_invalid`.
+fail the same way) unless it is parser_api.RetryPage (`parser_retry`, retried) or the worker's
+own error raised through `page.actions` (a step that failed: its own reason); a result that is
+not a JSON object or is larger than the result limit is `parser_result_invalid`.
 """
 
 from __future__ import annotations
@@ -36,9 +37,17 @@ from typing import Any, Final
 
 from scrapeq_queue.payload import DECLARATIVE_PARSER, PARSER_NAME_PATTERN
 
-from .errors import PermanentFailure, RetryLater
+from .errors import PermanentFailure, RetryLater, WorkerError
 from .extraction import PageOutcome
-from .parser_api import ENTRY_POINT_GROUP, FollowRequest, Page, Parser, ParserResult, RetryPage
+from .parser_api import (
+    ENTRY_POINT_GROUP,
+    FollowRequest,
+    Page,
+    PageActions,
+    Parser,
+    ParserResult,
+    RetryPage,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +175,9 @@ def page_for_parser(
     parser_type: str,
     payload: Mapping[str, Any],
     html_limit: int,
+    actions: PageActions | None = None,
 ) -> Page:
-    """The parser's view of `outcome` (parser_api.Page)."""
+    """The parser's view of `outcome` (parser_api.Page); `actions`: the live rendered page."""
     extracted = outcome.extracted
     return Page(
         url=outcome.url,
@@ -184,6 +194,7 @@ def page_for_parser(
         links=tuple(extracted.links) if extracted else (),
         parser_type=parser_type,
         payload=dict(payload),
+        actions=actions,
     )
 
 
@@ -218,6 +229,10 @@ class ParserRunner:
             ) from error
         except _Raised as raised:
             cause = raised.error
+            if isinstance(cause, WorkerError):
+                # The worker's own verdict on the page, raised through page.actions (a step
+                # that failed, a request the guard refused): the row fails as the step would.
+                raise cause from None
             if isinstance(cause, RetryPage):
                 raise RetryLater(
                     f"parser {name!r} asked to retry: {_message(cause)}",

@@ -22,7 +22,8 @@ from .http_engine import HttpEngine
 from .job_options import FollowOptions, JobOptions
 from .metrics import WorkerMetrics
 from .pagination import next_page
-from .parsers import ParserRunner, page_for_parser
+from .parser_api import PageActions
+from .parsers import ParsedPage, ParserRunner, page_for_parser
 
 
 @dataclass(frozen=True)
@@ -85,26 +86,54 @@ class Scraper:
         gauge = self._metrics.pages_in_flight.labels(engine) if self._metrics else None
         if gauge is not None:
             gauge.inc()
+        parsed_pages: list[ParsedPage] = []
+
+        async def finish(outcome: PageOutcome, actions: PageActions | None) -> None:
+            """Transforms, structured data, then the row's parser: on a rendered row with a
+            parser, while its tab is still held (the parser may act on the live page)."""
+            if outcome.extracted is not None:
+                if any(spec.transforms for spec in _all_fields(options)):
+                    outcome.extracted = await self.http.transform(
+                        outcome.extracted,
+                        options.fields,
+                        options.items,
+                        url=outcome.final_url or url,
+                        deadline=deadline,
+                    )
+                await self._read_structured_data(outcome, options, deadline)
+            if parser is not None:
+                assert self.parsers is not None, "a parser was chosen without a ParserRunner"
+                parsed_pages.append(
+                    await self.parsers.run(
+                        parser,
+                        page_for_parser(
+                            outcome,
+                            engine=engine,
+                            parser_type=parser_type,
+                            payload=payload or {},
+                            html_limit=self.html_limit,
+                            actions=actions,
+                        ),
+                        timeout_seconds=options.timeout_seconds,
+                    )
+                )
+
         try:
             if options.render:
                 outcome = await self.browser.render(
-                    url, options, follow_selector=follow_selector, owner=owner
+                    url,
+                    options,
+                    follow_selector=follow_selector,
+                    owner=owner,
+                    finish=finish if parser is not None else None,
                 )
             else:
                 outcome = await self.http.fetch(url, options, follow_selector=follow_selector)
         finally:
             if gauge is not None:
                 gauge.dec()
-        if outcome.extracted is not None:
-            if any(spec.transforms for spec in _all_fields(options)):
-                outcome.extracted = await self.http.transform(
-                    outcome.extracted,
-                    options.fields,
-                    options.items,
-                    url=outcome.final_url or url,
-                    deadline=deadline,
-                )
-            await self._read_structured_data(outcome, options, deadline)
+        if not (options.render and parser is not None):
+            await finish(outcome, None)
         plan = FollowPlan(())
         document = result_document(outcome, engine)
         page_urls = (url, outcome.final_url or url)
@@ -127,18 +156,7 @@ class Scraper:
             chain_row = chain.row
         labels: dict[str, str] = {}
         if parser is not None:
-            assert self.parsers is not None, "a parser was chosen without a ParserRunner"
-            parsed = await self.parsers.run(
-                parser,
-                page_for_parser(
-                    outcome,
-                    engine=engine,
-                    parser_type=parser_type,
-                    payload=payload or {},
-                    html_limit=self.html_limit,
-                ),
-                timeout_seconds=options.timeout_seconds,
-            )
+            (parsed,) = parsed_pages
             document["parser"] = parser
             document["data"] = parsed.data
             # A row without `follow` may still follow what its parser asks for, one level deep

@@ -215,3 +215,74 @@ async def test_a_failing_parser_fails_its_row_with_its_reason_and_the_worker_goe
     assert bad.last_error is not None
     assert says in bad.last_error
     assert (await job_row(connection, good_id)).status == "completed"
+
+
+REVEAL_PAGE = """<!doctype html><html><head><title>Reveal</title></head><body>
+<h1 class="name">Laptop</h1><button class="reveal">Show price</button>
+<ul><li class="tag">new</li><li class="tag">sale</li></ul>
+<script>
+  document.querySelector('button.reveal').addEventListener('click', function () {
+    setTimeout(function () {
+      var price = document.createElement('span');
+      price.className = 'price';
+      price.textContent = '$9.99';
+      document.body.appendChild(price);
+    }, 20);
+  });
+</script></body></html>"""
+
+
+@pytest.mark.usefixtures("parser_distribution")
+async def test_an_async_parser_acts_on_the_rendered_page_with_the_step_vocabulary(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    site.pages["reveal"] = REVEAL_PAGE
+    rendered = await enqueue(
+        connection, site.url("/page/reveal"), payload={"parser": "shop.reveal"}
+    )
+    static = await enqueue(
+        connection,
+        site.url("/page/reveal?static"),
+        payload={"render": False, "parser": "shop.reveal", "extract": {"price": ".price"}},
+    )
+
+    await run_burst(worker_settings)
+
+    row = await job_row(connection, rendered)
+    assert row.status == "completed", row.last_error
+    data = row.result["data"]
+    # The price exists only after the parser's click: read from the live page, after it.
+    assert data["before"] is None
+    assert data["price"] == "$9.99"
+    assert data["tags"] == ["new", "sale"]
+    assert data["price_in_html"] is True
+    assert data["click"]["action"] == "click"
+    static_row = await job_row(connection, static)
+    assert static_row.status == "completed", static_row.last_error
+    assert static_row.result["data"] == {"kind": "reveal", "actions": False, "price": None}
+
+
+@pytest.mark.usefixtures("parser_distribution")
+async def test_a_parsers_step_is_held_to_the_guard_and_to_the_step_vocabulary(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    site.pages["wander"] = (
+        "<!doctype html><html><head><title>links</title></head><body>"
+        f'<a class="away" href="{site.bystander_url("/admin")}">admin</a></body></html>'
+    )
+    wander = await enqueue(
+        connection, site.url("/page/wander"), payload={"parser": "shop.wander"}, max_retries=0
+    )
+    bad = await enqueue(
+        connection, site.url("/page/wander?bad"), payload={"parser": "shop.bad-steps"}
+    )
+
+    await run_burst(worker_settings)
+
+    wandered = await job_row(connection, wander)
+    # The guard's own reason, as for a payload step: not a parser error.
+    assert (wandered.status, wandered.last_reason) == ("failed", "blocked_address")
+    assert site.bystander_hits == 0
+    refused = await job_row(connection, bad)
+    assert (refused.status, refused.last_reason) == ("failed", "parser_error")
+    assert "steps[0].action" in (refused.last_error or "")
