@@ -47,10 +47,10 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 venv: $(STAMP)
 
 tools:
-	@tools/build.sh node helm
+	@tools/build.sh node helm versitygw
 
 setup: system-packages venv
-	@tools/build.sh node helm >/dev/null
+	@tools/build.sh node helm versitygw >/dev/null
 
 # Lint first: it takes seconds, the suite takes minutes.
 # pytest exits 5 when it collected no test: that is a failure here, never a green run.
