@@ -4,6 +4,7 @@ row's result says, and what happens while the store is away (docs/worker.md, "Ar
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from typing import Any
@@ -14,6 +15,7 @@ from scrapeq_worker.settings import WorkerSettings
 
 from scrapeq.local.s3_server import LocalS3Server
 from tests.conftest import S3_BUCKET
+from tests.waiting import eventually
 
 from .conftest import Connection, job_row, run_burst
 from .site import HostileSite
@@ -230,3 +232,58 @@ async def test_rows_whose_store_is_stopped_are_retried_and_complete_once_it_is_b
         html = read_object(server, row.result["artifacts"]["html"]).decode()
         assert f"<title>Static {n}</title>" in html
         assert row.result["artifacts"]["html"]["key"].endswith(f"/default/{job_id}/page.html")
+
+
+async def test_a_store_stopped_mid_run_loses_and_duplicates_no_row_and_they_complete_later(
+    site: HostileSite,
+    worker_settings: WorkerSettings,
+    connection: Connection,
+    restartable_s3_server: LocalS3Server,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = restartable_s3_server
+    changes = with_store(worker_settings, server, monkeypatch)
+    # Rendered pages that answer after 0.4 s, two at a time: the run lasts a few seconds.
+    ids = [
+        await enqueue(connection, site.url(f"/slow/{n}?ms=400"), {"keep": ["html", "screenshot"]})
+        for n in range(12)
+    ]
+
+    async def completed() -> int:
+        cursor = await connection.execute(
+            "SELECT count(*) FROM scraping_jobs WHERE status = 'completed' AND id = ANY(%s)",
+            (ids,),
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    run = asyncio.create_task(run_burst(worker_settings, concurrency=2, **changes))
+    await eventually(completed, until=lambda done: done >= 2, within=60, what="two rows done")
+    server.stop_server()
+    await run
+
+    rows = {job_id: await job_row(connection, job_id) for job_id in ids}
+    waiting = [job_id for job_id, row in rows.items() if row.status == "pending"]
+    assert waiting, "the store was stopped after the last row completed"
+    for job_id in waiting:
+        assert rows[job_id].last_reason == "storage_unavailable"
+    assert all(row.status in ("completed", "pending") for row in rows.values())
+
+    server.start_server()
+    await connection.execute("UPDATE scraping_jobs SET run_at = now() WHERE id = ANY(%s)", (ids,))
+    await run_burst(worker_settings, **changes)
+
+    folder = server.object_path(S3_BUCKET, f"{changes['object_store_prefix']}/default")
+    assert sorted(int(path.name) for path in folder.iterdir()) == sorted(ids)
+    for job_id in ids:
+        row = await job_row(connection, job_id)
+        assert row.status == "completed", (job_id, row.last_error)
+        html = read_object(server, row.result["artifacts"]["html"]).decode()
+        assert '<h1 class="name">Laptop' in html
+        read_object(server, row.result["artifacts"]["screenshot"])
+        # One object per artifact, whatever the attempts: a retry replaced, never added.
+        assert sorted(path.name for path in (folder / str(job_id)).iterdir()) == [
+            "page.html",
+            "screenshot.png",
+        ]
