@@ -46,7 +46,12 @@ from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
 
-from .browser_settings import CAPTURE_MAX_BYTES, SCREENSHOT_MAX_HEIGHT_PX, BrowserSettings
+from .browser_settings import (
+    CAPTURE_MAX_BYTES,
+    SCREENSHOT_MAX_HEIGHT_PX,
+    SCREENSHOT_MAX_WIDTH_PX,
+    BrowserSettings,
+)
 from .chromium_process import (
     CHROMIUM_FLAGS,
     EXECUTABLE_CANDIDATES,
@@ -732,8 +737,9 @@ class BrowserPool:
     async def _captures(
         self, page: Any, watch: PageWatch, keep: frozenset[str], deadline: float
     ) -> tuple[dict[str, bytes], list[str]]:
-        """The screenshot (PNG of the whole page, down to SCREENSHOT_MAX_HEIGHT_PX) and PDF the
-        job keeps, within its deadline; a capture over its cap is named in the second part."""
+        """The screenshot (PNG of the whole page, within SCREENSHOT_MAX_WIDTH_PX by
+        SCREENSHOT_MAX_HEIGHT_PX) and PDF the job keeps, within its deadline; a capture over
+        its cap is named in the second part."""
         captures: dict[str, bytes] = {}
         too_large: list[str] = []
         wanted = [kind for kind in ("screenshot", "pdf") if kind in keep]
@@ -743,7 +749,7 @@ class BrowserPool:
                     watch, page._client.send("Page.getLayoutMetrics"), deadline, page, "measure"
                 )
                 size = metrics.get("cssContentSize") or metrics.get("contentSize") or {}
-                width = max(1, math.ceil(size.get("width", 0)))
+                width = max(1, min(math.ceil(size.get("width", 0)), SCREENSHOT_MAX_WIDTH_PX))
                 height = max(1, min(math.ceil(size.get("height", 0)), SCREENSHOT_MAX_HEIGHT_PX))
                 request = page._client.send(
                     "Page.captureScreenshot",

@@ -287,3 +287,31 @@ async def test_a_store_stopped_mid_run_loses_and_duplicates_no_row_and_they_comp
             "page.html",
             "screenshot.png",
         ]
+
+
+async def test_a_screenshot_of_a_page_larger_than_its_cap_is_cut_to_2048_by_16384_pixels(
+    site: HostileSite,
+    worker_settings: WorkerSettings,
+    connection: Connection,
+    s3_server: LocalS3Server,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    site.pages["vast"] = (
+        "<!doctype html><title>vast</title>"
+        "<body style='margin:0'><div style='width:3000px;height:20000px'>vast</div></body>"
+    )
+    changes = with_store(worker_settings, s3_server, monkeypatch)
+    job_id = await enqueue(
+        connection, site.url("/page/vast"), {"keep": ["screenshot"], "timeoutSeconds": 60}
+    )
+
+    await run_burst(worker_settings, **changes)
+
+    row = await job_row(connection, job_id)
+    assert row.status == "completed", row.last_error
+    png = read_object(s3_server, row.result["artifacts"]["screenshot"])
+    # The PNG header's IHDR chunk: width and height, big-endian, at bytes 16-24.
+    assert (int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")) == (
+        2048,
+        16384,
+    )
