@@ -44,7 +44,8 @@ RESULT_OBJECT: Final = ("result.json", "application/json")
 @dataclass(frozen=True)
 class Artifacts:
     """What a scrape keeps of its page and where it goes: `store` None keeps html and text in
-    the result; `row` (queue, job id) names the objects."""
+    the result. `html_limit` is the most characters of HTML a kept html artifact has in the
+    store; `max_result_bytes` is the row's limit."""
 
     store: ObjectStore | None
     html_limit: int
