@@ -47,10 +47,10 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 venv: $(STAMP)
 
 tools:
-	@tools/build.sh node helm
+	@tools/build.sh node helm versitygw
 
 setup: system-packages venv
-	@tools/build.sh node helm >/dev/null
+	@tools/build.sh node helm versitygw >/dev/null
 
 # Lint first: it takes seconds, the suite takes minutes.
 # pytest exits 5 when it collected no test: that is a failure here, never a green run.
@@ -100,6 +100,7 @@ bench-worker: setup
 ifeq ($(BENCH_ARGS),)
 	@$(PY) -m benchmarks.worker_pages
 	@$(PY) -m benchmarks.worker_pages --only steps
+	@$(PY) -m benchmarks.worker_pages --only artifacts
 else
 	@$(PY) -m benchmarks.worker_pages $(BENCH_ARGS)
 endif

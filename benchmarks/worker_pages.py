@@ -3,6 +3,7 @@
     python -m benchmarks.worker_pages                         # every mode but heavy (~4 min)
     python -m benchmarks.worker_pages --only heavy            # the three heavy modes only
     python -m benchmarks.worker_pages --only steps            # page steps, scroll, Crawlee
+    python -m benchmarks.worker_pages --only artifacts        # page artifacts to S3 vs none
     python -m benchmarks.worker_pages --pages 100 --rounds 1  # smaller, for a smoke run
 
 A local site on loopback (127.0.0.2, its own process) serves a JS-rendered page — the content
@@ -46,6 +47,11 @@ each); `--heavy-pages` sets their size.
 - scroll-1000:       one job that scrolls an infinite list (20 items appended by script per
                      fetch, on scroll) until 1,000 items match, then extracts them as items:
                      its wall time and CPU (the worker's and Chromium's), --rounds times.
+`--only artifacts` runs the worker on the same rendered pages three ways, interleaved: `render`
+(no artifacts), `render-artifacts` (`keep: [html, screenshot]` uploaded to a local S3 server,
+versitygw) and `render-html-in-row` (`keep: [html]` without an object store: the HTML in the
+row); it prints pages/s of each and PostgreSQL bytes per completed row
+(`pg_column_size(result)`, averaged).
 
 render, bare-warm, static and crawlee run interleaved for --rounds rounds (per-round lines go to
 stderr) and each keeps its best round: the machine this runs on is shared, and the best round
@@ -82,6 +88,7 @@ from scrapeq_worker.worker import Worker
 
 from scrapeq.local.postgres import LocalPostgres
 from scrapeq.local.processes import free_port, wait_until
+from scrapeq.local.s3_server import LocalS3Server
 
 SITE_HOST = "127.0.0.2"
 RENDER_PAGES = 300
@@ -355,12 +362,12 @@ FULL_CHROMIUM_INSTALLED = os.path.exists(FULL_CHROMIUM)
 
 class Bench:
     def __init__(self, admin_dsn: str, site_port: int, executable: str) -> None:
-        # The database of the latest worker mode (its rows, for a check of what was read).
-        self.last_database = ""
         self.admin_dsn = admin_dsn
         self.base = f"http://{SITE_HOST}:{site_port}"
         self.executable = executable
         self._databases = 0
+        # The database of the last worker_mode run, for a look at what it stored.
+        self.last_dsn = ""
 
     async def fresh_database(self) -> str:
         self._databases += 1
@@ -376,7 +383,7 @@ class Bench:
         self, mode: str, path: str, pages: int, payload: dict[str, Any], **changes: Any
     ) -> Measurement:
         dsn = await self.fresh_database()
-        self.last_database = dsn
+        self.last_dsn = dsn
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
             await queue.enqueue_many(
                 connection, [f"{self.base}{path}/{n}" for n in range(pages)], payload=payload
@@ -582,6 +589,8 @@ async def _main(arguments: argparse.Namespace) -> int:
             return await _heavy(bench, arguments)
         if arguments.only == "steps":
             return await _steps(bench, arguments)
+        if arguments.only == "artifacts":
+            return await _artifacts(bench, arguments)
         scale = arguments.pages / RENDER_PAGES
         concurrency = WorkerSettings().concurrency
         new_tab_pages = max(20, int(NEW_TAB_PAGES * scale))
@@ -699,7 +708,7 @@ async def _steps(bench: Bench, arguments: argparse.Namespace) -> int:
     for _ in range(arguments.rounds):
         measurement = await bench.worker_mode("scroll-1000", "/scroll", 1, PAYLOAD_SCROLL)
         async with await psycopg.AsyncConnection.connect(
-            bench.last_database, autocommit=True
+            bench.last_dsn, autocommit=True
         ) as connection:
             cursor = await connection.execute(
                 "SELECT coalesce(jsonb_array_length(result->'items'), 0) FROM scraping_jobs"
@@ -728,6 +737,73 @@ async def _steps(bench: Bench, arguments: argparse.Namespace) -> int:
             f"{read} items read{' (the row failed)' if measurement.failed else ''}"
         )
     return 0
+
+
+async def _artifacts(bench: Bench, arguments: argparse.Namespace) -> int:
+    """Rendered pages without artifacts, with html + screenshot in a real S3 server, and with
+    the HTML in the row (interleaved rounds); pages/s and PostgreSQL bytes per row."""
+    pages = arguments.pages
+    row_bytes: dict[str, float] = {}
+    with LocalS3Server(buckets=("bench",)) as s3:
+        # As in a pod: the client reads its credentials from the environment.
+        os.environ["AWS_ACCESS_KEY_ID"] = s3.access_key
+        os.environ["AWS_SECRET_ACCESS_KEY"] = s3.secret_key
+        store = {
+            "object_store_bucket": "bench",
+            "object_store_endpoint": s3.endpoint,
+            "object_store_region": s3.region,
+            "object_store_path_style": True,
+        }
+
+        def measured(mode: str, payload: dict[str, Any], **changes: Any) -> Any:
+            async def step() -> Measurement:
+                result = await bench.worker_mode(mode, "/js", pages, payload, **changes)
+                row_bytes[mode] = await _result_bytes_per_row(bench.last_dsn)
+                return result
+
+            return step
+
+        repeated: dict[str, Callable[[], Awaitable[Measurement]]] = {
+            "render": measured("render", PAYLOAD_RENDER),
+            "render-artifacts": measured(
+                "render-artifacts", {**PAYLOAD_RENDER, "keep": ["html", "screenshot"]}, **store
+            ),
+            "render-html-in-row": measured(
+                "render-html-in-row", {**PAYLOAD_RENDER, "keep": ["html"]}
+            ),
+        }
+        best = await _best_rounds(repeated, arguments.rounds)
+    results = [best[mode] for mode in repeated]
+    for measurement in results:
+        print(
+            json.dumps(
+                {**measurement.as_json(), "result_bytes_per_row": row_bytes[measurement.mode]}
+            ),
+            flush=True,
+        )
+    print()
+    print(_table(results))
+    print()
+    ratio = best["render-artifacts"].rate / best["render"].rate
+    print(
+        f"render-artifacts vs render: {ratio * 100:.0f}% of the pages/s (goal >= 85%); "
+        f"PostgreSQL bytes per row: render {row_bytes['render']:.0f}, render-artifacts "
+        f"{row_bytes['render-artifacts']:.0f}, render-html-in-row "
+        f"{row_bytes['render-html-in-row']:.0f}"
+    )
+    return 0
+
+
+async def _result_bytes_per_row(dsn: str) -> float:
+    """The average stored size of a completed row's result (pg_column_size: after TOAST
+    compression, what the row costs the table)."""
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+        cursor = await connection.execute(
+            "SELECT coalesce(avg(pg_column_size(result)), 0) FROM scraping_jobs "
+            "WHERE status = 'completed'"
+        )
+        row = await cursor.fetchone()
+    return float(row[0]) if row is not None else 0.0
 
 
 async def _best_rounds(
@@ -773,10 +849,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--only",
-        choices=("all", "heavy", "steps"),
+        choices=("all", "heavy", "steps", "artifacts"),
         default="all",
-        help="all (default): every mode but the heavy-page and steps ones; heavy: only the"
-        " heavy-page modes (resource blocking off vs on); steps: only the page-steps modes",
+        help="all (default): every mode but the heavy-page, steps and artifacts ones; heavy:"
+        " only the heavy-page modes (resource blocking off vs on); steps: only the page-steps"
+        " modes; artifacts: page artifacts to S3 vs none",
     )
     parser.add_argument(
         "--heavy-pages", type=int, default=HEAVY_PAGES, help="jobs per heavy-page mode"

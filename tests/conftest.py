@@ -227,3 +227,29 @@ def chromium_executable() -> str:
         )
         raise AssertionError("unreachable")
     return executable
+
+
+# --- the object store (versitygw, an S3 server) ---------------------------------------------
+from scrapeq.local.s3_server import LocalS3Server  # noqa: E402
+
+# The bucket the session's S3 server holds; tests keep apart by object key prefix.
+S3_BUCKET = "scrapeq-test"
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[LocalS3Server]:
+    """A real S3 server (versitygw, built by tools/build.sh) for the session, with a root
+    access key and secret and the bucket S3_BUCKET; missing_part when it cannot be built or
+    started."""
+    server = LocalS3Server(buckets=(S3_BUCKET,))
+    with running("the S3 server (versitygw)", server):
+        yield server
+
+
+@pytest.fixture
+def restartable_s3_server() -> Iterator[LocalS3Server]:
+    """An S3 server of the test's own, which it may stop (`stop_server`) and start again
+    (`start_server`) on the same port: its objects survive."""
+    server = LocalS3Server(buckets=(S3_BUCKET,))
+    with running("the S3 server (versitygw)", server):
+        yield server

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds the Kubernetes components, etcd and helm from Go modules and caches them outside the
-# checkout, keyed by version and by the module's go.sum, so a fresh clone reuses them. Prints
-# each binary's absolute path on its own line (stdout); progress goes to stderr.
+# Builds the Kubernetes components, etcd, helm and versitygw (an S3 server) from Go modules and
+# caches them outside the checkout, keyed by version and by the module's go.sum, so a fresh clone
+# reuses them. Prints each binary's absolute path on its own line (stdout); progress goes to
+# stderr.
 #
 # Usage: tools/build.sh [TOOL ...]   (default: kube-apiserver etcd helm, what the API-only
 #        tests need; `tools/build.sh node` adds what a local node runs)
-# TOOL: kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns etcd helm node
+# TOOL: kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns etcd helm versitygw node
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
@@ -21,7 +22,7 @@ fi
 # reuse the shared packages and take a fraction of this.
 declare -A first_build_seconds=(
   [kube-apiserver]=350 [kube-controller-manager]=120 [kube-scheduler]=40 [kubelet]=210
-  [kube-proxy]=40 [coredns]=90 [etcd]=45 [helm]=95
+  [kube-proxy]=40 [coredns]=90 [etcd]=45 [helm]=95 [versitygw]=150
 )
 
 # Waits up to $2 seconds for background job $1; true once it has ended (its status is kept for
@@ -66,8 +67,14 @@ build_one() {
       package=helm.sh/helm/v3/cmd/helm
       ldflags="-X helm.sh/helm/v3/internal/version.version=${version} -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
       ;;
+    versitygw)
+      version=$VERSITYGW_VERSION
+      module=versitygw
+      package=github.com/versity/versitygw/cmd/versitygw
+      ldflags="-X main.Version=${version} -X main.Build=module-${version}"
+      ;;
     *)
-      echo "error: unknown tool '$tool' (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns etcd helm node)" >&2
+      echo "error: unknown tool '$tool' (known: kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy coredns etcd helm versitygw node)" >&2
       return 2
       ;;
   esac

@@ -869,6 +869,40 @@ def _session_problems(payload: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+# --- keep: the page artifacts a job keeps (docs/worker.md, "Artifacts") ----------------------
+# html: the document's HTML (the rendered DOM, or the fetched body); text: the body's text;
+# screenshot: a PNG of the rendered page; pdf: the rendered page printed. The last two exist
+# only for rendered pages.
+ARTIFACT_KINDS: Final = ("html", "text", "screenshot", "pdf")
+RENDERED_ARTIFACT_KINDS: Final = ("screenshot", "pdf")
+
+
+def check_artifact_kinds(name: str, value: object) -> list[str]:
+    """Problems with a keep list: distinct names from ARTIFACT_KINDS."""
+    if (
+        isinstance(value, list | tuple)
+        and all(isinstance(kind, str) and kind in ARTIFACT_KINDS for kind in value)
+        and len(set(value)) == len(value)
+    ):
+        return []
+    return [f"{name} must be a list of distinct artifacts from {', '.join(ARTIFACT_KINDS)}"]
+
+
+def _keep_problems(payload: Mapping[str, Any]) -> list[str]:
+    """keep's screenshot and pdf need a rendered page."""
+    keep = payload["keep"]
+    if payload.get("render") is not False or not isinstance(keep, list | tuple):
+        return []
+    rendered = [kind for kind in RENDERED_ARTIFACT_KINDS if kind in keep]
+    if not rendered:
+        return []
+    verb, them = ("needs", "it") if len(rendered) == 1 else ("need", "them")
+    return [
+        f"keep: {' and '.join(rendered)} {verb} a rendered page: remove {them} or set render "
+        "to true"
+    ]
+
+
 # option name -> validator returning the problems with its value.
 PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "render": _check_render,
@@ -891,6 +925,8 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "steps": lambda value: [],
     # Checked with the payload around it (_session_problems), like steps.
     "session": lambda value: [],
+    # Its render condition is checked with the payload around it (_keep_problems).
+    "keep": lambda value: check_artifact_kinds("keep", value),
 }
 
 
@@ -941,6 +977,8 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
     if "session" in payload:
         problems.extend(_session_problems(payload))
     problems.extend(_route_problems(payload))
+    if "keep" in payload:
+        problems.extend(_keep_problems(payload))
     if len(problems) > MAX_REPORTED_PROBLEMS:
         more = len(problems) - MAX_REPORTED_PROBLEMS
         problems = [*problems[:MAX_REPORTED_PROBLEMS], f"and {more} more problems"]

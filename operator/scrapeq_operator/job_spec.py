@@ -34,6 +34,7 @@ PAYLOAD_FIELDS = (
     "structuredData",
     "steps",
     "session",
+    "keep",
 )
 # How many bad lines an error message quotes.
 QUOTED_BAD_LINES = 3

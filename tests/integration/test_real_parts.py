@@ -1,6 +1,7 @@
 """Each real part the suite relies on, started by the harness and used for real:
 PostgreSQL (concurrent SKIP LOCKED claims), Chromium (a JS-rendered page read back through
-pyppeteer) and Prometheus (a sample scraped from a live target, read back with PromQL)."""
+pyppeteer), Prometheus (a sample scraped from a live target, read back with PromQL) and the S3
+server (an object written, read back after a restart, and a badly signed request refused)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import obstore
 import psycopg
 import pytest
+from obstore.exceptions import BaseError as ObjectStoreError
+from obstore.store import S3Store
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from scrapeq.local.prometheus import LocalPrometheus
-from tests.conftest import missing_part
+from scrapeq.local.s3_server import LocalS3Server
+from tests.conftest import S3_BUCKET, missing_part
 
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
 
@@ -161,3 +166,48 @@ def test_prometheus_scrapes_a_target_and_answers_a_promql_query(
         server.shutdown()
         thread.join()
         server.server_close()
+
+
+@pytest.mark.s3
+async def test_the_s3_server_keeps_an_uploaded_object_across_a_restart_on_the_same_port(
+    restartable_s3_server: LocalS3Server,
+) -> None:
+    server = restartable_s3_server
+    store = S3Store(
+        S3_BUCKET,
+        endpoint=server.endpoint,
+        region=server.region,
+        access_key_id=server.access_key,
+        secret_access_key=server.secret_key,
+        virtual_hosted_style_request=False,
+        client_options={"allow_http": True},
+    )
+    await obstore.put_async(store, "probe/one.txt", b"kept on disk")
+    assert server.object_path(S3_BUCKET, "probe/one.txt").read_bytes() == b"kept on disk"
+    port = server.port
+
+    server.stop_server()
+    server.start_server()
+
+    assert server.port == port
+    got = await obstore.get_async(store, "probe/one.txt")
+    assert bytes(await got.bytes_async()) == b"kept on disk"
+
+
+@pytest.mark.s3
+async def test_the_s3_server_refuses_a_request_signed_with_the_wrong_secret(
+    s3_server: LocalS3Server,
+) -> None:
+    store = S3Store(
+        S3_BUCKET,
+        endpoint=s3_server.endpoint,
+        region=s3_server.region,
+        access_key_id=s3_server.access_key,
+        secret_access_key="not-the-secret",
+        virtual_hosted_style_request=False,
+        client_options={"allow_http": True},
+        retry_config={"max_retries": 0},
+    )
+    with pytest.raises(ObjectStoreError):
+        await obstore.put_async(store, "probe/refused.txt", b"no")
+    assert not s3_server.object_path(S3_BUCKET, "probe/refused.txt").exists()

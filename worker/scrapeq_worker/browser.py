@@ -33,9 +33,11 @@ Everything a hostile or broken page can do is contained:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
@@ -46,7 +48,12 @@ from pyppeteer.errors import PageError as PyppeteerPageError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
 from scrapeq_queue.payload import validate_payload
 
-from .browser_settings import BrowserSettings
+from .browser_settings import (
+    CAPTURE_MAX_BYTES,
+    SCREENSHOT_MAX_HEIGHT_PX,
+    SCREENSHOT_MAX_WIDTH_PX,
+    BrowserSettings,
+)
 from .chromium_process import (
     CHROMIUM_FLAGS,
     EXECUTABLE_CANDIDATES,
@@ -623,6 +630,7 @@ class BrowserPool:
             )
             extracted = (merged, extracted[1])
         html = await self._page_html(page, watch, options.html_limit, deadline)
+        captures, too_large = await self._captures(page, watch, options.keep, deadline)
         finished = time.monotonic()
         timing["extract_ms"] = round((finished - loaded) * 1000, 1)
         timing["total_ms"] = round((finished - started) * 1000, 1)
@@ -640,6 +648,8 @@ class BrowserPool:
             html_truncated=html[1] if html else False,
             steps=step_reports,
             pagination=pagination,
+            captures=captures,
+            too_large=too_large,
         )
 
     async def _click_through(
@@ -708,11 +718,12 @@ class BrowserPool:
             wait_for_ms=max(0, int((deadline - time.monotonic()) * 1000) - 200),
             follow_selector=follow_selector,
             max_links=self.settings.max_links,
-            max_result_bytes=self.settings.max_result_bytes,
+            max_result_bytes=options.result_chars or self.settings.max_result_bytes,
             next_selector=options.next.selector if options.next else None,
             text_sample=options.text_sample,
             items=options.items,
             document_html_chars=self.settings.max_response_bytes if options.structured_data else 0,
+            text_chars=options.text_chars,
         )
         # One Runtime.evaluate round trip (pyppeteer's evaluate takes three).
         expression = f"({BROWSER_EXTRACT_SCRIPT.strip()})({json.dumps(argument)})"
@@ -798,6 +809,41 @@ class BrowserPool:
         if not isinstance(html, str):
             return None
         return html[:limit], bool(value.get("truncated")) or len(html) > limit
+
+    async def _captures(
+        self, page: Any, watch: PageWatch, keep: frozenset[str], deadline: float
+    ) -> tuple[dict[str, bytes], list[str]]:
+        """The screenshot (PNG of the whole page, within SCREENSHOT_MAX_WIDTH_PX by
+        SCREENSHOT_MAX_HEIGHT_PX) and PDF the job keeps, within its deadline; a capture over
+        its cap is named in the second part."""
+        captures: dict[str, bytes] = {}
+        too_large: list[str] = []
+        wanted = [kind for kind in ("screenshot", "pdf") if kind in keep]
+        for kind in wanted:
+            if kind == "screenshot":
+                metrics = await self._bounded(
+                    watch, page._client.send("Page.getLayoutMetrics"), deadline, page, "measure"
+                )
+                size = metrics.get("cssContentSize") or metrics.get("contentSize") or {}
+                width = max(1, min(math.ceil(size.get("width", 0)), SCREENSHOT_MAX_WIDTH_PX))
+                height = max(1, min(math.ceil(size.get("height", 0)), SCREENSHOT_MAX_HEIGHT_PX))
+                request = page._client.send(
+                    "Page.captureScreenshot",
+                    {
+                        "format": "png",
+                        "captureBeyondViewport": True,
+                        "clip": {"x": 0, "y": 0, "width": width, "height": height, "scale": 1},
+                    },
+                )
+            else:
+                request = page._client.send("Page.printToPDF", {"printBackground": True})
+            answer = await self._bounded(watch, request, deadline, page, f"take the {kind}")
+            data = base64.b64decode(answer.get("data") or "")
+            if len(data) > CAPTURE_MAX_BYTES[kind]:
+                too_large.append(kind)
+            else:
+                captures[kind] = data
+        return captures, too_large
 
     async def _bounded(
         self, watch: PageWatch, awaitable: Any, deadline: float, page: Any, step: str

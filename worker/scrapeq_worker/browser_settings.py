@@ -88,3 +88,13 @@ class BrowserSettings:
 
 
 __all__ = ["FORBIDDEN_EXTRA_ARGS", "BrowserSettings"]
+
+
+# What a kept screenshot or PDF may be (payload keep; docs/worker.md, "Artifacts"). A
+# screenshot is the whole page down to 16,384 CSS pixels (Chromium's largest texture) and at
+# most 2,048 wide (a page wider than any screen is cut on the right, so one capture's raw
+# bitmap stays under 128 MiB), at most 10 MiB of PNG; a PDF at most 20 MiB. A capture over its
+# cap is left out and named under the result's `truncated` (`artifacts.screenshot`).
+SCREENSHOT_MAX_HEIGHT_PX: Final = 16_384
+SCREENSHOT_MAX_WIDTH_PX: Final = 2_048
+CAPTURE_MAX_BYTES: Final = {"screenshot": 10 * 1024 * 1024, "pdf": 20 * 1024 * 1024}

@@ -278,6 +278,10 @@ class PageOutcome:
     steps: list[dict[str, Any]] = field(default_factory=list)
     # With next.click: the result's `pagination` (pages read, why they ended).
     pagination: dict[str, Any] | None = None
+    # Captures of the rendered page the job keeps (payload keep): "screenshot" (PNG) and
+    # "pdf", each at most its cap (artifacts.py); one over its cap is named in `too_large`.
+    captures: dict[str, bytes] = field(default_factory=dict)
+    too_large: list[str] = field(default_factory=list)
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a
@@ -508,6 +512,7 @@ def browser_script_argument(
     text_sample: bool = False,
     items: ItemsSpec | None = None,
     document_html_chars: int = 0,
+    text_chars: int = 0,
 ) -> dict[str, Any]:
     """The JSON argument `BROWSER_EXTRACT_SCRIPT` expects. `max_result_bytes` (the stored
     result's limit) bounds what the script copies out of the page: field values together at
@@ -515,12 +520,13 @@ def browser_script_argument(
     `text_sample`: read the page's text sample (TEXT_SAMPLE_CHARACTERS). `items`: read them
     after the fields, from the same budget. `document_html_chars`: hand over the rendered
     document's HTML when it has at most that many characters (0: never). `next_selector`:
-    read the links matching it as the page's next page links."""
+    read the links matching it as the page's next page links. `text_chars`: read that many
+    characters of the body's text instead (the text artifact; the sample is their start)."""
     return {
         "documentHtmlChars": document_html_chars,
         "items": items.as_json() if items is not None else None,
         "itemElement": ITEM_ELEMENT_SELECTOR,
-        "textSample": TEXT_SAMPLE_CHARACTERS if text_sample else 0,
+        "textSample": max(TEXT_SAMPLE_CHARACTERS if text_sample else 0, text_chars),
         "textSampleSkipped": list(TEXT_SAMPLE_SKIPPED),
         "fields": [spec.as_json() for spec in fields],
         "waitFor": wait_for,
@@ -851,6 +857,7 @@ def extract_static(
     text_sample: bool = False,
     items: ItemsSpec | None = None,
     structured_data: Sequence[str] = (),
+    text_chars: int = 0,
 ) -> ExtractedPage:
     """Extract fields, title and links from an HTML document without a browser, with the same
     meaning as BROWSER_EXTRACT_SCRIPT. Raises BadInput for a selector lexbor cannot parse.
@@ -863,7 +870,8 @@ def extract_static(
     static HTML is all there is to wait for). `text_sample`: read the page's text sample.
     `items`: read after the fields, from the same budget, as the browser script reads them.
     `structured_data`: the syntaxes of the page's structured data to read (structured_data.py).
-    `next_selector`: the links matching it are the page's next page links.
+    `next_selector`: the links matching it are the page's next page links. `text_chars`: read
+    that many characters of the body's text as `text_sample` instead (the text artifact).
 
     CPU-bound and unbounded in time on hostile HTML (a parse of deeply nested lists takes
     seconds): the worker runs it in a child process within the job's time
@@ -942,8 +950,9 @@ def extract_static(
         )
     if structured_data:
         page.structured_data = read_structured_data(html, base, structured_data)
-    if text_sample and document.body is not None:
-        page.text_sample = _text_sample(document.body, TEXT_SAMPLE_CHARACTERS) or None
+    text_limit = max(TEXT_SAMPLE_CHARACTERS if text_sample else 0, text_chars)
+    if text_limit and document.body is not None:
+        page.text_sample = _text_sample(document.body, text_limit) or None
     return page
 
 
@@ -1062,7 +1071,16 @@ def cap_result(result: dict[str, Any], max_bytes: int) -> dict[str, Any]:
         slots.extend((f"fields.{name}", fields, name) for name in fields)
     slots.extend(
         (key, result, key)
-        for key in ("items", "structured_data", "links", "follow", "title", "text_sample")
+        for key in (
+            "items",
+            "structured_data",
+            "links",
+            "follow",
+            "title",
+            "text_sample",
+            "html",
+            "text",
+        )
         if result.get(key)
     )
     sizes = [_size(container[key]) for _, container, key in slots]

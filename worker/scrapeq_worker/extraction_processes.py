@@ -72,6 +72,7 @@ class _Request:
     items: ItemsSpec | None
     structured_data: tuple[str, ...]
     next_selector: str | None
+    text_chars: int = 0
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ def _serve(connection: multiprocessing.connection.Connection, memory_limit_bytes
                     items=request.items,
                     structured_data=request.structured_data,
                     next_selector=request.next_selector,
+                    text_chars=request.text_chars,
                 )
                 answer = ("ok", page, "")
         except BadInput as error:
@@ -243,6 +245,7 @@ class ExtractionProcesses:
         items: ItemsSpec | None = None,
         structured_data: Sequence[str] = (),
         next_selector: str | None = None,
+        text_chars: int = 0,
     ) -> ExtractedPage:
         """`extract_static` in a child, finished by `deadline` (time.monotonic()).
 
@@ -263,6 +266,7 @@ class ExtractionProcesses:
             items,
             tuple(structured_data),
             next_selector,
+            text_chars,
         )
         answer = await self._ask(request, url=url, deadline=deadline, doing="extracting from")
         page: ExtractedPage = answer

@@ -350,12 +350,13 @@ class HttpEngine:
             follow_selector=follow_selector,
             max_links=self.max_links,
             wait_for=options.wait_for,
-            max_characters=self.max_result_bytes,
+            max_characters=options.result_chars or self.max_result_bytes,
             deadline=deadline,
             text_sample=options.text_sample,
             items=options.items,
             structured_data=options.structured_data,
             next_selector=options.next.selector if options.next else None,
+            text_chars=options.text_chars,
         )
         finished = time.monotonic()
         return PageOutcome(

@@ -157,6 +157,13 @@ class JobOptions:
     items: ItemsSpec | None = None
     # payload.structuredData: the syntaxes of the page's structured data to read.
     structured_data: tuple[str, ...] = ()
+    # payload.keep: the page artifacts to keep (html, text, screenshot, pdf; artifacts.py).
+    keep: frozenset[str] = frozenset()
+    # Characters of the body's text the engine reads for the text artifact (0: none).
+    text_chars: int = 0
+    # Characters the field values may take together (0: the worker's --max-result-bytes); more
+    # when an object store takes results over the row's limit (artifacts.py).
+    result_chars: int = 0
 
     @property
     def text_sample(self) -> bool:
@@ -254,6 +261,7 @@ def _read_options(
         structured_data=structured_data_syntaxes(options.get("structuredData")),
         steps=_page_steps(options.get("steps", ()), credentials),
         login=_login(options.get("session"), credentials),
+        keep=frozenset(options.get("keep", ())),
     )
 
 

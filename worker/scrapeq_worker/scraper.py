@@ -15,12 +15,14 @@ from typing import Any
 
 from scrapeq_queue import FollowUrl
 
+from .artifacts import Artifacts
 from .browser import BrowserPool
-from .extraction import FieldSpec, PageOutcome, cap_result
+from .extraction import FieldSpec, PageOutcome
 from .following import PARSER_FOLLOW, FollowPlan, follow_dropped, plan_follow, select_links
 from .http_engine import HttpEngine
 from .job_options import FollowOptions, JobOptions
 from .metrics import WorkerMetrics
+from .object_store import ObjectStore
 from .pagination import next_page
 from .parser_api import PageActions
 from .parsers import ParsedPage, ParserRunner, page_for_parser
@@ -52,15 +54,23 @@ class Scraper:
         metrics: WorkerMetrics | None = None,
         parsers: ParserRunner | None = None,
         html_limit: int = 0,
+        object_store: ObjectStore | None = None,
     ) -> None:
         """`parsers` runs the parsers a row may name; `html_limit` is how many characters of
-        a page's HTML a parser gets (the page size limit is the natural bound)."""
+        a page's HTML a parser gets (the page size limit is the natural bound), and the most
+        a kept html artifact has. `object_store` takes page artifacts and results over
+        `max_result_bytes` (None: html and text stay in the result, capped)."""
         self.browser = browser
         self.http = http
         self.max_result_bytes = max_result_bytes
         self._metrics = metrics
         self.parsers = parsers
         self.html_limit = html_limit
+        self.artifacts = Artifacts(
+            store=object_store,
+            html_limit=html_limit or max_result_bytes,
+            max_result_bytes=max_result_bytes,
+        )
 
     async def scrape(
         self,
@@ -72,13 +82,16 @@ class Scraper:
         parser: str | None = None,
         parser_type: str = "default",
         payload: Mapping[str, Any] | None = None,
+        row: tuple[str, int] | None = None,
     ) -> ScrapeResult:
         """Fetch `url` as `options` say; raise a WorkerError subclass on failure. `owner` (the
         ScrapeJob's uid) picks the browser contexts the page may share state with. `parser`
         (a name chosen by ParserRegistry.choose) runs on the page; the row's `parser_type` and
-        `payload` are shown to it."""
+        `payload` are shown to it. `row` (queue, job id) names the row's objects in the object
+        store; without it, artifacts stay in the result."""
         if parser is not None:
             options = replace(options, html_limit=self.html_limit)
+        options = self.artifacts.prepare(options)
         follow = options.follow if options.follow and depth < options.follow.max_depth else None
         follow_selector = follow.selector if follow else None
         deadline = time.monotonic() + options.timeout_seconds
@@ -135,6 +148,7 @@ class Scraper:
         if not (options.render and parser is not None):
             await finish(outcome, None)
         plan = FollowPlan(())
+        text = self.artifacts.take_text(outcome, options)
         document = result_document(outcome, engine)
         page_urls = (url, outcome.final_url or url)
         chosen: list[str] = []
@@ -181,7 +195,7 @@ class Scraper:
             if dropped:
                 document["follow_dropped"] = dropped
         return ScrapeResult(
-            result=cap_result(document, self.max_result_bytes),
+            result=await self.artifacts.place(document, outcome, options, text=text, row=row),
             follow_urls=plan.urls,
             follow=follow,
             follow_labels={link: labels[link] for link in plan.urls if link in labels},

@@ -39,6 +39,7 @@ from scrapeq_queue.politeness import (
 from .browser_settings import BrowserSettings
 from .egress_proxy import UpstreamProxy
 from .network_guard import IPNetwork, parse_networks
+from .object_store import ObjectStoreConfig
 from .user_agent import DEFAULT_USER_AGENT, user_agent
 
 
@@ -69,6 +70,23 @@ def _contact_url(text: str) -> str:
         character in url for character in "();"
     ):
         raise ValueError(f"must not contain spaces, control characters, '(', ')' or ';': {text!r}")
+    return url
+
+
+def _bucket_name(text: str) -> str:
+    bucket = text.strip()
+    if not (3 <= len(bucket) <= 63) or not all(c.isalnum() or c in ".-" for c in bucket):
+        raise ValueError(
+            f"must be an S3 bucket name (3-63 letters, digits, '.' and '-'), got {text!r}"
+        )
+    return bucket
+
+
+def _endpoint_url(text: str) -> str:
+    url = text.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL with a host, got {text!r}")
     return url
 
 
@@ -356,6 +374,52 @@ class WorkerSettings:
         "chained to after the SSRF guard's check (set it through the environment). Never "
         "logged with its credentials.",
     )
+    # The object store (docs/worker.md, "Object storage"): page artifacts and results over
+    # the row cap go to this bucket. Credentials are never options: the S3 client reads
+    # AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (the chart fills them from a Secret) and
+    # otherwise its default chain (a web identity token as IRSA mounts it, instance metadata).
+    object_store_bucket: str | None = option(
+        None,
+        flag="--object-store-bucket",
+        env="SCRAPEQ_OBJECT_STORE_BUCKET",
+        parse=_bucket_name,
+        help="S3 bucket for page artifacts (payload keep) and results larger than "
+        "--max-result-bytes (unset: no object store; html and text stay in the row, capped).",
+    )
+    object_store_endpoint: str | None = option(
+        None,
+        flag="--object-store-endpoint",
+        env="SCRAPEQ_OBJECT_STORE_ENDPOINT",
+        parse=_endpoint_url,
+        help="URL of an S3-compatible endpoint (MinIO, Ceph, GCS's S3 interface); unset: AWS "
+        "S3 of --object-store-region.",
+    )
+    object_store_region: str | None = option(
+        None,
+        flag="--object-store-region",
+        env="SCRAPEQ_OBJECT_STORE_REGION",
+        parse=str,
+        help="Region the object store signs requests for (unset: AWS_REGION, else us-east-1).",
+    )
+    # `scrapeq/` keeps the worker's objects apart from anything else in a shared bucket.
+    object_store_prefix: str = option(
+        "scrapeq",
+        flag="--object-store-prefix",
+        env="SCRAPEQ_OBJECT_STORE_PREFIX",
+        parse=lambda text: text.strip("/"),
+        help="Key prefix of every object: <prefix>/<queue>/<job id>/<name>.",
+    )
+    # Most S3-compatible servers (MinIO, Ceph, versitygw) address buckets by path; AWS S3
+    # prefers virtual-hosted names.
+    object_store_path_style: bool = option(
+        False,
+        flag="--object-store-path-style",
+        negative_flag="--object-store-virtual-hosted-style",
+        env="SCRAPEQ_OBJECT_STORE_PATH_STYLE",
+        parse=parse_bool,
+        help="Address the bucket as ENDPOINT/BUCKET/KEY instead of BUCKET.ENDPOINT/KEY.",
+        switch=True,
+    )
     worker_id: str | None = option(
         None,
         flag="--worker-id",
@@ -387,6 +451,18 @@ class WorkerSettings:
             upstream_proxy=self.upstream_proxy,
             renderer_max_memory_mb=self.renderer_max_memory_mb,
             js_heap_mb=self.renderer_js_heap_mb,
+        )
+
+    def object_store_config(self) -> ObjectStoreConfig | None:
+        """Where page artifacts and oversized results go (None: no object store)."""
+        if self.object_store_bucket is None:
+            return None
+        return ObjectStoreConfig(
+            bucket=self.object_store_bucket,
+            endpoint=self.object_store_endpoint,
+            region=self.object_store_region,
+            prefix=self.object_store_prefix,
+            path_style=self.object_store_path_style,
         )
 
     @property

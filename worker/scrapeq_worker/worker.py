@@ -45,6 +45,7 @@ from .job_options import JobOptions, options_from_payload
 from .leases import Leases
 from .metrics import MetricsServer, WorkerMetrics
 from .network_guard import NetworkGuard
+from .object_store import ObjectStore
 from .outcomes import OutcomeReporter, job_log
 from .parser_publication import ParserPublication
 from .parsers import ParserRegistry, ParserRunner
@@ -143,10 +144,13 @@ class Worker:
         self.parser_runner = ParserRunner(
             self.parsers, threads=settings.concurrency, max_result_bytes=settings.max_result_bytes
         )
+        store_config = settings.object_store_config()
+        self.object_store = ObjectStore(store_config) if store_config is not None else None
         self.scraper = Scraper(
             self.browser,
             self.http,
             max_result_bytes=settings.max_result_bytes,
+            object_store=self.object_store,
             metrics=self.metrics,
             parsers=self.parser_runner,
             # A parser reads at most what a page may download.
@@ -461,6 +465,7 @@ class Worker:
         return await self.scraper.scrape(
             job.url,
             options,
+            row=(job.queue, job.id),
             depth=job.depth,
             owner=job.owner_uid,
             parser=parser,

@@ -361,3 +361,46 @@ def test_every_example_is_accepted_by_the_api_server(
 ) -> None:
     result = kubectl.run("apply", "--dry-run=server", "-n", namespace, "-f", str(example))
     assert "scrapejob.scrapeq.io" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"keep": ["html", "dom"]}, "spec.keep[1]: Unsupported value"),
+        ({"keep": ["html", "html"]}, "spec.keep[1]: Duplicate value"),
+        (
+            {"render": False, "keep": ["text", "screenshot"]},
+            "spec.keep: screenshot and pdf are taken of rendered pages only",
+        ),
+        ({"render": False, "keep": ["pdf"]}, "spec.keep: screenshot and pdf"),
+    ],
+)
+def test_a_keep_list_the_worker_could_not_honour_is_refused_at_apply_time(
+    kubectl: Kubectl, namespace: str, spec: dict[str, Any], message: str
+) -> None:
+    result = kubectl.create(
+        {
+            **scrapejob("keeps", url="https://a.example.com/", **spec),
+            "metadata": {"name": "keeps", "namespace": namespace},
+        },
+        check=False,
+    )
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert not kubectl.exists("scrapejob", "keeps", namespace)
+
+
+def test_html_and_text_of_static_pages_and_every_artifact_of_rendered_ones_are_accepted(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    for name, spec in (
+        ("static-keeps", {"render": False, "keep": ["html", "text"]}),
+        ("rendered-keeps", {"keep": ["html", "text", "screenshot", "pdf"]}),
+    ):
+        kubectl.create(
+            {
+                **scrapejob(name, url="https://a.example.com/", **spec),
+                "metadata": {"name": name, "namespace": namespace},
+            }
+        )
+        assert kubectl.get("scrapejob", name, namespace)["spec"]["keep"] == spec["keep"]

@@ -146,3 +146,12 @@ def test_an_archive_that_decompresses_too_far_cannot_run() -> None:
     bomb = gzip.compress(b"\n" * (MAX_DECOMPRESSED_BYTES + 1))
     with pytest.raises(JobNotRunnableError, match="decompresses to more than"):
         decode_url_list(bomb, where="w")
+
+
+def test_a_keep_list_reaches_the_row_as_its_payload_keep() -> None:
+    from scrapeq_queue.payload import validate_payload
+
+    spec = {"url": "https://a.example/", "keep": ["html", "screenshot"]}
+    payload = row_options(spec)["payload"]
+    assert payload == {"keep": ["html", "screenshot"]}
+    assert validate_payload(payload) == []

@@ -52,6 +52,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
                 "steps": [{"action": "click", "selector": "button.sign-in"}],
             }
         },
+        "keep": ["html", "text", "screenshot", "pdf"],
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
@@ -503,3 +504,34 @@ def test_a_route_s_steps_need_rendered_pages_like_the_payload_s_own() -> None:
     assert validate_payload({"routes": routes, "render": False}) == [
         "routes.detail.steps run on rendered pages only: remove them or set render to true"
     ]
+
+
+@pytest.mark.parametrize(
+    "keep",
+    [[], ["html"], ["text", "html"], ["html", "text", "screenshot", "pdf"]],
+)
+def test_a_keep_list_of_distinct_artifacts_is_valid(keep: list[str]) -> None:
+    assert validate_payload({"keep": keep}) == []
+
+
+@pytest.mark.parametrize(
+    "keep",
+    ["html", ["html", "html"], ["html", "dom"], [1], {"html": True}, None],
+)
+def test_a_keep_that_is_not_a_list_of_distinct_artifacts_is_refused_with_the_names(
+    keep: object,
+) -> None:
+    assert validate_payload({"keep": keep}) == [
+        "keep must be a list of distinct artifacts from html, text, screenshot, pdf"
+    ]
+
+
+def test_screenshot_and_pdf_need_a_rendered_page_and_html_and_text_do_not() -> None:
+    assert validate_payload({"render": False, "keep": ["html", "text"]}) == []
+    assert validate_payload({"render": False, "keep": ["screenshot"]}) == [
+        "keep: screenshot needs a rendered page: remove it or set render to true"
+    ]
+    assert validate_payload({"render": False, "keep": ["pdf", "screenshot"]}) == [
+        "keep: screenshot and pdf need a rendered page: remove them or set render to true"
+    ]
+    assert validate_payload({"keep": ["screenshot", "pdf"]}) == []
