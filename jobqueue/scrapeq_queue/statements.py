@@ -408,10 +408,11 @@ SELECT (SELECT count(*) FROM rescued) AS rescued, (SELECT count(*) FROM notified
 JOB_INSERT_MANY: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, run_at, owner_uid, owner_namespace,
-                           owner_name, dedup_key, host_key)
+                           owner_name, dedup_key, host_key, retain_for, notify_finished)
 SELECT new.url, new.parser_type, new.payload, %(queue)s, new.priority, %(max_retries)s,
        %(backoff_seconds)s, coalesce(%(run_at)s::timestamptz, now()), %(owner_uid)s,
-       %(owner_namespace)s, %(owner_name)s, new.dedup_key, new.host_key
+       %(owner_namespace)s, %(owner_name)s, new.dedup_key, new.host_key,
+       %(retain_for)s::interval, %(notify_finished)s
 FROM unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
             %(priorities)s::integer[], %(dedup_keys)s::text[], %(host_keys)s::text[])
      AS new(url, parser_type, payload, priority, dedup_key, host_key)
@@ -625,14 +626,22 @@ ORDER BY attempt
 
 # --- maintenance --------------------------------------------------------------------------------
 
-# Deletes up to `batch` finished rows past their retention (attempts go with them by cascade);
-# failed rows only when `failed_before` is given. Batched so no single transaction grows large.
+# Deletes up to `batch` finished rows past their retention (attempts go with them by cascade).
+# The one rule (docs/queue.md, "Retention"): a row a sink still waits for (`undelivered`) is
+# never deleted; a row with its own `retain_for` goes that long after it finished, whatever its
+# final state; otherwise only a ScrapeJob's row (an owner) goes: completed and cancelled ones
+# finished before `completed_before`, failed ones before `failed_before` when given. A row
+# without an owner and without `retain_for` is a SQL producer's and stays. Batched so no single
+# transaction grows large.
 JOBS_PRUNE_BATCH: Final = """
 WITH doomed AS (
     SELECT id FROM scraping_jobs
     WHERE finished_at IS NOT NULL
-      AND ((status IN ('completed', 'cancelled') AND finished_at < %(completed_before)s)
-           OR (status = 'failed' AND finished_at < %(failed_before)s::timestamptz))
+      AND NOT undelivered
+      AND ((retain_for IS NOT NULL AND finished_at < %(now)s::timestamptz - retain_for)
+           OR (retain_for IS NULL AND owner_uid IS NOT NULL
+               AND ((status IN ('completed', 'cancelled') AND finished_at < %(completed_before)s)
+                    OR (status = 'failed' AND finished_at < %(failed_before)s::timestamptz))))
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 ),
@@ -642,24 +651,28 @@ deleted AS (
 SELECT count(*) FROM deleted
 """
 
-# Dead-letter retention, step 1: per queue with failed rows, the (finished_at, id) of the newest
-# failed row beyond the `keep` newest ones. Every failed row of that queue at or before it is
-# past the limit; a queue with at most `keep` failed rows is not listed. Computed once per prune
-# so each delete batch below is an index range, not a ranking of every failed row.
+# Dead-letter retention, step 1: per queue with failed rows of ScrapeJobs that follow the
+# operator's retention (an owner, no `retain_for`), the (finished_at, id) of the newest such row
+# beyond the `keep` newest ones. Every such failed row of that queue at or before it is past the
+# limit; a queue with at most `keep` of them is not listed. Computed once per prune so each
+# delete batch below is an index range, not a ranking of every failed row.
 JOBS_FAILED_RETENTION_CUTOFFS: Final = """
 SELECT queues.queue, cutoff.finished_at, cutoff.id
-FROM (SELECT DISTINCT queue FROM scraping_jobs WHERE status = 'failed') AS queues
+FROM (SELECT DISTINCT queue FROM scraping_jobs
+      WHERE status = 'failed' AND owner_uid IS NOT NULL AND retain_for IS NULL) AS queues
 CROSS JOIN LATERAL (
     SELECT jobs.finished_at, jobs.id FROM scraping_jobs AS jobs
     WHERE jobs.status = 'failed' AND jobs.queue = queues.queue
+      AND jobs.owner_uid IS NOT NULL AND jobs.retain_for IS NULL
     ORDER BY jobs.finished_at DESC, jobs.id DESC
     OFFSET %(keep)s LIMIT 1
 ) AS cutoff
 """
 
-# Dead-letter retention, step 2: deletes up to `batch` failed rows at or before their queue's
-# cutoff (parallel arrays from step 1), attempts by cascade. A row that failed after the cutoffs
-# were computed is newer than its cutoff and stays, so at least `keep` rows per queue remain.
+# Dead-letter retention, step 2: deletes up to `batch` of those failed rows at or before their
+# queue's cutoff (parallel arrays from step 1), attempts by cascade; never an `undelivered` one.
+# A row that failed after the cutoffs were computed is newer than its cutoff and stays, so at
+# least `keep` rows per queue remain.
 JOBS_PRUNE_FAILED_BEYOND_BATCH: Final = """
 WITH doomed AS (
     SELECT jobs.id
@@ -667,6 +680,7 @@ WITH doomed AS (
     JOIN unnest(%(queues)s::text[], %(finished_ats)s::timestamptz[], %(ids)s::bigint[])
          AS cutoff(queue, finished_at, id) ON jobs.queue = cutoff.queue
     WHERE jobs.status = 'failed' AND (jobs.finished_at, jobs.id) <= (cutoff.finished_at, cutoff.id)
+      AND jobs.owner_uid IS NOT NULL AND jobs.retain_for IS NULL AND NOT jobs.undelivered
     LIMIT %(batch)s
     FOR UPDATE OF jobs SKIP LOCKED
 ),

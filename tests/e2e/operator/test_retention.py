@@ -1,6 +1,8 @@
-"""The operator prunes finished rows periodically: completed rows past their retention go,
-failed rows are kept like a dead-letter queue (the newest N per queue), recent rows stay; the
-politeness state of hosts idle for long goes too.
+"""The operator prunes finished rows periodically: a ScrapeJob's completed rows past their
+retention go, its failed rows are kept like a dead-letter queue (the newest N per queue), recent
+rows stay; a classic row a SQL producer inserted stays and stays readable, unless its producer
+gave it a retention; rows a sink still waits for stay; the politeness state of hosts idle for
+long goes too.
 
 Real operator process (its retention loop every half second), real PostgreSQL, real
 kube-apiserver (the operator needs one to start; retention itself never calls it).
@@ -29,7 +31,8 @@ RETENTION_ENVIRONMENT = {
 # host -> days since a claim last took its rows (e.test also has the pending row above)
 HOSTS = {"idle.test": 2.0, "recent.test": 0.5}
 
-# url -> (status, hours since it finished; None while pending), queue
+# url -> (status, hours since it finished; None while pending), queue. Every row belongs to a
+# ScrapeJob (classic rows are CLASSIC_ROWS below).
 ROWS = {
     "https://e.test/completed-2-days-ago": ("completed", 48.0, "default"),
     "https://e.test/cancelled-3-days-ago": ("cancelled", 72.0, "default"),
@@ -48,6 +51,22 @@ KEPT = {
     "https://e.test/failed-2h",
     # The only failure of its queue: within that queue's newest 2, however old.
     "https://e.test/news-failed-50h",
+}
+
+# url -> (hours since it finished, the producer's retain_for in hours or None, undelivered,
+# owned by a ScrapeJob): rows the operator's limits do not decide alone.
+CLASSIC_ROWS = {
+    "https://e.test/classic-30-days-ago": (24.0 * 30, None, False, False),
+    "https://e.test/classic-asked-for-an-hour": (2.0, 1.0, False, False),
+    "https://e.test/classic-asked-for-a-week": (48.0, 24.0 * 7, False, False),
+    "https://e.test/scrapejob-undelivered-3-days-ago": (72.0, None, True, True),
+    "https://e.test/scrapejob-retained-a-month": (48.0, 24.0 * 30, False, True),
+}
+CLASSIC_KEPT = {
+    "https://e.test/classic-30-days-ago",
+    "https://e.test/classic-asked-for-a-week",
+    "https://e.test/scrapejob-undelivered-3-days-ago",
+    "https://e.test/scrapejob-retained-a-month",
 }
 
 
@@ -82,13 +101,33 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
         for url, (status, hours, queue) in ROWS.items():
             connection.execute(
                 "INSERT INTO scraping_jobs (url_to_scrape, parser_type, queue, status,"
-                " finished_at) VALUES (%(url)s, 'page', %(queue)s, %(status)s,"
-                " now() - make_interval(secs => %(seconds)s))",
+                " finished_at, owner_uid, owner_namespace, owner_name)"
+                " VALUES (%(url)s, 'page', %(queue)s, %(status)s,"
+                " now() - make_interval(secs => %(seconds)s), 'uid-1', 'default', 'shop')",
                 {
                     "url": url,
                     "queue": queue,
                     "status": status,
                     "seconds": None if hours is None else hours * 3600,
+                },
+            )
+        for url, (hours, retain_hours, undelivered, owned) in CLASSIC_ROWS.items():
+            # As a classic producer writes a finished row: status and result, by plain SQL.
+            connection.execute(
+                "INSERT INTO scraping_jobs (url_to_scrape, parser_type, status, result,"
+                " finished_at, retain_for, undelivered, owner_uid, owner_namespace, owner_name)"
+                " VALUES (%(url)s, 'product', 'completed', '{\"title\": \"kept\"}',"
+                " now() - make_interval(secs => %(seconds)s),"
+                " make_interval(secs => %(retain_seconds)s), %(undelivered)s,"
+                " %(uid)s, %(namespace)s, %(name)s)",
+                {
+                    "url": url,
+                    "seconds": hours * 3600,
+                    "retain_seconds": None if retain_hours is None else retain_hours * 3600,
+                    "undelivered": undelivered,
+                    "uid": "uid-2" if owned else None,
+                    "namespace": "default" if owned else None,
+                    "name": "catalogue" if owned else None,
                 },
             )
         for host, days in HOSTS.items():
@@ -99,11 +138,11 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
             )
 
     eventually_blocking(
-        lambda: remaining_urls(empty_database_url) == KEPT,
+        lambda: remaining_urls(empty_database_url) == KEPT | CLASSIC_KEPT,
         within=30,
         what="the retention loop to delete the rows past retention",
     )
-    expected_pruned = len(ROWS) - len(KEPT)
+    expected_pruned = len(ROWS) - len(KEPT) + len(CLASSIC_ROWS) - len(CLASSIC_KEPT)
     eventually_blocking(
         lambda: pruned_metric(operator, "jobs") == expected_pruned,
         within=10,
@@ -120,3 +159,10 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
         what="scrapeq_operator_retention_pruned_sites_total to reach 1",
     )
     assert "retention: deleted" in operator.log_tail(200_000)
+    # The classic row is still readable as its producer wrote it.
+    with psycopg.connect(empty_database_url) as connection:
+        row = connection.execute(
+            "SELECT status::text, result FROM scraping_jobs WHERE url_to_scrape = %s",
+            ("https://e.test/classic-30-days-ago",),
+        ).fetchone()
+    assert row == ("completed", {"title": "kept"})

@@ -102,11 +102,25 @@ def test_prune_deletes_old_finished_jobs_and_keeps_the_rest(
 ) -> None:
     url = ("--database-url", empty_database_url)
     assert run("migrate", *url) == 0
-    assert run("enqueue", *url, "https://e.test/old", "https://e.test/pending") == 0
+    assert (
+        run(
+            "enqueue",
+            *url,
+            "https://e.test/old",
+            "https://e.test/classic",
+            "https://e.test/pending",
+        )
+        == 0
+    )
     with psycopg.connect(empty_database_url, autocommit=True) as connection:
         connection.execute(
             "UPDATE scraping_jobs SET status = 'completed', finished_at = now() - interval '8 days'"
-            " WHERE url_to_scrape = 'https://e.test/old'"
+            " WHERE url_to_scrape IN ('https://e.test/old', 'https://e.test/classic')"
+        )
+        # The old row is a ScrapeJob's; the classic one, without an owner, is a SQL producer's.
+        connection.execute(
+            "UPDATE scraping_jobs SET owner_uid = 'uid', owner_namespace = 'default',"
+            " owner_name = 'shop' WHERE url_to_scrape = 'https://e.test/old'"
         )
     capsys.readouterr()
 
@@ -114,5 +128,7 @@ def test_prune_deletes_old_finished_jobs_and_keeps_the_rest(
 
     assert "deleted 1 finished job(s)" in capsys.readouterr().out
     with psycopg.connect(empty_database_url) as connection:
-        remaining = connection.execute("SELECT url_to_scrape FROM scraping_jobs").fetchall()
-    assert remaining == [("https://e.test/pending",)]
+        remaining = connection.execute(
+            "SELECT url_to_scrape FROM scraping_jobs ORDER BY id"
+        ).fetchall()
+    assert remaining == [("https://e.test/classic",), ("https://e.test/pending",)]
