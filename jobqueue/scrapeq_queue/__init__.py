@@ -50,6 +50,7 @@ from scrapeq_queue.migrations import (
     schema_is_current,
 )
 from scrapeq_queue.notifications import (
+    FINISHED_CHANNEL,
     NOTIFY_CHANNEL,
     listen,
     listen_and_wake,
@@ -115,6 +116,7 @@ __all__ = [
     "CSV_HEADER_SAMPLE_ROWS",
     "DEFAULT_POLITENESS",
     "EXPORT_FORMATS",
+    "FINISHED_CHANNEL",
     "INVALID_PAYLOAD_REASON",
     "NOTIFY_CHANNEL",
     "NO_SITE_LIMIT",

@@ -167,7 +167,8 @@ WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
 """
 
 # Inserts followed links as children of a job that just completed in this transaction:
-# same queue/priority/retries/owner, depth + %(depth_step)s (1 for followed links, 0 for the
+# same queue/priority/retries/owner, the same retain_for, undelivered and notify_finished (the
+# child is part of the same work), depth + %(depth_step)s (1 for followed links, 0 for the
 # next page of a pagination chain; the table keeps parent_id for rows deeper than 0 only, so
 # a chain of depth-0 pages has none), deduplicated per owner by normalised URL
 # (rows without an owner are deduplicated only within one call), at most %(limit)s new rows
@@ -177,14 +178,16 @@ WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
 JOB_INSERT_CHILDREN: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
-                           dedup_key, parent_id, depth, host_key)
+                           dedup_key, parent_id, depth, host_key, retain_for, undelivered,
+                           notify_finished)
 SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        coalesce(child.payload, parent.payload), parent.queue, parent.priority,
        parent.max_retries, parent.retry_backoff_seconds, parent.owner_uid,
        parent.owner_namespace, parent.owner_name,
        CASE WHEN parent.owner_uid IS NULL THEN NULL ELSE child.dedup_key END,
        CASE WHEN parent.depth + %(depth_step)s > 0 THEN parent.id END,
-       parent.depth + %(depth_step)s, child.host_key
+       parent.depth + %(depth_step)s, child.host_key, parent.retain_for, parent.undelivered,
+       parent.notify_finished
 FROM scraping_jobs AS parent,
      unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
             %(dedup_keys)s::text[], %(host_keys)s::text[])
