@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import timedelta
 
 import psycopg
 import pytest
 
-from tests.e2e.operator.operator_parts import OperatorProcess
+from tests.e2e.operator.operator_parts import (
+    Kubectl,
+    OperatorProcess,
+    owner_progress,
+    scrapejob,
+    work_rows,
+)
 from tests.waiting import eventually_blocking
 
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres]
@@ -166,3 +173,78 @@ def test_the_operator_prunes_old_finished_rows_and_keeps_recent_ones(
             ("https://e.test/classic-30-days-ago",),
         ).fetchone()
     assert row == ("completed", {"title": "kept"})
+
+
+def backdate_finished(database_url: str, uid: str, days: float) -> None:
+    """Date every finished row of the owner `days` back."""
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "UPDATE scraping_jobs SET finished_at = now() - make_interval(secs => %s)"
+            " WHERE owner_uid = %s AND finished_at IS NOT NULL",
+            (days * 86400, uid),
+        )
+
+
+def insert_sentinel(database_url: str) -> None:
+    """A ScrapeJob's row past the default retention: its going shows that a prune pass ran."""
+    with psycopg.connect(database_url) as connection:
+        connection.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, status, finished_at,"
+            " owner_uid, owner_namespace, owner_name) VALUES ('https://e.test/sentinel', 'page',"
+            " 'completed', now() - interval '30 days', 'uid-sentinel', 'default', 'sentinel')"
+        )
+
+
+def a_prune_pass_ran(database_url: str) -> None:
+    insert_sentinel(database_url)
+    eventually_blocking(
+        lambda: "https://e.test/sentinel" not in remaining_urls(database_url),
+        within=30,
+        what="a prune pass to delete the sentinel row",
+    )
+
+
+def test_a_scrapejobs_rows_outlive_the_object_until_its_own_retention_ends(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    operator_factory(empty_database_url, environment=RETENTION_ENVIRONMENT)
+    manifest = scrapejob(
+        "kept-for-three-days",
+        urls=["https://shop.example.com/a", "https://shop.example.com/b"],
+        retention={"days": 3},
+    )
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.create(manifest)
+    uid = str(kubectl.get("scrapejob", "kept-for-three-days", namespace)["metadata"]["uid"])
+    eventually_blocking(
+        lambda: owner_progress(empty_database_url, uid).total == 2,
+        within=30,
+        what="the job's two rows",
+    )
+    with psycopg.connect(empty_database_url) as connection:
+        retained = connection.execute(
+            "SELECT DISTINCT retain_for FROM scraping_jobs WHERE owner_uid = %s", (uid,)
+        ).fetchall()
+    assert retained == [(timedelta(days=3),)]
+    work_rows(empty_database_url, limit=1)
+
+    # Deleting the object cancels the pending row and leaves both rows, the result too.
+    kubectl.run("delete", "scrapejob", "kept-for-three-days", "-n", namespace, "--timeout=30s")
+    progress = owner_progress(empty_database_url, uid)
+    assert (progress.succeeded, progress.cancelled) == (1, 1)
+
+    # Past the operator's default (1 day here) but within the job's own 3 days: kept.
+    backdate_finished(empty_database_url, uid, days=2)
+    a_prune_pass_ran(empty_database_url)
+    assert owner_progress(empty_database_url, uid).total == 2
+
+    # Past its own retention: gone.
+    backdate_finished(empty_database_url, uid, days=4)
+    eventually_blocking(
+        lambda: owner_progress(empty_database_url, uid).total == 0,
+        within=30,
+        what="the retention loop to delete the job's rows after its retention",
+    )

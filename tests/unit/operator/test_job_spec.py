@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from datetime import timedelta
 
 import pytest
 from scrapeq_operator.errors import JobNotRunnableError
@@ -146,3 +147,9 @@ def test_an_archive_that_decompresses_too_far_cannot_run() -> None:
     bomb = gzip.compress(b"\n" * (MAX_DECOMPRESSED_BYTES + 1))
     with pytest.raises(JobNotRunnableError, match="decompresses to more than"):
         decode_url_list(bomb, where="w")
+
+
+def test_spec_retention_becomes_the_rows_retain_for_and_its_absence_none() -> None:
+    spec = {"url": "https://a.example/", "retention": {"days": 1.5}}
+    assert row_options(spec)["retain_for"] == timedelta(hours=36)
+    assert row_options({"url": "https://a.example/"})["retain_for"] is None
