@@ -74,7 +74,6 @@ from scrapeq_queue.politeness import (
 from scrapeq_queue.producers import (
     cancel_jobs,
     cancel_owner,
-    delete_owner_rows,
     enqueue,
     enqueue_for_owner,
     enqueue_many,
@@ -162,7 +161,6 @@ __all__ = [
     "conninfo_without_password",
     "current_schema_connection",
     "database_now",
-    "delete_owner_rows",
     "describe_conninfo",
     "enqueue",
     "enqueue_for_owner",

@@ -198,18 +198,6 @@ async def cancel_owner(connection: psycopg.AsyncConnection[Any], owner_uid: str)
 
 
 @translate_database_errors
-async def delete_owner_rows(connection: psycopg.AsyncConnection[Any], owner_uid: str) -> int:
-    """Delete every row of one owner with its attempts, only if none is pending or in flight.
-
-    Returns how many rows were deleted; 0 means the owner had no rows or still has a live one
-    (then nothing is deleted: cancel it first). For history limits of scheduled ScrapeJobs.
-    """
-    cursor = await connection.execute(statements.OWNER_DELETE_FINISHED, {"owner_uid": owner_uid})
-    row = await cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
-@translate_database_errors
 async def cancel_jobs(connection: psycopg.AsyncConnection[Any], job_ids: Sequence[int]) -> int:
     """Cancel the given rows if pending or in flight; return how many were cancelled."""
     if not job_ids:

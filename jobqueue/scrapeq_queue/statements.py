@@ -464,27 +464,6 @@ JOBS_CANCEL: Final = OWNER_CANCEL.replace(
     "jobs.owner_uid = %(owner_uid)s", "jobs.id = ANY(%(ids)s::bigint[])"
 )
 
-# Deletes every row of an owner (its attempts go by cascade), but only when none of them is
-# pending or processing: a finished run of a scheduled ScrapeJob leaves the history. All of the
-# owner's rows are locked first, in id order, so a concurrent retry cannot revive one half-way.
-# Returns how many rows were deleted (0 when a row is live and nothing was deleted).
-OWNER_DELETE_FINISHED: Final = """
-WITH owned AS (
-    SELECT id, status FROM scraping_jobs
-    WHERE owner_uid = %(owner_uid)s
-    ORDER BY id
-    FOR UPDATE
-),
-deleted AS (
-    DELETE FROM scraping_jobs AS jobs
-    USING owned
-    WHERE jobs.id = owned.id
-      AND NOT EXISTS (SELECT FROM owned WHERE owned.status IN ('pending', 'processing'))
-    RETURNING jobs.id
-)
-SELECT count(*) FROM deleted
-"""
-
 # --- inspection ---------------------------------------------------------------------------------
 
 # Row counts per state for the given owners (index scan on owner_uid).
