@@ -1007,6 +1007,8 @@ def politeness_ratios(results: list[dict[str, Any]]) -> list[str]:
     for system, reference, what in (
         ("scrapeq", "scrapeq-before", "politeness on"),
         ("scrapeq-hot-host", "scrapeq", "hot host, other sites' rows"),
+        ("scrapeq", "scrapeq-no-signal", "finished signal, no row opted in"),
+        ("scrapeq-signal", "scrapeq-no-signal", "finished signal, every row opted in"),
     ):
         if system not in rates or reference not in rates:
             continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -132,3 +133,26 @@ def test_prune_deletes_old_finished_jobs_and_keeps_the_rest(
             "SELECT url_to_scrape FROM scraping_jobs ORDER BY id"
         ).fetchall()
     assert remaining == [("https://e.test/classic",), ("https://e.test/pending",)]
+
+
+def test_enqueue_gives_rows_a_retention_and_the_finished_signal_when_asked(
+    empty_database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ("--database-url", empty_database_url)
+    assert run("migrate", *url) == 0
+    assert run("enqueue", *url, "https://e.test/plain") == 0
+    assert (
+        run("enqueue", *url, "https://e.test/asked", "--retain-days", "2", "--notify-finished") == 0
+    )
+    with pytest.raises(SystemExit):
+        run("enqueue", *url, "https://e.test/never", "--retain-days", "-1")
+    assert "expected 0 or more days" in capsys.readouterr().err
+
+    with psycopg.connect(empty_database_url) as connection:
+        rows = connection.execute(
+            "SELECT url_to_scrape, retain_for, notify_finished FROM scraping_jobs ORDER BY id"
+        ).fetchall()
+    assert rows == [
+        ("https://e.test/plain", None, False),
+        ("https://e.test/asked", timedelta(days=2), True),
+    ]
