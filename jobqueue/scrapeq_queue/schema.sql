@@ -529,7 +529,7 @@ CREATE FUNCTION public.scrapeq_notify_finished() RETURNS trigger
 BEGIN
     PERFORM pg_notify(
         'scrapeq_finished',
-        json_build_object('id', NEW.id, 'queue', NEW.queue, 'state', NEW.status)::text
+        jsonb_build_object('id', NEW.id, 'queue', NEW.queue, 'state', NEW.status)::text
     );
     RETURN NULL;
 END;
