@@ -393,6 +393,37 @@ WHERE status IN ('pending', 'processing') AND host_key <> %(hot)s
 """
 
 
+# Benchmark fixture, not product SQL: the schema without the finished-row signal's trigger
+# (docs/queue.md, "Signals for SQL producers"), to compare completions with and without it.
+DROP_FINISHED_SIGNAL = "DROP TRIGGER scrapeq_jobs_notify_finished ON scraping_jobs"
+
+
+class ScrapeqWithoutFinishedSignal(Scrapeq):
+    """`scrapeq` on a schema without the trigger of the finished-row signal: what `scrapeq`
+    (the same rows, none opted in) must match for the signal to cost rows that did not opt in
+    nothing."""
+
+    name = "scrapeq-no-signal"
+
+    async def install(self, dsn: str) -> None:
+        await super().install(dsn)
+        async with await queue.connect(dsn) as connection:
+            await connection.execute(DROP_FINISHED_SIGNAL)
+
+
+class ScrapeqFinishedSignal(Scrapeq):
+    """`scrapeq` with every row opted in to the finished-row signal (one NOTIFY per completed
+    row, nobody listening): what the signal costs the rows that ask for it."""
+
+    name = "scrapeq-signal"
+
+    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+        async with await queue.connect(dsn) as connection:
+            await queue.enqueue_many(
+                connection, [self.url(n) for n in range(count)], notify_finished=True
+            )
+
+
 # --- PgQueuer ------------------------------------------------------------------------------------
 
 # Benchmark fixture data: PgQueuer deletes finished jobs from its queue table and keeps one
@@ -606,6 +637,8 @@ IMPLEMENTATIONS: dict[str, Callable[[int], System]] = {
     "scrapeq": Scrapeq,
     "scrapeq-before": ScrapeqBeforePoliteness,
     "scrapeq-hot-host": ScrapeqHotHost,
+    "scrapeq-no-signal": ScrapeqWithoutFinishedSignal,
+    "scrapeq-signal": ScrapeqFinishedSignal,
     "pgqueuer": PgQueuerSystem,
     "procrastinate": Procrastinate,
 }
@@ -974,6 +1007,8 @@ def politeness_ratios(results: list[dict[str, Any]]) -> list[str]:
     for system, reference, what in (
         ("scrapeq", "scrapeq-before", "politeness on"),
         ("scrapeq-hot-host", "scrapeq", "hot host, other sites' rows"),
+        ("scrapeq", "scrapeq-no-signal", "finished signal, no row opted in"),
+        ("scrapeq-signal", "scrapeq-no-signal", "finished signal, every row opted in"),
     ):
         if system not in rates or reference not in rates:
             continue

@@ -50,6 +50,7 @@ from scrapeq_queue.migrations import (
     schema_is_current,
 )
 from scrapeq_queue.notifications import (
+    FINISHED_CHANNEL,
     NOTIFY_CHANNEL,
     listen,
     listen_and_wake,
@@ -73,7 +74,6 @@ from scrapeq_queue.politeness import (
 from scrapeq_queue.producers import (
     cancel_jobs,
     cancel_owner,
-    delete_owner_rows,
     enqueue,
     enqueue_for_owner,
     enqueue_many,
@@ -115,6 +115,7 @@ __all__ = [
     "CSV_HEADER_SAMPLE_ROWS",
     "DEFAULT_POLITENESS",
     "EXPORT_FORMATS",
+    "FINISHED_CHANNEL",
     "INVALID_PAYLOAD_REASON",
     "NOTIFY_CHANNEL",
     "NO_SITE_LIMIT",
@@ -160,7 +161,6 @@ __all__ = [
     "conninfo_without_password",
     "current_schema_connection",
     "database_now",
-    "delete_owner_rows",
     "describe_conninfo",
     "enqueue",
     "enqueue_for_owner",

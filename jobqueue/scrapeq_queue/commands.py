@@ -65,6 +65,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     enqueue_parser.add_argument(
         "--delay", type=float, default=0.0, metavar="SECONDS", help="run no earlier than this"
     )
+    enqueue_parser.add_argument(
+        "--retain-days",
+        type=_count_days,
+        default=None,
+        metavar="DAYS",
+        help="delete the rows this long after they finished (default: scrapeq never deletes "
+        "them; docs/queue.md, Retention)",
+    )
+    enqueue_parser.add_argument(
+        "--notify-finished",
+        action="store_true",
+        help="NOTIFY scrapeq_finished when each row finishes (docs/queue.md, Signals for SQL "
+        "producers)",
+    )
     enqueue_parser.set_defaults(handler=_run_enqueue)
 
     jobs_parser = subparsers.add_parser(
@@ -164,7 +178,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=float,
         default=7.0,
         metavar="DAYS",
-        help="delete completed and cancelled jobs finished longer ago (default: 7)",
+        help="delete completed and cancelled jobs of ScrapeJobs without a retention of their own "
+        "finished longer ago (default: 7; docs/queue.md, Retention)",
     )
     prune_parser.add_argument(
         "--failed-older-than-days",
@@ -224,6 +239,16 @@ def _count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected 0 or more, got {value}")
+    return value
+
+
+def _count_days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected 0 or more days, got {text!r}")
     return value
 
 
@@ -327,6 +352,8 @@ def _run_enqueue(args: argparse.Namespace) -> int:
             priority=args.priority,
             max_retries=args.max_retries,
             run_at=run_at,
+            retain_for=None if args.retain_days is None else timedelta(days=args.retain_days),
+            notify_finished=args.notify_finished,
         )
         for job_id in ids:
             print(job_id)

@@ -27,12 +27,17 @@ async def prune_finished(
 ) -> int:
     """Delete finished rows past their retention (with their attempts); return how many.
 
-    Completed and cancelled rows go when finished more than `completed_older_than` ago.
-    Failed rows are kept for inspection: forever when both limits are None; otherwise a failed
-    row goes when it finished more than `keep_failed` ago, or when it is not among the newest
-    `keep_failed_last` failed rows of its queue (a dead-letter queue of bounded length; 0 keeps
-    none). Rows that fail while the prune runs are newer than every row it deletes, so at least
-    the newest `keep_failed_last` per queue always remain. Followed children of a deleted row
+    The rules are docs/queue.md's "Retention". A row whose result a sink still waits for
+    (`undelivered`) is never deleted. A row with its own `retain_for` goes that long after it
+    finished, in any final state, and the limits here do not apply to it. The limits apply to
+    the other rows of ScrapeJobs (rows with an owner): completed and cancelled rows go when
+    finished more than `completed_older_than` ago; failed rows are kept for inspection: forever
+    when both limits are None; otherwise a failed row goes when it finished more than
+    `keep_failed` ago, or when it is not among the newest `keep_failed_last` such failed rows of
+    its queue (a dead-letter queue of bounded length; 0 keeps none). Rows without an owner and
+    without `retain_for` (a SQL producer's) are never deleted. Rows that fail while the prune
+    runs are newer than every row it deletes, so at least the newest `keep_failed_last` per
+    queue always remain. Followed children of a deleted row
     keep their depth and lose parent_id. Every delete is a batch of at most `batch_rows` rows in
     its own short transaction.
     """
@@ -47,6 +52,7 @@ async def prune_finished(
         connection,
         statements.JOBS_PRUNE_BATCH,
         {
+            "now": now,
             "completed_before": now - completed_older_than,
             "failed_before": None if keep_failed is None else now - keep_failed,
         },

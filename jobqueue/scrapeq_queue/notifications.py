@@ -29,6 +29,12 @@ NOTIFY_CHANNEL: Final = "scrapeq_jobs"
 
 LISTEN: Final = "LISTEN scrapeq_jobs"
 
+# The channel on which a row that opted in (column notify_finished) signals that it finished:
+# completed, failed for good or cancelled, with {"id", "queue", "state"} as the payload. Must
+# match sql/finished_signal.sql; for SQL producers (docs/queue.md, "Signals for SQL
+# producers"): scrapeq's own components do not listen to it.
+FINISHED_CHANNEL: Final = "scrapeq_finished"
+
 
 @translate_database_errors
 async def listen(connection: psycopg.AsyncConnection[Any]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final, Unpack
 
 import psycopg
@@ -154,6 +154,8 @@ async def _insert(
         "owner_uid": owner.uid if owner else None,
         "owner_namespace": owner.namespace if owner else None,
         "owner_name": owner.name if owner else None,
+        "retain_for": _valid_retention(options.get("retain_for")),
+        "notify_finished": bool(options.get("notify_finished", False)),
     }
     ids: list[int] = []
     # One chunk is one statement, atomic on its own: no BEGIN/COMMIT round trips for it.
@@ -196,18 +198,6 @@ async def cancel_owner(connection: psycopg.AsyncConnection[Any], owner_uid: str)
 
 
 @translate_database_errors
-async def delete_owner_rows(connection: psycopg.AsyncConnection[Any], owner_uid: str) -> int:
-    """Delete every row of one owner with its attempts, only if none is pending or in flight.
-
-    Returns how many rows were deleted; 0 means the owner had no rows or still has a live one
-    (then nothing is deleted: cancel it first). For history limits of scheduled ScrapeJobs.
-    """
-    cursor = await connection.execute(statements.OWNER_DELETE_FINISHED, {"owner_uid": owner_uid})
-    row = await cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
-@translate_database_errors
 async def cancel_jobs(connection: psycopg.AsyncConnection[Any], job_ids: Sequence[int]) -> int:
     """Cancel the given rows if pending or in flight; return how many were cancelled."""
     if not job_ids:
@@ -215,3 +205,11 @@ async def cancel_jobs(connection: psycopg.AsyncConnection[Any], job_ids: Sequenc
     cursor = await connection.execute(statements.JOBS_CANCEL, {"ids": list(job_ids)})
     row = await cursor.fetchone()
     return int(row[0]) if row else 0
+
+
+def _valid_retention(retain_for: timedelta | None) -> timedelta | None:
+    """`retain_for` itself; InvalidJob when it is negative (the table's CHECK would refuse
+    it later, with a less helpful message)."""
+    if retain_for is not None and retain_for < timedelta(0):
+        raise InvalidJob(f"retain_for must be 0 or more, not {retain_for}")
+    return retain_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 
@@ -28,6 +28,11 @@ class RowOptions(TypedDict, total=False):
     priority: int
     max_retries: int
     backoff_seconds: float
+    # How long retention keeps the rows once finished (column retain_for; docs/queue.md,
+    # "Retention"); None: a ScrapeJob's rows follow the operator's retention, others stay.
+    retain_for: timedelta | None
+    # NOTIFY scrapeq_finished when each row finishes (docs/queue.md, "Signals for SQL producers").
+    notify_finished: bool
 
 
 @dataclass(frozen=True)

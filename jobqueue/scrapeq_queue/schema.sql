@@ -520,6 +520,23 @@ $$;
 
 
 --
+-- Name: scrapeq_notify_finished(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_notify_finished() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify(
+        'scrapeq_finished',
+        jsonb_build_object('id', NEW.id, 'queue', NEW.queue, 'state', NEW.status)::text
+    );
+    RETURN NULL;
+END;
+$$;
+
+
+--
 -- Name: scrapeq_notify_jobs(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1253,6 +1270,9 @@ CREATE TABLE public.scraping_jobs (
     depth integer DEFAULT 0 NOT NULL,
     finished_at timestamp with time zone,
     host_key text,
+    retain_for interval,
+    undelivered boolean DEFAULT false NOT NULL,
+    notify_finished boolean DEFAULT false NOT NULL,
     CONSTRAINT scrapeq_jobs_attempt_valid CHECK ((attempt >= 0)),
     CONSTRAINT scrapeq_jobs_backoff_valid CHECK ((retry_backoff_seconds >= (0)::double precision)),
     CONSTRAINT scrapeq_jobs_depth_valid CHECK ((depth >= 0)),
@@ -1263,6 +1283,7 @@ CREATE TABLE public.scraping_jobs (
     CONSTRAINT scrapeq_jobs_processing_has_holder CHECK (((status <> 'processing'::public.scraping_job_status) OR ((processed_by IS NOT NULL) AND (processing_started_at IS NOT NULL) AND (attempt > 0)))),
     CONSTRAINT scrapeq_jobs_processing_has_lease CHECK (((status = 'processing'::public.scraping_job_status) = (lease_expires_at IS NOT NULL))),
     CONSTRAINT scrapeq_jobs_queue_not_blank CHECK (((length(queue) >= 1) AND (length(queue) <= 100))),
+    CONSTRAINT scrapeq_jobs_retain_for_valid CHECK ((retain_for >= '00:00:00'::interval)),
     CONSTRAINT scrapeq_jobs_retry_count_valid CHECK ((retry_count >= 0)),
     CONSTRAINT scrapeq_jobs_url_not_blank CHECK ((length(btrim(url_to_scrape)) > 0))
 )
@@ -1281,6 +1302,27 @@ COMMENT ON TABLE public.scraping_jobs IS 'scrapeq queue: one row per URL to scra
 --
 
 COMMENT ON COLUMN public.scraping_jobs.host_key IS 'scrapeq: the row''s site, the key of per-site politeness: its URL''s registrable domain (Python producers), else its host name (trigger scrapeq_jobs_fill_host_key).';
+
+
+--
+-- Name: COLUMN scraping_jobs.retain_for; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scraping_jobs.retain_for IS 'scrapeq: how long retention keeps the row once it finished (any final state); NULL: a ScrapeJob''s row follows the operator''s retention, a row without an owner is never deleted.';
+
+
+--
+-- Name: COLUMN scraping_jobs.undelivered; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scraping_jobs.undelivered IS 'scrapeq: true while a configured result sink does not have this row''s result yet; retention never deletes such a row.';
+
+
+--
+-- Name: COLUMN scraping_jobs.notify_finished; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scraping_jobs.notify_finished IS 'scrapeq: when true, the row''s finishing (completed, failed, cancelled) sends NOTIFY scrapeq_finished with {"id", "queue", "state"}.';
 
 
 --
@@ -1502,6 +1544,13 @@ CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status, run_at, pri
 
 
 --
+-- Name: scraping_jobs scrapeq_jobs_notify_finished; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_notify_finished AFTER UPDATE OF status ON public.scraping_jobs FOR EACH ROW WHEN ((new.notify_finished AND (new.finished_at IS NOT NULL) AND (old.finished_at IS NULL))) EXECUTE FUNCTION public.scrapeq_notify_finished();
+
+
+--
 -- Name: scraping_jobs scrapeq_jobs_notify_on_insert; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1535,4 +1584,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0003_politeness'),
     ('0004_bounded_payloads'),
     ('0005_site_politeness'),
-    ('0006_published_parsers');
+    ('0006_published_parsers'),
+    ('0009_retention_and_finished_signal');

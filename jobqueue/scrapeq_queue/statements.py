@@ -167,7 +167,8 @@ WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
 """
 
 # Inserts followed links as children of a job that just completed in this transaction:
-# same queue/priority/retries/owner, depth + %(depth_step)s (1 for followed links, 0 for the
+# same queue/priority/retries/owner, the same retain_for, undelivered and notify_finished (the
+# child is part of the same work), depth + %(depth_step)s (1 for followed links, 0 for the
 # next page of a pagination chain; the table keeps parent_id for rows deeper than 0 only, so
 # a chain of depth-0 pages has none), deduplicated per owner by normalised URL
 # (rows without an owner are deduplicated only within one call), at most %(limit)s new rows
@@ -177,14 +178,16 @@ WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
 JOB_INSERT_CHILDREN: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
-                           dedup_key, parent_id, depth, host_key)
+                           dedup_key, parent_id, depth, host_key, retain_for, undelivered,
+                           notify_finished)
 SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        coalesce(child.payload, parent.payload), parent.queue, parent.priority,
        parent.max_retries, parent.retry_backoff_seconds, parent.owner_uid,
        parent.owner_namespace, parent.owner_name,
        CASE WHEN parent.owner_uid IS NULL THEN NULL ELSE child.dedup_key END,
        CASE WHEN parent.depth + %(depth_step)s > 0 THEN parent.id END,
-       parent.depth + %(depth_step)s, child.host_key
+       parent.depth + %(depth_step)s, child.host_key, parent.retain_for, parent.undelivered,
+       parent.notify_finished
 FROM scraping_jobs AS parent,
      unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
             %(dedup_keys)s::text[], %(host_keys)s::text[])
@@ -408,10 +411,11 @@ SELECT (SELECT count(*) FROM rescued) AS rescued, (SELECT count(*) FROM notified
 JOB_INSERT_MANY: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, run_at, owner_uid, owner_namespace,
-                           owner_name, dedup_key, host_key)
+                           owner_name, dedup_key, host_key, retain_for, notify_finished)
 SELECT new.url, new.parser_type, new.payload, %(queue)s, new.priority, %(max_retries)s,
        %(backoff_seconds)s, coalesce(%(run_at)s::timestamptz, now()), %(owner_uid)s,
-       %(owner_namespace)s, %(owner_name)s, new.dedup_key, new.host_key
+       %(owner_namespace)s, %(owner_name)s, new.dedup_key, new.host_key,
+       %(retain_for)s::interval, %(notify_finished)s
 FROM unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
             %(priorities)s::integer[], %(dedup_keys)s::text[], %(host_keys)s::text[])
      AS new(url, parser_type, payload, priority, dedup_key, host_key)
@@ -459,27 +463,6 @@ SELECT count(*) FROM cancelled
 JOBS_CANCEL: Final = OWNER_CANCEL.replace(
     "jobs.owner_uid = %(owner_uid)s", "jobs.id = ANY(%(ids)s::bigint[])"
 )
-
-# Deletes every row of an owner (its attempts go by cascade), but only when none of them is
-# pending or processing: a finished run of a scheduled ScrapeJob leaves the history. All of the
-# owner's rows are locked first, in id order, so a concurrent retry cannot revive one half-way.
-# Returns how many rows were deleted (0 when a row is live and nothing was deleted).
-OWNER_DELETE_FINISHED: Final = """
-WITH owned AS (
-    SELECT id, status FROM scraping_jobs
-    WHERE owner_uid = %(owner_uid)s
-    ORDER BY id
-    FOR UPDATE
-),
-deleted AS (
-    DELETE FROM scraping_jobs AS jobs
-    USING owned
-    WHERE jobs.id = owned.id
-      AND NOT EXISTS (SELECT FROM owned WHERE owned.status IN ('pending', 'processing'))
-    RETURNING jobs.id
-)
-SELECT count(*) FROM deleted
-"""
 
 # --- inspection ---------------------------------------------------------------------------------
 
@@ -625,14 +608,22 @@ ORDER BY attempt
 
 # --- maintenance --------------------------------------------------------------------------------
 
-# Deletes up to `batch` finished rows past their retention (attempts go with them by cascade);
-# failed rows only when `failed_before` is given. Batched so no single transaction grows large.
+# Deletes up to `batch` finished rows past their retention (attempts go with them by cascade).
+# The one rule (docs/queue.md, "Retention"): a row a sink still waits for (`undelivered`) is
+# never deleted; a row with its own `retain_for` goes that long after it finished, whatever its
+# final state; otherwise only a ScrapeJob's row (an owner) goes: completed and cancelled ones
+# finished before `completed_before`, failed ones before `failed_before` when given. A row
+# without an owner and without `retain_for` is a SQL producer's and stays. Batched so no single
+# transaction grows large.
 JOBS_PRUNE_BATCH: Final = """
 WITH doomed AS (
     SELECT id FROM scraping_jobs
     WHERE finished_at IS NOT NULL
-      AND ((status IN ('completed', 'cancelled') AND finished_at < %(completed_before)s)
-           OR (status = 'failed' AND finished_at < %(failed_before)s::timestamptz))
+      AND NOT undelivered
+      AND ((retain_for IS NOT NULL AND finished_at < %(now)s::timestamptz - retain_for)
+           OR (retain_for IS NULL AND owner_uid IS NOT NULL
+               AND ((status IN ('completed', 'cancelled') AND finished_at < %(completed_before)s)
+                    OR (status = 'failed' AND finished_at < %(failed_before)s::timestamptz))))
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
 ),
@@ -642,24 +633,28 @@ deleted AS (
 SELECT count(*) FROM deleted
 """
 
-# Dead-letter retention, step 1: per queue with failed rows, the (finished_at, id) of the newest
-# failed row beyond the `keep` newest ones. Every failed row of that queue at or before it is
-# past the limit; a queue with at most `keep` failed rows is not listed. Computed once per prune
-# so each delete batch below is an index range, not a ranking of every failed row.
+# Dead-letter retention, step 1: per queue with failed rows of ScrapeJobs that follow the
+# operator's retention (an owner, no `retain_for`), the (finished_at, id) of the newest such row
+# beyond the `keep` newest ones. Every such failed row of that queue at or before it is past the
+# limit; a queue with at most `keep` of them is not listed. Computed once per prune so each
+# delete batch below is an index range, not a ranking of every failed row.
 JOBS_FAILED_RETENTION_CUTOFFS: Final = """
 SELECT queues.queue, cutoff.finished_at, cutoff.id
-FROM (SELECT DISTINCT queue FROM scraping_jobs WHERE status = 'failed') AS queues
+FROM (SELECT DISTINCT queue FROM scraping_jobs
+      WHERE status = 'failed' AND owner_uid IS NOT NULL AND retain_for IS NULL) AS queues
 CROSS JOIN LATERAL (
     SELECT jobs.finished_at, jobs.id FROM scraping_jobs AS jobs
     WHERE jobs.status = 'failed' AND jobs.queue = queues.queue
+      AND jobs.owner_uid IS NOT NULL AND jobs.retain_for IS NULL
     ORDER BY jobs.finished_at DESC, jobs.id DESC
     OFFSET %(keep)s LIMIT 1
 ) AS cutoff
 """
 
-# Dead-letter retention, step 2: deletes up to `batch` failed rows at or before their queue's
-# cutoff (parallel arrays from step 1), attempts by cascade. A row that failed after the cutoffs
-# were computed is newer than its cutoff and stays, so at least `keep` rows per queue remain.
+# Dead-letter retention, step 2: deletes up to `batch` of those failed rows at or before their
+# queue's cutoff (parallel arrays from step 1), attempts by cascade; never an `undelivered` one.
+# A row that failed after the cutoffs were computed is newer than its cutoff and stays, so at
+# least `keep` rows per queue remain.
 JOBS_PRUNE_FAILED_BEYOND_BATCH: Final = """
 WITH doomed AS (
     SELECT jobs.id
@@ -667,6 +662,7 @@ WITH doomed AS (
     JOIN unnest(%(queues)s::text[], %(finished_ats)s::timestamptz[], %(ids)s::bigint[])
          AS cutoff(queue, finished_at, id) ON jobs.queue = cutoff.queue
     WHERE jobs.status = 'failed' AND (jobs.finished_at, jobs.id) <= (cutoff.finished_at, cutoff.id)
+      AND jobs.owner_uid IS NOT NULL AND jobs.retain_for IS NULL AND NOT jobs.undelivered
     LIMIT %(batch)s
     FOR UPDATE OF jobs SKIP LOCKED
 ),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -209,6 +210,7 @@ def row_options(spec: Mapping[str, Any]) -> RowOptions:
     login = (spec.get("session") or {}).get("login")
     if login:
         payload["session"] = {"login": {**login, "steps": payload_steps(login["steps"])}}
+    retention = spec.get("retention") or {}
     return RowOptions(
         queue=str(spec.get("queue") or "default"),
         priority=int(spec.get("priority") or 0),
@@ -216,6 +218,11 @@ def row_options(spec: Mapping[str, Any]) -> RowOptions:
         max_retries=int(retries.get("limit", 3)),
         backoff_seconds=float(retries.get("backoffSeconds", 10)),
         payload=payload,
+        # Without spec.retention the rows carry none and follow the operator's retention
+        # settings at each prune (docs/queue.md, "Retention").
+        retain_for=(
+            timedelta(days=float(retention["days"])) if retention.get("days") is not None else None
+        ),
     )
 
 

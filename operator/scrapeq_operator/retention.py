@@ -3,11 +3,15 @@
 Every finished row stays in `scraping_jobs` until something deletes it, and a busy cluster
 finishes hundreds of thousands a day; the claim index ignores them, but the table, its other
 indexes and vacuum do not. So the operator runs `scrapeq_queue.prune_finished` every
-`prune_interval_seconds`: completed and cancelled rows go `retain_completed_days` after they
-finished; failed rows are a dead-letter queue keeping the newest `retain_failed_last` per queue
-(0: every failed row is kept). Deleting rows of finished ScrapeJobs does not change their status:
-the status sync never looks at a finished job again. The same pass deletes the politeness state
-of sites idle for `retain_idle_sites_days` (`scrapeq_queue.prune_idle_sites`; 0 keeps them).
+`prune_interval_seconds`, under the rules of docs/queue.md's "Retention": a row a sink still
+waits for stays; a row with its own retention (a ScrapeJob's spec.retention, or a SQL
+producer's `retain_for`) goes that long after it finished; other rows of ScrapeJobs follow the
+settings here (completed and cancelled rows go `retain_completed_days` after they finished;
+failed rows are a dead-letter queue keeping the newest `retain_failed_last` per queue, 0 keeping
+every one); other rows of SQL producers stay. Deleting rows of finished ScrapeJobs does not
+change their status: the status sync never looks at a finished job again. The same pass deletes
+the politeness state of sites idle for `retain_idle_sites_days`
+(`scrapeq_queue.prune_idle_sites`; 0 keeps them).
 """
 
 from __future__ import annotations

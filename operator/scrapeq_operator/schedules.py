@@ -6,7 +6,8 @@ creates a run: a child ScrapeJob `<parent>-<unix seconds of the fire time>` with
 spec minus the schedule fields, labelled `scrapeq.io/schedule: <parent>` and controlled by the
 parent. The run is an ordinary ScrapeJob from then on (handlers.py queues it, the status sync
 follows it). The timer also applies concurrencyPolicy, deletes finished runs beyond the
-history limits (their rows first) and keeps the parent's status (phase Scheduled,
+history limits (the objects only: their rows stay until retention takes them, docs/queue.md
+"Retention") and keeps the parent's status (phase Scheduled,
 lastScheduleTime, nextScheduleTime, active, lastSuccessfulTime) current. The decisions are
 pure functions in schedule_plan.py; this module only reads, acts and patches.
 
@@ -250,9 +251,12 @@ async def _prune(
     doomed: tuple[Run, ...],
     logger: logging.Logger | logging.LoggerAdapter[Any],
 ) -> set[str]:
-    """Delete finished runs beyond the history limits, each one's rows first; return the uids
-    deleted. A run whose rows are live again (retried meanwhile) is kept for now; while
-    PostgreSQL is down nothing is pruned (the rows must not outlive their ScrapeJob)."""
+    """Delete the objects of finished runs beyond the history limits; return the uids deleted.
+
+    Their rows stay: results nobody exported yet must not go with an object the user never
+    deleted; retention takes them after the run's own spec.retention or the operator's default
+    (docs/queue.md, "Retention"). A run whose rows are live again (retried meanwhile) is kept
+    for now; while PostgreSQL is down nothing is pruned (that cannot be told)."""
     if not doomed:
         return set()
     deleted: set[str] = set()
@@ -266,8 +270,12 @@ async def _prune(
                 if counts is not None and counts.pending + counts.retrying + counts.processing:
                     logger.info("run %s has live rows again; kept for now", run.name)
                     continue
-                rows = await scrapeq_queue.delete_owner_rows(connection, run.uid)
-                logger.info("history limit: deleting run %s and its %d rows", run.name, rows)
+                finished = counts.total if counts is not None else 0
+                logger.info(
+                    "history limit: deleting run %s; its %d rows stay until retention",
+                    run.name,
+                    finished,
+                )
                 await runtime.cluster.delete_scrapejob(namespace, run.name, uid=run.uid)
                 deleted.add(run.uid)
     except DatabaseUnavailable as error:

@@ -309,15 +309,18 @@ class OperatorSettings:
         parse=parse_float,
         help="Retention period (0 = never prune); see Retention.",
     )
-    # Completed and cancelled rows are deleted this many days after they finished: long enough
-    # to export results and investigate a job from the past week.
+    # Completed and cancelled rows of ScrapeJobs that set no retention of their own are deleted
+    # this many days after they finished: long enough to export results and investigate a job
+    # from the past week. Rows of SQL producers are not concerned (docs/queue.md, "Retention").
     retain_completed_days: float = option(
         7.0,
         env=_env("retain_completed_days"),
         parse=parse_float,
-        help="Completed and cancelled rows are deleted this long after they finished.",
+        help="Completed and cancelled rows of ScrapeJobs without spec.retention are deleted "
+        "this long after they finished.",
     )
-    # Failed rows are a dead-letter queue: the newest this many per queue are kept for
+    # Failed rows of ScrapeJobs that set no retention of their own are a dead-letter queue: the
+    # newest this many per queue are kept for
     # `scrapeq jobs failed` and `scrapeq retry`, older ones deleted; 0 keeps every failed row.
     retain_failed_last: int = option(
         10_000,

@@ -88,3 +88,28 @@ def test_the_politeness_modes_measure_throughput_against_the_claim_before_polite
     # or two (2 per site, or a site passed over).
     assert records[0]["host_visits_per_row"] == 0
     assert 0.4 < records[1]["host_visits_per_row"] < 2, records[1]
+
+
+def test_the_finished_signal_modes_measure_throughput_with_and_without_its_trigger() -> None:
+    completed = subprocess.run(
+        [
+            sys.executable, "-m", "benchmarks.queue_throughput",
+            "--systems", "scrapeq-no-signal,scrapeq,scrapeq-signal", "--measures", "throughput",
+            "--jobs", "1000", "--workers", "2", "--rounds", "1",
+        ],
+        cwd=REPOSITORY_ROOT, capture_output=True, text=True, timeout=100, check=False,
+    )  # fmt: skip
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    records = [json.loads(line) for line in completed.stdout.splitlines()[:3]]
+    assert [record["system"] for record in records] == [
+        "scrapeq-no-signal",
+        "scrapeq",
+        "scrapeq-signal",
+    ]
+    assert all(record["jobs_per_s"] > 0 for record in records), records
+    ratios = [line for line in completed.stdout.splitlines() if " of the median rounds" in line]
+    assert [line.split(":")[0] for line in ratios] == [
+        "finished signal, no row opted in",
+        "finished signal, every row opted in",
+    ], completed.stdout

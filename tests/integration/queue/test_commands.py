@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -102,11 +103,25 @@ def test_prune_deletes_old_finished_jobs_and_keeps_the_rest(
 ) -> None:
     url = ("--database-url", empty_database_url)
     assert run("migrate", *url) == 0
-    assert run("enqueue", *url, "https://e.test/old", "https://e.test/pending") == 0
+    assert (
+        run(
+            "enqueue",
+            *url,
+            "https://e.test/old",
+            "https://e.test/classic",
+            "https://e.test/pending",
+        )
+        == 0
+    )
     with psycopg.connect(empty_database_url, autocommit=True) as connection:
         connection.execute(
             "UPDATE scraping_jobs SET status = 'completed', finished_at = now() - interval '8 days'"
-            " WHERE url_to_scrape = 'https://e.test/old'"
+            " WHERE url_to_scrape IN ('https://e.test/old', 'https://e.test/classic')"
+        )
+        # The old row is a ScrapeJob's; the classic one, without an owner, is a SQL producer's.
+        connection.execute(
+            "UPDATE scraping_jobs SET owner_uid = 'uid', owner_namespace = 'default',"
+            " owner_name = 'shop' WHERE url_to_scrape = 'https://e.test/old'"
         )
     capsys.readouterr()
 
@@ -114,5 +129,30 @@ def test_prune_deletes_old_finished_jobs_and_keeps_the_rest(
 
     assert "deleted 1 finished job(s)" in capsys.readouterr().out
     with psycopg.connect(empty_database_url) as connection:
-        remaining = connection.execute("SELECT url_to_scrape FROM scraping_jobs").fetchall()
-    assert remaining == [("https://e.test/pending",)]
+        remaining = connection.execute(
+            "SELECT url_to_scrape FROM scraping_jobs ORDER BY id"
+        ).fetchall()
+    assert remaining == [("https://e.test/classic",), ("https://e.test/pending",)]
+
+
+def test_enqueue_gives_rows_a_retention_and_the_finished_signal_when_asked(
+    empty_database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = ("--database-url", empty_database_url)
+    assert run("migrate", *url) == 0
+    assert run("enqueue", *url, "https://e.test/plain") == 0
+    assert (
+        run("enqueue", *url, "https://e.test/asked", "--retain-days", "2", "--notify-finished") == 0
+    )
+    with pytest.raises(SystemExit):
+        run("enqueue", *url, "https://e.test/never", "--retain-days", "-1")
+    assert "expected 0 or more days" in capsys.readouterr().err
+
+    with psycopg.connect(empty_database_url) as connection:
+        rows = connection.execute(
+            "SELECT url_to_scrape, retain_for, notify_finished FROM scraping_jobs ORDER BY id"
+        ).fetchall()
+    assert rows == [
+        ("https://e.test/plain", None, False),
+        ("https://e.test/asked", timedelta(days=2), True),
+    ]

@@ -657,7 +657,11 @@ async def test_owner_progress_and_changes_follow_the_rows(async_connection: Conn
 async def test_pruning_removes_old_finished_rows_and_keeps_failures(
     async_connection: Connection,
 ) -> None:
-    await queue.enqueue_many(async_connection, [f"https://e.test/{n}" for n in range(3)])
+    await queue.enqueue_for_owner(
+        async_connection,
+        queue.Owner(uid="uid", namespace="default", name="shop"),
+        [f"https://e.test/{n}" for n in range(3)],
+    )
     jobs = await claim_jobs(
         async_connection, worker_id="w", queues=["default"], limit=3, lease_seconds=30
     )

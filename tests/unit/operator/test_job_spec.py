@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+from datetime import timedelta
 
 import pytest
 from scrapeq_operator.errors import JobNotRunnableError
@@ -155,3 +156,9 @@ def test_a_keep_list_reaches_the_row_as_its_payload_keep() -> None:
     payload = row_options(spec)["payload"]
     assert payload == {"keep": ["html", "screenshot"]}
     assert validate_payload(payload) == []
+
+
+def test_spec_retention_becomes_the_rows_retain_for_and_its_absence_none() -> None:
+    spec = {"url": "https://a.example/", "retention": {"days": 1.5}}
+    assert row_options(spec)["retain_for"] == timedelta(hours=36)
+    assert row_options({"url": "https://a.example/"})["retain_for"] is None
