@@ -54,6 +54,7 @@ from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.settings import OperatorSettings
 from scrapeq_operator.status_sync import IndexDirectory, JobRef, StatusSync, job_ref
 from scrapeq_operator.vocabulary import FINALIZER, FORCE_DELETE_ANNOTATION, GROUP, PLURAL, VERSION
+from scrapeq_operator.webhook_delivery import WebhookDelivery
 
 
 @kopf.on.startup()
@@ -63,7 +64,7 @@ async def start_operator(
     logger: logging.Logger | logging.LoggerAdapter[Any],
     **kwargs: Any,
 ) -> None:
-    """Configure kopf, open the database pool and start the two operator-wide loops."""
+    """Configure kopf, open the database pool and start the operator-wide loops."""
     # kopf passes every index to every handler under its name (the function's name below).
     index: kopf.Index[str, JobRef] = kwargs["scrapejobs_by_uid"]
     config: OperatorSettings = memo["settings"]
@@ -87,7 +88,12 @@ async def start_operator(
     await runtime.open()
     memo["runtime"] = runtime
     directory = IndexDirectory(index)
-    runtime.spawn("status-sync", StatusSync(config, directory, runtime).run())
+    delivery = WebhookDelivery(config, runtime)
+    runtime.spawn(
+        "status-sync",
+        StatusSync(config, directory, runtime, webhook_events_recorded=delivery.wake.set).run(),
+    )
+    runtime.spawn("webhooks", delivery.run())
     runtime.spawn("retention", Retention(config, runtime).run())
     if config.autoscaler_enabled:
         runtime.spawn("autoscaler", Autoscaler(config, runtime).run())
