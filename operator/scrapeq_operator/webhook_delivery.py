@@ -92,8 +92,14 @@ class WebhookDelivery:
             events = await scrapeq_queue.claim_webhook_events(
                 connection, limit=BATCH_SIZE, lease_seconds=self.lease_seconds
             )
-        if events:
-            await asyncio.gather(*(self.attempt(event) for event in events))
+        # Every attempt runs to its end before the round does (none is left running behind a
+        # failed one); the first error, a database gone mid-round say, then fails the round.
+        results = await asyncio.gather(
+            *(self.attempt(event) for event in events), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
         return len(events)
 
     async def attempt(self, event: WebhookEvent) -> None:

@@ -48,6 +48,14 @@ class Receiver:
 
     url: str = ""
     received: list[tuple[dict[str, Any], bool]] = field(default_factory=list)
+    # While set, every request is answered 500 (after its signature was checked).
+    failing: threading.Event = field(default_factory=threading.Event)
+    refused: int = 0
+
+    @property
+    def accepted(self) -> int:
+        """Requests with a valid signature that were answered 204."""
+        return sum(1 for _, valid in self.received if valid) - self.refused
 
 
 @contextlib.contextmanager
@@ -68,7 +76,11 @@ def webhook_receiver() -> Iterator[Receiver]:
             except InvalidSignature:
                 valid = False
             receiver.received.append((json.loads(body), valid))
-            self.send_response(204 if valid else 401)
+            if valid and receiver.failing.is_set():
+                receiver.refused += 1
+                self.send_response(500)
+            else:
+                self.send_response(204 if valid else 401)
             self.end_headers()
 
         def log_message(self, format: str, *args: object) -> None:
@@ -174,6 +186,46 @@ def test_a_scrapejob_reaching_succeeded_sends_one_verified_cloudevent(
     assert SIGNING_KEY not in operator.log_tail(200_000)
     status = json.dumps(kubectl.get("scrapejob", "laptops", namespace).get("status"))
     assert SIGNING_KEY not in status
+
+
+def test_an_event_the_receiver_refused_survives_an_operator_restart_and_arrives_once(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    environment = {
+        **WEBHOOK_ENVIRONMENT,
+        "SCRAPEQ_OPERATOR_WEBHOOK_RETRY_BASE_SECONDS": "0.2",
+        "SCRAPEQ_OPERATOR_WEBHOOK_RETRY_MAX_SECONDS": "0.5",
+    }
+    first = operator_factory(empty_database_url, environment=environment)
+    create_signing_secret(kubectl, namespace)
+    with webhook_receiver() as receiver:
+        receiver.failing.set()
+        kubectl.apply(job_with_webhooks(namespace, receiver.url))
+        uid = finish_the_job(kubectl, namespace, empty_database_url)
+        eventually_blocking(
+            lambda: receiver.refused >= 2,
+            within=30,
+            what="two attempts answered 500 before the restart",
+        )
+        first.stop()
+
+        receiver.failing.clear()
+        operator_factory(empty_database_url, environment=environment)
+        eventually_blocking(
+            lambda: run_queue_call(
+                empty_database_url, lambda conn: scrapeq_queue.webhook_events_of(conn, uid)
+            ),
+            until=lambda events: [e.status for e in events] == ["delivered"],
+            within=30,
+            what="the event delivered by the restarted operator",
+        )
+
+    assert all(valid for _, valid in receiver.received)
+    assert receiver.accepted == 1
+    assert len({event["id"] for event, _ in receiver.received}) == 1
 
 
 def test_a_webhook_to_the_metadata_address_is_refused_and_reported_on_the_scrapejob(
