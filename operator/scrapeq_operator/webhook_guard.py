@@ -87,7 +87,11 @@ class WebhookGuard:
                 )
         except (OSError, TimeoutError) as error:
             raise WebhookUnreachable(f"{host} did not resolve: {error or 'timed out'}") from error
-        addresses = tuple(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
+        # A link-local IPv6 answer carries its zone ("fe80::1%eth0"), which ip_address refuses;
+        # the address without it is what the rules judge (and refuse).
+        addresses = tuple(
+            dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos)
+        )
         if not addresses:
             raise WebhookUnreachable(f"{host} resolved to no address")
         return addresses
