@@ -19,8 +19,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 import pytest
 import scrapeq_queue
+from psycopg import sql
 from scrapeq_operator.webhook_signing import SIGNATURE_HEADER, InvalidSignature, verify
 
 from tests.e2e.operator.operator_parts import (
@@ -137,6 +139,23 @@ def warning_events(kubectl: Kubectl, namespace: str, reason: str) -> list[dict[s
     return items
 
 
+def every_row_as_text(database_url: str) -> str:
+    """Every row of every table in the queue's database, each as its text form."""
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        tables = connection.execute(
+            "SELECT table_schema, table_name FROM information_schema.tables "
+            "WHERE table_schema NOT IN ('pg_catalog', 'information_schema') "
+            "AND table_type = 'BASE TABLE'"
+        ).fetchall()
+        texts: list[str] = []
+        for schema, table in tables:
+            query = sql.SQL("SELECT t::text FROM {}.{} AS t").format(
+                sql.Identifier(schema), sql.Identifier(table)
+            )
+            texts.extend(row[0] for row in connection.execute(query))
+    return "\n".join(texts)
+
+
 def finish_the_job(kubectl: Kubectl, namespace: str, database_url: str) -> str:
     """Complete the job's rows as a worker would; return its uid once it shows Succeeded."""
     wait_for_status(
@@ -186,6 +205,7 @@ def test_a_scrapejob_reaching_succeeded_sends_one_verified_cloudevent(
     assert SIGNING_KEY not in operator.log_tail(200_000)
     status = json.dumps(kubectl.get("scrapejob", "laptops", namespace).get("status"))
     assert SIGNING_KEY not in status
+    assert SIGNING_KEY not in every_row_as_text(empty_database_url)
 
 
 def test_an_event_the_receiver_refused_survives_an_operator_restart_and_arrives_once(
