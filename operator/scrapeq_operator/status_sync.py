@@ -36,8 +36,8 @@ from scrapeq_operator.job_status import (
 from scrapeq_operator.queue_coverage import STALLED_CONDITION
 from scrapeq_operator.settings import OperatorSettings
 from scrapeq_operator.vocabulary import GROUP, VERSION
-from scrapeq_operator.webhook_events import event_data
-from scrapeq_operator.webhook_spec import JobWebhook, job_webhooks, targets_for
+from scrapeq_operator.webhook_recording import record_phase_events, wants_events
+from scrapeq_operator.webhook_spec import JobWebhook, job_webhooks
 
 if TYPE_CHECKING:
     from scrapeq_operator.runtime import OperatorRuntime
@@ -387,32 +387,25 @@ class StatusSync:
         if phase == ref.phase or phase not in scrapeq_queue.WEBHOOK_EVENT_TYPES:
             return
         event_type: WebhookEventType = "Succeeded" if phase == Phase.SUCCEEDED.value else "Failed"
-        targets = targets_for(ref.webhooks, event_type)
-        if not targets:
+        if not wants_events(ref.webhooks, event_type):
             return
-        data = event_data(
-            namespace=ref.namespace,
-            name=ref.name,
-            uid=ref.uid,
-            phase=event_type,
-            total=counts.total,
-            succeeded=counts.succeeded,
-            failed=counts.failed,
-            cancelled=counts.cancelled,
-            finished_at=counts.last_finished_at,
-        )
         async with self.runtime.connection() as connection:
-            recorded = await scrapeq_queue.record_webhook_events(
+            recorded = await record_phase_events(
                 connection,
-                owner_uid=ref.uid,
-                owner_namespace=ref.namespace,
-                owner_name=ref.name,
+                uid=ref.uid,
+                namespace=ref.namespace,
+                name=ref.name,
+                webhooks=ref.webhooks,
                 event_type=event_type,
-                targets=targets,
-                data=data,
+                # The reasons of the Complete and Failed conditions (job_status.build_status).
+                reason="Succeeded" if event_type == "Succeeded" else "URLsFailed",
+                total=counts.total,
+                succeeded=counts.succeeded,
+                failed=counts.failed,
+                cancelled=counts.cancelled,
+                finished_at=counts.last_finished_at,
             )
         if recorded:
-            metrics.WEBHOOK_EVENTS_RECORDED_TOTAL.inc(recorded)
             self.webhook_events_recorded()
 
     async def _announce_failure(self, ref: JobRef, counts: Any) -> None:

@@ -202,6 +202,7 @@ def test_a_scrapejob_reaching_succeeded_sends_one_verified_cloudevent(
     assert event["source"] == f"/apis/scrapeq.io/namespaces/{namespace}/scrapejobs/laptops"
     assert event["data"]["total"] == 2
     assert event["data"]["succeeded"] == 2
+    assert event["data"]["reason"] == "Succeeded"
     assert SIGNING_KEY not in operator.log_tail(200_000)
     status = json.dumps(kubectl.get("scrapejob", "laptops", namespace).get("status"))
     assert SIGNING_KEY not in status
@@ -246,6 +247,36 @@ def test_an_event_the_receiver_refused_survives_an_operator_restart_and_arrives_
     assert all(valid for _, valid in receiver.received)
     assert receiver.accepted == 1
     assert len({event["id"] for event, _ in receiver.received}) == 1
+
+
+def test_a_scrapejob_that_can_never_run_sends_its_failed_event_with_the_reason(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    operator_factory(empty_database_url, environment=WEBHOOK_ENVIRONMENT)
+    create_signing_secret(kubectl, namespace)
+    with webhook_receiver() as receiver:
+        manifest = job_with_webhooks(namespace, receiver.url)
+        manifest["spec"]["payload"] = {"noSuchOption": 1}
+        kubectl.apply(manifest)
+        wait_for_status(
+            kubectl,
+            namespace,
+            "laptops",
+            lambda s: s.get("phase") == "Failed",
+            what="phase Failed (InvalidSpec)",
+        )
+        eventually_blocking(
+            lambda: receiver.received, within=30, what="the Failed event at the receiver"
+        )
+
+    ((event, valid),) = receiver.received
+    assert valid
+    assert event["type"] == "io.scrapeq.scrapejob.failed"
+    assert event["data"]["reason"] == "InvalidSpec"
+    assert event["data"]["total"] == 0
 
 
 def test_a_webhook_to_the_metadata_address_is_refused_and_reported_on_the_scrapejob(
