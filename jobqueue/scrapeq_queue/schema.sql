@@ -1191,6 +1191,147 @@ CREATE TABLE public.scrapeq_schema_migrations (
 
 
 --
+-- Name: scrapeq_webhook_events; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_webhook_events (
+    id bigint NOT NULL,
+    event_id uuid NOT NULL,
+    owner_uid text NOT NULL,
+    owner_namespace text NOT NULL,
+    owner_name text NOT NULL,
+    event_type text NOT NULL,
+    url text NOT NULL,
+    secret_name text NOT NULL,
+    secret_key text NOT NULL,
+    data jsonb NOT NULL,
+    status text DEFAULT 'pending'::text NOT NULL,
+    attempts integer DEFAULT 0 NOT NULL,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    finished_at timestamp with time zone,
+    last_error text,
+    CONSTRAINT scrapeq_webhook_events_attempts_check CHECK ((attempts >= 0)),
+    CONSTRAINT scrapeq_webhook_events_event_type_check CHECK ((event_type = ANY (ARRAY['Succeeded'::text, 'Failed'::text]))),
+    CONSTRAINT scrapeq_webhook_events_last_error_check CHECK ((length(last_error) <= 1000)),
+    CONSTRAINT scrapeq_webhook_events_secret_key_check CHECK (((length(secret_key) >= 1) AND (length(secret_key) <= 253))),
+    CONSTRAINT scrapeq_webhook_events_secret_name_check CHECK (((length(secret_name) >= 1) AND (length(secret_name) <= 253))),
+    CONSTRAINT scrapeq_webhook_events_status_check CHECK ((status = ANY (ARRAY['pending'::text, 'delivered'::text, 'dead'::text]))),
+    CONSTRAINT scrapeq_webhook_events_url_check CHECK (((length(url) >= 1) AND (length(url) <= 2048)))
+);
+
+
+--
+-- Name: TABLE scrapeq_webhook_events; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_webhook_events IS 'The webhook outbox: one CloudEvent per ScrapeJob, phase and endpoint, until it is delivered or dead.';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.event_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.event_id IS 'The CloudEvents id: the idempotency id a receiver deduplicates on.';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.owner_uid; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.owner_uid IS 'The ScrapeJob''s metadata.uid.';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.event_type; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.event_type IS 'The phase the ScrapeJob reached: Succeeded or Failed.';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.url; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.url IS 'The endpoint (spec.webhooks[].url).';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.secret_name; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.secret_name IS 'The Secret, in owner_namespace, holding the signing key (never the key itself).';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.secret_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.secret_key IS 'The key of that Secret whose value is the signing key.';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.data; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.data IS 'The CloudEvent''s data: namespace, name, uid, phase and row counts.';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.status; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.status IS 'pending until the endpoint answered 2xx (delivered) or the operator gave up (dead).';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.attempts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.attempts IS 'How many times a delivery was started.';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.next_attempt_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.next_attempt_at IS 'When the event is due; while a delivery runs, when its lease ends.';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.created_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.created_at IS 'When the ScrapeJob reached the phase: the CloudEvents time.';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.last_error; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.last_error IS 'Why the last attempt failed (never a key or a header value).';
+
+
+--
+-- Name: scrapeq_webhook_events_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+CREATE SEQUENCE public.scrapeq_webhook_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+
+--
+-- Name: scrapeq_webhook_events_id_seq; Type: SEQUENCE OWNED BY; Schema: public; Owner: -
+--
+
+ALTER SEQUENCE public.scrapeq_webhook_events_id_seq OWNED BY public.scrapeq_webhook_events.id;
+
+
+--
 -- Name: scrapeq_worker_parsers; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1345,6 +1486,13 @@ ALTER SEQUENCE public.scraping_jobs_id_seq OWNED BY public.scraping_jobs.id;
 
 
 --
+-- Name: scrapeq_webhook_events id; Type: DEFAULT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_webhook_events ALTER COLUMN id SET DEFAULT nextval('public.scrapeq_webhook_events_id_seq'::regclass);
+
+
+--
 -- Name: scraping_jobs id; Type: DEFAULT; Schema: public; Owner: -
 --
 
@@ -1427,6 +1575,30 @@ ALTER TABLE ONLY public.scrapeq_robots
 
 ALTER TABLE ONLY public.scrapeq_schema_migrations
     ADD CONSTRAINT scrapeq_schema_migrations_pkey PRIMARY KEY (version);
+
+
+--
+-- Name: scrapeq_webhook_events scrapeq_webhook_events_event_id_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_webhook_events
+    ADD CONSTRAINT scrapeq_webhook_events_event_id_key UNIQUE (event_id);
+
+
+--
+-- Name: scrapeq_webhook_events scrapeq_webhook_events_owner_uid_event_type_url_key; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_webhook_events
+    ADD CONSTRAINT scrapeq_webhook_events_owner_uid_event_type_url_key UNIQUE (owner_uid, event_type, url);
+
+
+--
+-- Name: scrapeq_webhook_events scrapeq_webhook_events_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_webhook_events
+    ADD CONSTRAINT scrapeq_webhook_events_pkey PRIMARY KEY (id);
 
 
 --
@@ -1523,6 +1695,13 @@ CREATE INDEX scrapeq_jobs_processing_idx ON public.scraping_jobs USING btree (ho
 
 
 --
+-- Name: scrapeq_webhook_events_due; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_webhook_events_due ON public.scrapeq_webhook_events USING btree (next_attempt_at) WHERE (status = 'pending'::text);
+
+
+--
 -- Name: scraping_jobs scrapeq_jobs_fill_host_key; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1585,4 +1764,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0004_bounded_payloads'),
     ('0005_site_politeness'),
     ('0006_published_parsers'),
+    ('0008_webhook_outbox'),
     ('0009_retention_and_finished_signal');

@@ -847,3 +847,66 @@ FROM scrapeq_worker_parsers AS worker
 LEFT JOIN LATERAL unnest(worker.parsers) AS name ON true
 WHERE worker.queue = %(queue)s
 """
+
+# --- webhook outbox (operator) ------------------------------------------------------------------
+
+# Records one event per (owner, event type, endpoint) from parallel arrays; an event already
+# recorded is left as it is (its id, its delivery state), so recording again after a restart
+# neither doubles nor resets one. Returns how many events are new.
+WEBHOOK_EVENTS_RECORD: Final = """
+WITH inserted AS (
+    INSERT INTO scrapeq_webhook_events
+        (event_id, owner_uid, owner_namespace, owner_name, event_type, url, secret_name,
+         secret_key, data)
+    SELECT event_id, %(owner_uid)s, %(owner_namespace)s, %(owner_name)s, %(event_type)s, url,
+           secret_name, secret_key, %(data)s::jsonb
+    FROM unnest(%(event_ids)s::uuid[], %(urls)s::text[], %(secret_names)s::text[],
+                %(secret_keys)s::text[]) AS event(event_id, url, secret_name, secret_key)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM inserted
+"""
+
+# Claims up to `limit` due pending events, oldest due first, and leases each for
+# `lease_seconds` (next_attempt_at moves past the delivery's end), counting the attempt. Events
+# another operator is claiming at the same moment are skipped (SKIP LOCKED), and one it leased
+# is not due: two operators never send one event at once. Returns the events with the
+# database's clock.
+WEBHOOK_EVENTS_CLAIM: Final = """
+UPDATE scrapeq_webhook_events AS events
+SET attempts = events.attempts + 1,
+    next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
+FROM (
+    SELECT id FROM scrapeq_webhook_events
+    WHERE status = 'pending' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS due
+WHERE events.id = due.id
+RETURNING events.id, events.event_id, events.owner_uid, events.owner_namespace,
+          events.owner_name, events.event_type, events.url, events.secret_name,
+          events.secret_key, events.data, events.attempts, events.created_at, now()
+"""
+
+# Ends a claimed attempt: `status` delivered or dead (finished now), or pending again and due
+# after `delay_seconds`. Fenced by id + attempts + pending, so an attempt whose lease ran out
+# and was claimed again cannot overwrite the newer one. Returns the id (no row: fenced).
+WEBHOOK_EVENT_FINISH_ATTEMPT: Final = """
+UPDATE scrapeq_webhook_events
+SET status = %(status)s,
+    next_attempt_at = now() + make_interval(secs => %(delay_seconds)s),
+    finished_at = CASE WHEN %(status)s = 'pending' THEN NULL ELSE now() END,
+    last_error = left(%(error)s, 1000)
+WHERE id = %(id)s AND attempts = %(attempt)s AND status = 'pending'
+RETURNING id
+"""
+
+# The outbox's events of one owner (tests, `kubectl describe`-like inspection).
+WEBHOOK_EVENTS_OF_OWNER: Final = """
+SELECT event_id, event_type, url, status, attempts, last_error
+FROM scrapeq_webhook_events
+WHERE owner_uid = %(owner_uid)s
+ORDER BY id
+"""

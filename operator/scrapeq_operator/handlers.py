@@ -54,6 +54,9 @@ from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.settings import OperatorSettings
 from scrapeq_operator.status_sync import IndexDirectory, JobRef, StatusSync, job_ref
 from scrapeq_operator.vocabulary import FINALIZER, FORCE_DELETE_ANNOTATION, GROUP, PLURAL, VERSION
+from scrapeq_operator.webhook_delivery import WebhookDelivery
+from scrapeq_operator.webhook_recording import record_phase_events, wants_events
+from scrapeq_operator.webhook_spec import job_webhooks
 
 
 @kopf.on.startup()
@@ -63,7 +66,7 @@ async def start_operator(
     logger: logging.Logger | logging.LoggerAdapter[Any],
     **kwargs: Any,
 ) -> None:
-    """Configure kopf, open the database pool and start the two operator-wide loops."""
+    """Configure kopf, open the database pool and start the operator-wide loops."""
     # kopf passes every index to every handler under its name (the function's name below).
     index: kopf.Index[str, JobRef] = kwargs["scrapejobs_by_uid"]
     config: OperatorSettings = memo["settings"]
@@ -87,7 +90,12 @@ async def start_operator(
     await runtime.open()
     memo["runtime"] = runtime
     directory = IndexDirectory(index)
-    runtime.spawn("status-sync", StatusSync(config, directory, runtime).run())
+    delivery = WebhookDelivery(config, runtime)
+    runtime.spawn(
+        "status-sync",
+        StatusSync(config, directory, runtime, webhook_events_recorded=delivery.wake.set).run(),
+    )
+    runtime.spawn("webhooks", delivery.run())
     runtime.spawn("retention", Retention(config, runtime).run())
     if config.autoscaler_enabled:
         runtime.spawn("autoscaler", Autoscaler(config, runtime).run())
@@ -321,6 +329,8 @@ async def enqueue_scrapejob(
             delay=settings.database_retry_seconds,
         ) from error
     except JobNotRunnableError as error:
+        if error.permanent:
+            await _record_failed_events(runtime, body, spec, status, error, retry)
         await _not_runnable(runtime, body, patch, conditions, generation, error, retry, logger)
         if error.permanent:
             return
@@ -366,6 +376,43 @@ async def enqueue_scrapejob(
     # alone.
     if first_url(spec) is None and urls:
         patch.status["firstURL"] = urls[0]
+
+
+async def _record_failed_events(
+    runtime: OperatorRuntime,
+    body: kopf.Body,
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    error: JobNotRunnableError,
+    retry: int,
+) -> None:
+    """The Failed event of a job that can never run, for its webhooks, before the status says
+    Failed (a restart before the patch records it again, and nothing twice)."""
+    webhooks = job_webhooks(spec)
+    if status.get("phase") == "Failed" or not wants_events(webhooks, "Failed"):
+        return
+    meta = body.get("metadata", {})
+    try:
+        async with runtime.connection() as connection:
+            await record_phase_events(
+                connection,
+                uid=str(meta.get("uid")),
+                namespace=str(meta.get("namespace")),
+                name=str(meta.get("name")),
+                webhooks=webhooks,
+                event_type="Failed",
+                reason=error.reason,
+                finished_at=_now(),
+            )
+    except DatabaseUnavailable as database_error:
+        raise await runtime.retry_later(
+            database_error,
+            doing="record the job's webhook events",
+            target=scrapejob_ref(body),
+            retry=retry,
+            reason="DatabaseUnavailable",
+            step="enqueue",
+        ) from database_error
 
 
 async def _not_runnable(

@@ -61,7 +61,7 @@ SCALING_DECISIONS_TOTAL = Counter(
 RECONCILE_ERRORS_TOTAL = Counter(
     "scrapeq_operator_reconcile_errors_total",
     "Failed rounds or handler runs, by component (enqueue, cancel, status_sync, autoscaler, "
-    "retention, retry_failed, schedule).",
+    "retention, retry_failed, schedule, webhooks).",
     ["component"],
     registry=REGISTRY,
 )
@@ -85,6 +85,18 @@ RETENTION_PRUNED_SITES_TOTAL = Counter(
     "scrapeq_operator_retention_pruned_sites_total",
     "Sites whose politeness state (a row of scrapeq_hosts) the periodic retention deleted after "
     "they were idle for long.",
+    registry=REGISTRY,
+)
+
+WEBHOOK_EVENTS_RECORDED_TOTAL = Counter(
+    "scrapeq_operator_webhook_events_recorded_total",
+    "Webhook events written to the outbox (events already there are not counted).",
+    registry=REGISTRY,
+)
+WEBHOOK_DELIVERIES_TOTAL = Counter(
+    "scrapeq_operator_webhook_deliveries_total",
+    "Webhook delivery attempts by outcome (delivered, retry, refused, dead).",
+    ["outcome"],
     registry=REGISTRY,
 )
 

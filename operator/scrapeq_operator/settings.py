@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scrapeq_queue import options
+from scrapeq_queue.addresses import IPNetwork, parse_networks
 from scrapeq_queue.options import (
     option,
     parse_bool,
@@ -339,6 +340,55 @@ class OperatorSettings:
         parse=parse_float,
         help="A site's politeness state is deleted after this many days idle (0 = keep every "
         "site's).",
+    )
+    # Webhooks (webhook_delivery.py, docs/webhooks.md). An endpoint whose host resolves into a
+    # loopback, private, link-local or cluster network is refused unless it lies inside one of
+    # these networks: none by default, as the worker's SCRAPEQ_ALLOW_NETWORKS; tests and a demo
+    # that receive on localhost allow 127.0.0.0/8 explicitly.
+    webhook_allow_networks: tuple[IPNetwork, ...] = option(
+        (),
+        env=_env("webhook_allow_networks"),
+        parse=parse_networks,
+        help="CIDRs a webhook endpoint may resolve into although private, comma-separated.",
+        shown_default="none",
+    )
+    # How often the delivery loop looks for due events when nothing woke it: the lateness of a
+    # retry at worst (a ScrapeJob reaching its phase wakes it at once).
+    webhook_poll_seconds: float = option(
+        5.0,
+        env=_env("webhook_poll_seconds"),
+        parse=parse_positive_float,
+        help="How often the webhook delivery loop looks for due events.",
+    )
+    # One POST, connection included. A receiver should answer at once and work afterwards;
+    # 10 s is what GitHub gives its webhook receivers.
+    webhook_timeout_seconds: float = option(
+        10.0,
+        env=_env("webhook_timeout_seconds"),
+        parse=parse_positive_float,
+        help="Time limit of one webhook POST, connecting included.",
+    )
+    # The first retry's delay; each further one doubles, up to the maximum, with jitter.
+    webhook_retry_base_seconds: float = option(
+        5.0,
+        env=_env("webhook_retry_base_seconds"),
+        parse=parse_positive_float,
+        help="Delay before a failed webhook event's first retry (doubling after each).",
+    )
+    # Five minutes between tries at most: a receiver back from an outage hears within that.
+    webhook_retry_max_seconds: float = option(
+        300.0,
+        env=_env("webhook_retry_max_seconds"),
+        parse=parse_positive_float,
+        help="Longest delay between two tries of a webhook event.",
+    )
+    # A day covers a receiver's weekend-night outage; an event older than that is news nobody
+    # acts on, and the ScrapeJob's status still says what happened.
+    webhook_max_age_seconds: float = option(
+        86_400.0,
+        env=_env("webhook_max_age_seconds"),
+        parse=parse_positive_float,
+        help="How long a webhook event is retried before it is given up (WebhookUndelivered).",
     )
     # The key ring that seals spec.credentials into rows, shared with the workers; without it
     # ScrapeJobs with credentials wait with Ready=False NoSealingKey.

@@ -14,12 +14,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
-from scrapeq_queue import DatabaseUnavailable, inspection, notifications
+import scrapeq_queue
+from scrapeq_queue import DatabaseUnavailable, WebhookEventType, inspection, notifications
 
 from scrapeq_operator import metrics
 from scrapeq_operator.cluster import ObjectRef, is_conflict, is_not_found
@@ -35,6 +36,8 @@ from scrapeq_operator.job_status import (
 from scrapeq_operator.queue_coverage import STALLED_CONDITION
 from scrapeq_operator.settings import OperatorSettings
 from scrapeq_operator.vocabulary import GROUP, VERSION
+from scrapeq_operator.webhook_recording import record_phase_events, wants_events
+from scrapeq_operator.webhook_spec import JobWebhook, job_webhooks
 
 if TYPE_CHECKING:
     from scrapeq_operator.runtime import OperatorRuntime
@@ -64,6 +67,7 @@ class JobRef:
     # The first inline URL (None for urlsFrom: the create handler records that one).
     first_url: str | None = None
     status: Mapping[str, Any] = field(default_factory=dict)
+    webhooks: tuple[JobWebhook, ...] = ()
 
     @property
     def phase(self) -> str | None:
@@ -96,6 +100,7 @@ def job_ref(body: Mapping[str, Any]) -> JobRef:
         created_at=parse_time(meta.get("creationTimestamp")),
         first_url=first_url(spec),
         status=dict(body.get("status") or {}),
+        webhooks=job_webhooks(spec),
     )
 
 
@@ -131,11 +136,18 @@ class StatusSync:
     """Mirror row progress into ScrapeJob status; `run` is the loop, `sync_round` one pass."""
 
     def __init__(
-        self, settings: OperatorSettings, directory: JobDirectory, runtime: OperatorRuntime
+        self,
+        settings: OperatorSettings,
+        directory: JobDirectory,
+        runtime: OperatorRuntime,
+        *,
+        webhook_events_recorded: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.directory = directory
         self.runtime = runtime
+        # Wakes the webhook delivery loop when this sync put events in the outbox.
+        self.webhook_events_recorded = webhook_events_recorded
         self._wake = asyncio.Event()
         self._watermark: datetime | None = None
         self._next_sweep = 0.0
@@ -320,6 +332,9 @@ class StatusSync:
                 return 0
             async with limit:
                 try:
+                    # Before the status shows the phase: once it does, the sync never looks
+                    # at the job again, so an event not recorded by then would be lost.
+                    await self._record_webhook_events(ref, wanted["phase"], counts)
                     await self.runtime.cluster.patch_scrapejob_status(
                         ref.namespace,
                         ref.name,
@@ -364,6 +379,34 @@ class StatusSync:
 
         results = await asyncio.gather(*(patch_one(ref) for ref in refs))
         return sum(results)
+
+    async def _record_webhook_events(self, ref: JobRef, phase: str, counts: Any) -> None:
+        """Put the event of `phase` in the outbox for each webhook that asked for it, when the
+        job just reached it. Recording again (a retried patch, a restarted operator) adds
+        nothing, so an event is recorded exactly once."""
+        if phase == ref.phase or phase not in scrapeq_queue.WEBHOOK_EVENT_TYPES:
+            return
+        event_type: WebhookEventType = "Succeeded" if phase == Phase.SUCCEEDED.value else "Failed"
+        if not wants_events(ref.webhooks, event_type):
+            return
+        async with self.runtime.connection() as connection:
+            recorded = await record_phase_events(
+                connection,
+                uid=ref.uid,
+                namespace=ref.namespace,
+                name=ref.name,
+                webhooks=ref.webhooks,
+                event_type=event_type,
+                # The reasons of the Complete and Failed conditions (job_status.build_status).
+                reason="Succeeded" if event_type == "Succeeded" else "URLsFailed",
+                total=counts.total,
+                succeeded=counts.succeeded,
+                failed=counts.failed,
+                cancelled=counts.cancelled,
+                finished_at=counts.last_finished_at,
+            )
+        if recorded:
+            self.webhook_events_recorded()
 
     async def _announce_failure(self, ref: JobRef, counts: Any) -> None:
         """A Warning Event when a job turns Failed (kubectl describe shows why)."""

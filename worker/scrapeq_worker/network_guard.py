@@ -4,7 +4,8 @@ Users choose the URLs a worker fetches, and a worker pod sits inside the cluster
 to the cloud metadata endpoint (169.254.169.254), the Kubernetes API and every internal
 service. So every request — the user's URL, each redirect hop, each sub-resource a page loads —
 is checked here, and only http/https to globally routable addresses passes unless the address
-lies inside an explicitly allowed network (`SCRAPEQ_ALLOW_NETWORKS`, `--allow-networks`).
+lies inside an explicitly allowed network (`SCRAPEQ_ALLOW_NETWORKS`, `--allow-networks`). The
+address rules themselves are `scrapeq_queue.addresses`, shared with the operator's webhooks.
 
 Checking the URL's host name once is not enough: a name can resolve to an internal address, so
 the check runs on the resolved addresses; the plain-HTTP engine connects only to addresses this
@@ -17,91 +18,28 @@ import asyncio
 import ipaddress
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
+from scrapeq_queue.addresses import (
+    IPAddress,
+    IPNetwork,
+    denial_reason,
+    describe,
+    inside_networks,
+    parse_networks,
+)
 from scrapeq_queue.urls import BAD_URL_REASON, target_problem
 
 from .errors import BlockedRequest, RetryLater
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
 ALLOWED_SCHEMES = frozenset({"http", "https"})
-
-# Named deny ranges, checked before the generic "not globally routable" rule so that the error
-# message can say *why* an address is refused. Order matters only for the message.
-_NAMED_DENIED: tuple[tuple[IPNetwork, str], ...] = tuple(
-    (ipaddress.ip_network(cidr), label)
-    for cidr, label in (
-        ("169.254.0.0/16", "link-local (cloud metadata)"),
-        ("fe80::/10", "link-local"),
-        ("127.0.0.0/8", "loopback"),
-        ("::1/128", "loopback"),
-        ("10.0.0.0/8", "private"),
-        ("172.16.0.0/12", "private"),
-        ("192.168.0.0/16", "private"),
-        ("fc00::/7", "private (unique local)"),
-        # Carrier-grade NAT: Python's `is_private` does not include it, clusters use it.
-        ("100.64.0.0/10", "carrier-grade NAT"),
-        ("0.0.0.0/8", "unspecified"),
-        ("::/128", "unspecified"),
-        ("224.0.0.0/4", "multicast"),
-        ("ff00::/8", "multicast"),
-    )
-)
-
-# NAT64 addresses embed the IPv4 address a gateway will connect to: check the embedded one too.
-# (6to4, 2002::/16, is recognised by `IPv6Address.sixtofour`; Python calls 2002::/16 global, so
-# without unwrapping 2002:c0a8:0101:: would pass as public while it reaches 192.168.1.1.)
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 # How long a resolution is trusted. Short, so a name that moves is re-checked soon.
 DNS_CACHE_SECONDS = 30.0
 _DNS_CACHE_ENTRIES = 4096
-
-
-def parse_networks(text: str | Iterable[str]) -> tuple[IPNetwork, ...]:
-    """Parse comma-separated (or listed) CIDRs such as "127.0.0.0/8, ::1/128".
-
-    Raises ValueError naming the first entry that is not a network.
-    """
-    items = text.split(",") if isinstance(text, str) else list(text)
-    networks: list[IPNetwork] = []
-    for item in items:
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(item, strict=False))
-        except ValueError as error:
-            raise ValueError(f"not a network in the allow-list: {item!r} ({error})") from error
-    return tuple(networks)
-
-
-def _unwrap(address: IPAddress) -> IPAddress:
-    """Return the IPv4 address a v4-mapped/NAT64/6to4 IPv6 address really reaches."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return address.ipv4_mapped
-        if address in _NAT64:
-            return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-        if address.sixtofour is not None:
-            return address.sixtofour
-    return address
-
-
-def denial_reason(address: IPAddress) -> str | None:
-    """Why `address` is forbidden before any allow-list is applied, or None if it is public."""
-    real = _unwrap(address)
-    for network, label in _NAMED_DENIED:
-        if real.version == network.version and real in network:
-            return label
-    if not real.is_global or real.is_multicast or real.is_reserved:
-        return "not globally routable"
-    return None
 
 
 @dataclass
@@ -121,12 +59,7 @@ class NetworkGuard:
 
     def allowed_explicitly(self, address: IPAddress) -> bool:
         """True when `address` (or the IPv4 address it wraps) is inside the allow-list."""
-        candidates = {address, _unwrap(address)}
-        return any(
-            candidate.version == network.version and candidate in network
-            for candidate in candidates
-            for network in self.allow_networks
-        )
+        return inside_networks(address, self.allow_networks)
 
     def check_address(self, address: IPAddress, *, url: str) -> None:
         """Raise BlockedRequest when the worker must not connect to `address` for `url`."""
@@ -242,11 +175,6 @@ class GuardedResolver(AbstractResolver):
 
 def _bracket(host: str) -> str:
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def describe(networks: Sequence[IPNetwork]) -> str:
-    """Human form of an allow-list for logs."""
-    return ", ".join(str(network) for network in networks) or "(none)"
 
 
 __all__: list[str] = [

@@ -1,0 +1,133 @@
+"""The status sync records a job's webhook events in the real PostgreSQL outbox before the
+status shows its phase: a status patch that fails (an operator stopped half-way) is retried and
+records nothing twice, endpoints that did not ask for the phase get nothing, and a job without
+webhooks writes no event (docs/webhooks.md, "Delivery").
+
+The Kubernetes side is stood in for (the index of ScrapeJobs, the status PATCH); the whole
+path runs against a real kube-apiserver in tests/e2e/operator/test_webhooks.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+
+import psycopg
+import pytest
+import scrapeq_queue as queue
+from scrapeq_operator.runtime import OperatorRuntime
+from scrapeq_operator.settings import OperatorSettings
+from scrapeq_operator.status_sync import JobRef, StatusSync, job_ref
+
+pytestmark = pytest.mark.timeout(60)
+
+Connection = psycopg.AsyncConnection[Any]
+UID = "0b5d2c1e-0000-4000-8000-000000000001"
+
+
+class Directory:
+    def __init__(self, *refs: JobRef) -> None:
+        self.refs = {ref.uid: ref for ref in refs}
+
+    def get(self, uid: str) -> JobRef | None:
+        return self.refs.get(uid)
+
+    def all(self) -> Iterator[JobRef]:
+        return iter(list(self.refs.values()))
+
+
+class FlakyStatusApi:
+    """Fails the first `failures` status patches, as an operator stopped before its patch."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.patched: list[Mapping[str, Any]] = []
+
+    async def patch_scrapejob_status(self, namespace: str, name: str, **kwargs: Any) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("the operator stopped before its status patch")
+        self.patched.append(kwargs["status"])
+
+    async def announce(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def scrapejob_body(webhooks: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "uid": UID,
+            "namespace": "team",
+            "name": "laptops",
+            "resourceVersion": "1",
+            "generation": 1,
+            "creationTimestamp": "2026-12-03T19:00:00Z",
+        },
+        "spec": {"urls": ["https://shop.example.com/1"], "webhooks": webhooks},
+        "status": {"phase": "Running", "observedGeneration": 1},
+    }
+
+
+async def finished_rows(connection: Connection) -> None:
+    owner = queue.Owner(UID, "team", "laptops")
+    await queue.enqueue_for_owner(connection, owner, ["https://shop.example.com/1"])
+    (job,) = await queue.claim_jobs(
+        connection,
+        worker_id="w",
+        queues=["default"],
+        limit=1,
+        lease_seconds=60,
+        politeness=queue.NO_SITE_LIMIT,
+    )
+    await queue.complete_job(connection, job.id, job.attempt, result={}, duration_seconds=0.1)
+
+
+async def test_a_failed_status_patch_is_retried_and_the_event_is_recorded_once(
+    async_connection: Connection, database_url: str
+) -> None:
+    await finished_rows(async_connection)
+    hook = {"url": "https://hooks.example.com/a", "secretRef": {"name": "s", "key": "k"}}
+    only_failures = {**hook, "url": "https://hooks.example.com/b", "events": ["Failed"]}
+    ref = job_ref(scrapejob_body([hook, only_failures]))
+    settings = OperatorSettings(database_url=database_url, status_min_interval_seconds=0)
+    api = FlakyStatusApi(failures=1)
+    runtime = OperatorRuntime(settings, cast(Any, api))
+    await runtime.open()
+    woken: list[bool] = []
+    sync = StatusSync(
+        settings, Directory(ref), runtime, webhook_events_recorded=lambda: woken.append(True)
+    )
+    try:
+        assert await sync.sync_round() == 0  # recorded, then the patch failed
+        assert await sync.sync_round() == 1  # recorded again (nothing new), then patched
+    finally:
+        await runtime.close()
+
+    assert [status.get("phase") for status in api.patched] == ["Succeeded"]
+    events = await queue.webhook_events_of(async_connection, UID)
+    assert [(e.event_type, e.url, e.status) for e in events] == [
+        ("Succeeded", "https://hooks.example.com/a", "pending")
+    ]
+    assert woken == [True]
+
+
+async def test_a_job_without_webhooks_records_no_event(
+    async_connection: Connection, database_url: str
+) -> None:
+    await finished_rows(async_connection)
+    settings = OperatorSettings(database_url=database_url, status_min_interval_seconds=0)
+    api = FlakyStatusApi(failures=0)
+    runtime = OperatorRuntime(settings, cast(Any, api))
+    await runtime.open()
+    try:
+        assert (
+            await StatusSync(settings, Directory(job_ref(scrapejob_body([]))), runtime).sync_round()
+            == 1
+        )
+    finally:
+        await runtime.close()
+
+    assert await queue.webhook_events_of(async_connection, UID) == []
