@@ -134,6 +134,15 @@ class LocalPgBouncer:
         )
         return self.dsn()
 
+    def server_pid(self) -> int:
+        """The pid of the running pgbouncer process (from its pidfile)."""
+        if self.base_dir is None:
+            raise LocalPartError("PgBouncer is not running")
+        try:
+            return int((self.base_dir / "pgbouncer.pid").read_text().strip())
+        except (OSError, ValueError) as error:
+            raise LocalPartError(f"PgBouncer's pidfile cannot be read: {error}") from error
+
     def _answers(self) -> bool:
         try:
             with psycopg.connect(self.dsn(), connect_timeout=2, prepare_threshold=None) as probe:
