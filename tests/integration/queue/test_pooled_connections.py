@@ -116,3 +116,24 @@ async def test_clients_that_prepare_statements_collide_on_a_shared_server_connec
     finally:
         await first.close()
         await second.close()
+
+
+async def test_the_operators_pool_in_pooled_mode_shares_one_server_connection_without_state(
+    database_url: str, one_server_connection: LocalPgBouncer
+) -> None:
+    pool = queue.ConnectionPool(
+        one_server_connection.pooled(database_url),
+        max_size=3,
+        timeout=10,
+        name="scrapeq-test",
+        prepared_statements=False,
+    )
+    await pool.open()
+    try:
+        for _ in range(8):
+            async with pool.connection() as connection:
+                await queue.enqueue_many(connection, ["https://shop.test/a"])
+                await queue.queue_backlog(connection, ["default"])
+                assert (await session_state(connection))["prepared"] == 0
+    finally:
+        await pool.close()
