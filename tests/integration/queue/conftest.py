@@ -35,9 +35,8 @@ POOLED_MODULES: Final = frozenset(
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "async_connection" not in metafunc.fixturenames:
         return
-    module = metafunc.module.__name__.rsplit(".", 1)[-1]
-    modes = ["direct", "pgbouncer"] if module in POOLED_MODULES else ["direct"]
-    metafunc.parametrize("connection_mode", modes, indirect=True)
+    if metafunc.module.__name__.rsplit(".", 1)[-1] in POOLED_MODULES:
+        metafunc.parametrize("connection_mode", ["direct", "pgbouncer"], indirect=True)
 
 
 @pytest.fixture
