@@ -137,3 +137,13 @@ async def test_the_operators_pool_in_pooled_mode_shares_one_server_connection_wi
                 assert (await session_state(connection))["prepared"] == 0
     finally:
         await pool.close()
+
+
+def test_migrating_through_the_pooler_leaves_nothing_prepared_on_its_server_connection(
+    empty_database_url: str, one_server_connection: LocalPgBouncer
+) -> None:
+    pooled = one_server_connection.pooled(empty_database_url)
+    assert queue.migrate(pooled)
+    assert queue.migrate(pooled) == []
+    with psycopg.connect(pooled, autocommit=True, prepare_threshold=None) as check:
+        assert check.execute("SELECT count(*) FROM pg_prepared_statements").fetchone() == (0,)
