@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 
 import re2
 
-from scrapeq_queue.page_steps import check_session, check_steps
+from scrapeq_queue.page_steps import MAX_SETTLE_SECONDS, check_session, check_steps
 from scrapeq_queue.politeness import site_delay_problem, site_limit_problem
 from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
 from scrapeq_queue.urls import target_problem
@@ -34,7 +34,7 @@ WAIT_UNTIL_VALUES: Final = ("load", "domcontentloaded", "networkidle0", "network
 RESOURCE_KINDS: Final = ("image", "font", "media", "stylesheet")
 # A page that needs more than ten minutes is a stuck page, not a slow one.
 MAX_TIMEOUT_SECONDS: Final = 600.0
-EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "attribute", "all", "transforms"})
+EXTRACT_FIELD_KEYS: Final = frozenset({"selector", "xpath", "attribute", "all", "transforms"})
 POLITENESS_KEYS: Final = frozenset({"maxConcurrentPerSite", "delaySeconds", "respectRobotsTxt"})
 # Keys named before 0.1.0: a row that still uses one fails with the key's name now.
 RENAMED_POLITENESS_KEYS: Final = {"maxConcurrentPerHost": "maxConcurrentPerSite"}
@@ -58,7 +58,7 @@ MAX_FOLLOW_DEPTH: Final = 5
 # next: the "next page" link of a paginated listing, followed as a chain of its own. `page` is
 # the chain position of the row's page (1, the page the chain starts on, when left out); the
 # worker sets it in the rows it queues.
-NEXT_KEYS: Final = frozenset({"selector", "maxPages", "page"})
+NEXT_KEYS: Final = frozenset({"selector", "maxPages", "page", "click", "settleSeconds"})
 # Pages of a chain when next.maxPages is not given, and the most it may say (the CRD's too).
 DEFAULT_NEXT_MAX_PAGES: Final = 100
 MAX_NEXT_PAGES: Final = 10_000
@@ -85,7 +85,7 @@ MAX_HEADER_VALUE_CHARS: Final = 8192
 MAX_REPORTED_PROBLEMS: Final = 20
 _QUOTED_CHARS: Final = 60
 # items: one object per element matching `selector`, of `fields` read inside that element.
-ITEMS_KEYS: Final = frozenset({"selector", "fields", "limit"})
+ITEMS_KEYS: Final = frozenset({"selector", "xpath", "fields", "limit"})
 # Items kept per page when items.limit is not given: a listing page's worth.
 DEFAULT_ITEMS_LIMIT: Final = 1000
 # The most items.limit may say (the CRD's maximum too): each item is one query per field.
@@ -391,12 +391,15 @@ def _check_extract(value: object) -> list[str]:
             problems.append(
                 f"extract.{name} has unknown keys: {', '.join(_shown(key) for key in unknown[:5])}"
             )
-        selector = spec.get("selector")
+        if "selector" in spec and "xpath" in spec:
+            problems.append(f"extract.{name} must name a selector or an xpath, not both")
+        what = "xpath" if "xpath" in spec else "selector"
+        selector = spec.get(what)
         if not isinstance(selector, str) or not selector.strip():
-            problems.append(f"extract.{name}.selector must be a non-empty string")
+            problems.append(f"extract.{name}.{what} must be a non-empty string")
         elif len(selector) > MAX_SELECTOR_CHARS:
             problems.append(
-                f"extract.{name}.selector must have at most {MAX_SELECTOR_CHARS} characters"
+                f"extract.{name}.{what} must have at most {MAX_SELECTOR_CHARS} characters"
             )
         else:
             chars += len(selector)
@@ -527,6 +530,16 @@ def _route_problems(payload: Mapping[str, Any]) -> list[str]:
                         {**payload, "steps": route["steps"]}, name=f"routes.{label}.steps"
                     )
                 )
+            route_next = route.get("next")
+            if (
+                isinstance(route_next, Mapping)
+                and route_next.get("click") is True
+                and payload.get("render") is False
+            ):
+                problems.append(
+                    f"routes.{label}.next.click clicks a button on rendered pages only: remove it "
+                    "or set render to true"
+                )
     return problems
 
 
@@ -543,6 +556,14 @@ def _check_next(value: object) -> list[str]:
     for key in ("maxPages", "page"):
         if key in value and not _is_integer(value[key], 1, MAX_NEXT_PAGES):
             problems.append(f"next.{key} must be an integer from 1 to {MAX_NEXT_PAGES}")
+    if "click" in value and not isinstance(value["click"], bool):
+        problems.append("next.click must be true or false")
+    if "settleSeconds" in value and not _in_range(
+        value["settleSeconds"], 0, MAX_SETTLE_SECONDS, low_open=True
+    ):
+        problems.append(
+            f"next.settleSeconds must be a number above 0 and at most {MAX_SETTLE_SECONDS:g}"
+        )
     return problems
 
 
@@ -553,11 +574,22 @@ def _check_items(value: object) -> list[str]:
     unknown = sorted(set(value) - ITEMS_KEYS)
     if unknown:
         problems.append(f"items has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
-    selector = value.get("selector")
-    if not isinstance(selector, str) or not selector.strip() or len(selector) > MAX_SELECTOR_CHARS:
-        problems.append(
-            f"items.selector must be a CSS selector of 1-{MAX_SELECTOR_CHARS} characters"
-        )
+    if "selector" in value and "xpath" in value:
+        problems.append("items must name a selector or an xpath, not both")
+    if "xpath" in value:
+        xpath = value["xpath"]
+        if not isinstance(xpath, str) or not xpath.strip() or len(xpath) > MAX_SELECTOR_CHARS:
+            problems.append(f"items.xpath must be an XPath of 1-{MAX_SELECTOR_CHARS} characters")
+    else:
+        selector = value.get("selector")
+        if (
+            not isinstance(selector, str)
+            or not selector.strip()
+            or len(selector) > MAX_SELECTOR_CHARS
+        ):
+            problems.append(
+                f"items.selector must be a CSS selector of 1-{MAX_SELECTOR_CHARS} characters"
+            )
     if "limit" in value and not _is_integer(value["limit"], 1, MAX_ITEMS_LIMIT):
         problems.append(f"items.limit must be an integer from 1 to {MAX_ITEMS_LIMIT}")
     fields = value.get("fields")
@@ -594,8 +626,8 @@ def item_fields_as_extract(fields: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(spec, str) and _is_item_element(spec):
             spec = ITEM_ELEMENT_SELECTOR
         elif isinstance(spec, Mapping) and (
-            "selector" not in spec
-            or (isinstance(spec["selector"], str) and _is_item_element(spec["selector"]))
+            ("selector" not in spec and "xpath" not in spec)
+            or (isinstance(spec.get("selector"), str) and _is_item_element(spec["selector"]))
         ):
             spec = {**spec, "selector": ITEM_ELEMENT_SELECTOR}
         extract[name] = spec
@@ -897,6 +929,15 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
         problems.extend(check(value))
     if "steps" in payload:
         problems.extend(_steps_problems(payload))
+    next_spec = payload.get("next")
+    if (
+        isinstance(next_spec, Mapping)
+        and next_spec.get("click") is True
+        and payload.get("render") is False
+    ):
+        problems.append(
+            "next.click clicks a button on rendered pages only: remove it or set render to true"
+        )
     if "session" in payload:
         problems.extend(_session_problems(payload))
     problems.extend(_route_problems(payload))

@@ -66,10 +66,12 @@ from .extraction import (
     FieldSpec,
     PageOutcome,
     browser_script_argument,
+    merge_clicked_pages,
     page_from_browser,
+    same_content,
 )
 from .http_status import check_status, navigation_failure
-from .job_options import JobOptions, LoginOptions, PageStep
+from .job_options import JobOptions, LoginOptions, NextOptions, PageStep
 from .memory_watch import MemoryWatch
 from .metrics import WorkerMetrics
 from .network_guard import NetworkGuard
@@ -86,6 +88,9 @@ _repair_pyppeteer()
 _PROBE_SECONDS: Final = 1.0
 # How much later than the job's deadline pyppeteer's navigation timer may fire (see goto).
 _NAVIGATION_TIMER_MARGIN_MS: Final = 2000
+# Clicking through "next" pages (next.click) stops when less of the job's time is left than this
+# for one more click, settle and read: the pages read so far are the result.
+_NEXT_CLICK_RESERVE_SECONDS: Final = 2.0
 # A page that navigates itself while it is extracted (a script redirect) is extracted again
 # where it lands, this many times at most; one that keeps going is retried
 # (`navigated_during_extraction`, docs/worker.md).
@@ -598,6 +603,12 @@ class BrowserPool:
         extracted = await self._extract(
             page, watch, options.fields, options, follow_selector, deadline
         )
+        pagination: dict[str, Any] | None = None
+        if options.next is not None and options.next.click:
+            merged, pagination = await self._click_through(
+                page, watch, options, options.next, follow_selector, deadline, extracted[0]
+            )
+            extracted = (merged, extracted[1])
         html = await self._page_html(page, watch, options.html_limit, deadline)
         finished = time.monotonic()
         timing["extract_ms"] = round((finished - loaded) * 1000, 1)
@@ -615,7 +626,59 @@ class BrowserPool:
             html=html[0] if html else None,
             html_truncated=html[1] if html else False,
             steps=step_reports,
+            pagination=pagination,
         )
+
+    async def _click_through(
+        self,
+        page: Any,
+        watch: PageWatch,
+        options: JobOptions,
+        pagination: NextOptions,
+        follow_selector: str | None,
+        deadline: float,
+        first: ExtractedPage,
+    ) -> tuple[ExtractedPage, dict[str, Any]]:
+        """Read the pages a "next" button shows in turn (next.click): click, let the page
+        settle, read it, until the button is gone or disabled, a click changes nothing, the
+        chain has next.maxPages pages, or the job's time runs short (what was read is kept)."""
+        runner = StepRunner(
+            page, lambda work, what: self._bounded(watch, work, deadline, page, what)
+        )
+        pages = [first]
+        end = "max_pages"
+        while len(pages) < pagination.max_pages:
+            left = deadline - time.monotonic()
+            if left < _NEXT_CLICK_RESERVE_SECONDS:
+                end = "timeout"
+                break
+            try:
+                state = await runner.click_next(
+                    pagination.selector,
+                    settle_seconds=min(
+                        pagination.settle_seconds, left - _NEXT_CLICK_RESERVE_SECONDS
+                    ),
+                )
+            except TimeoutError:
+                end = "timeout"
+                break
+            if watch.abort.done():
+                raise watch.abort.result()
+            if state in ("gone", "disabled"):
+                end = "last_page"
+                break
+            if state == "unchanged":
+                end = "unchanged"
+                break
+            shown = (
+                await self._extract(page, watch, options.fields, options, follow_selector, deadline)
+            )[0]
+            if same_content(shown, pages[-1]):
+                end = "unchanged"
+                break
+            pages.append(shown)
+        merged = merge_clicked_pages(pages, self.settings.max_links)
+        return merged, {"click": True, "pages": len(pages), "end": end}
 
     async def _extract(
         self,

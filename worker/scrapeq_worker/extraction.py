@@ -16,8 +16,13 @@ until it has enough), and links (raw `href` values resolved, filtered and dedupl
 Python, for both engines). Transforms run after either engine (transforms.py). A conformance
 test runs the same specs against the same pages in both and requires identical results.
 
-XPath is offered in neither engine: lxml's XPath would run over libxml2's tree, which is not
-the HTML5 tree Chromium builds, so one expression would not mean the same in both modes.
+A field or items may name an XPath 1.0 expression (`xpath`) instead of a CSS selector. Chromium
+evaluates it over its DOM (`document.evaluate`); the static engine over an lxml copy of lexbor's
+tree (`_XPathTree`: the same elements, attributes, text and comments, SVG and MathML elements in
+their namespaces as in the DOM), never over a tree libxml2's own HTML parser builds, which is not
+the HTML5 tree. An expression selects nodes: an element gives its text (or `attribute`), an
+attribute node its value, a text or comment node its normalised text. An expression whose result
+is not a node-set (`count(...)`, `string(...)`) is a bad selector in both engines.
 
 Results are capped (`cap_result`, linear in the result's size): a stored result must stay small
 enough for a database row and a status preview; oversized values are cut and listed under
@@ -29,6 +34,7 @@ multiply its size in memory; what it cuts is over the limit anyway, and `cap_res
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
@@ -37,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urljoin, urlsplit
 
+from lxml import etree
 from scrapeq_queue.payload import (
     DEFAULT_ITEMS_LIMIT,
     ITEM_ELEMENT_SELECTOR,
@@ -101,6 +108,8 @@ class FieldSpec:
     attribute: str | None = None
     all: bool = False
     transforms: tuple[Transform, ...] = ()
+    # `selector` is an XPath expression, not a CSS selector.
+    xpath: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +117,7 @@ class FieldSpec:
             "selector": self.selector,
             "attribute": self.attribute,
             "all": self.all,
+            "xpath": self.xpath,
         }
 
 
@@ -126,14 +136,18 @@ def parse_fields(extract: object) -> tuple[FieldSpec, ...]:
             spec = {"selector": spec}
         if not isinstance(spec, Mapping):
             raise BadInput(f"extract.{name} must be a selector string or a mapping")
-        unknown = set(spec) - {"selector", "attribute", "all", "transforms"}
+        unknown = set(spec) - {"selector", "xpath", "attribute", "all", "transforms"}
         if unknown:
             raise BadInput(f"extract.{name} has unknown keys: {', '.join(sorted(unknown))}")
-        selector = spec.get("selector")
+        xpath = "xpath" in spec
+        if xpath and "selector" in spec:
+            raise BadInput(f"extract.{name} names both a selector and an xpath")
+        selector = spec.get("xpath" if xpath else "selector")
         attribute = spec.get("attribute")
         take_all = spec.get("all", False)
         if not isinstance(selector, str) or not selector.strip():
-            raise BadInput(f"extract.{name}.selector must be a non-empty string")
+            what = "xpath" if xpath else "selector"
+            raise BadInput(f"extract.{name}.{what} must be a non-empty string")
         if attribute is not None and (not isinstance(attribute, str) or not attribute):
             raise BadInput(f"extract.{name}.attribute must be a non-empty string")
         if not isinstance(take_all, bool):
@@ -145,7 +159,9 @@ def parse_fields(extract: object) -> tuple[FieldSpec, ...]:
             )
             for step in spec.get("transforms") or ()
         )
-        fields.append(FieldSpec(name, selector.strip(), attribute, take_all, transforms))
+        fields.append(
+            FieldSpec(name, selector.strip(), attribute, take_all, transforms, xpath=xpath)
+        )
     return tuple(fields)
 
 
@@ -157,12 +173,15 @@ class ItemsSpec:
     selector: str
     fields: tuple[FieldSpec, ...]
     limit: int = DEFAULT_ITEMS_LIMIT
+    # `selector` is an XPath expression (its element matches are the items).
+    xpath: bool = False
 
     def as_json(self) -> dict[str, Any]:
         return {
             "selector": self.selector,
             "fields": [spec.as_json() for spec in self.fields],
             "limit": self.limit,
+            "xpath": self.xpath,
         }
 
 
@@ -172,13 +191,15 @@ def parse_items(items: object) -> ItemsSpec | None:
         return None
     if not isinstance(items, Mapping) or not isinstance(items.get("fields"), Mapping):
         raise BadInput("items must be a mapping with a selector and fields")
-    selector = items.get("selector")
+    xpath = "xpath" in items
+    selector = items.get("xpath" if xpath else "selector")
     if not isinstance(selector, str) or not selector.strip():
-        raise BadInput("items.selector must be a non-empty string")
+        raise BadInput(f"items.{'xpath' if xpath else 'selector'} must be a non-empty string")
     return ItemsSpec(
         selector.strip(),
         parse_fields(item_fields_as_extract(items["fields"])),
         int(items.get("limit", DEFAULT_ITEMS_LIMIT)),
+        xpath=xpath,
     )
 
 
@@ -207,6 +228,32 @@ class ExtractedPage:
     document_html: str | None = None
 
 
+def merge_clicked_pages(pages: Sequence[ExtractedPage], max_links: int) -> ExtractedPage:
+    """One result of the pages a "next" button showed in turn: the first page's fields, title,
+    text sample and structured data; every page's items in order; their links and follow links
+    each once, in the order first seen (links at most `max_links`)."""
+    first = pages[0]
+    merged = ExtractedPage(
+        fields=first.fields,
+        title=first.title,
+        text_sample=first.text_sample,
+        link_base=first.link_base,
+        structured_data=first.structured_data,
+        document_html=first.document_html,
+    )
+    if first.items is not None:
+        merged.items = [item for page in pages for item in page.items or ()]
+    merged.links = list(dict.fromkeys(link for page in pages for link in page.links))[:max_links]
+    merged.follow = list(dict.fromkeys(link for page in pages for link in page.follow))
+    merged.truncated = list(dict.fromkeys(cut for page in pages for cut in page.truncated))
+    return merged
+
+
+def same_content(one: ExtractedPage, other: ExtractedPage) -> bool:
+    """Whether a click showed nothing new: the same fields, items and links as before."""
+    return (one.fields, one.items, one.links) == (other.fields, other.items, other.links)
+
+
 @dataclass
 class PageOutcome:
     """What fetching one URL produced, by either engine, before it becomes the job's result."""
@@ -229,6 +276,8 @@ class PageOutcome:
     html_truncated: bool = False
     # What each of the job's page steps reported (step_runner.py), in order.
     steps: list[dict[str, Any]] = field(default_factory=list)
+    # With next.click: the result's `pagination` (pages read, why they ended).
+    pagination: dict[str, Any] | None = None
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a
@@ -265,11 +314,19 @@ async (spec) => {
     return [parts.join(''), false];
   };
   let left = spec.maxChars;
-  // A value within what is left of the budget (cut and marked if need be), charged to it.
+  // A value within what is left of the budget (cut and marked if need be), charged to it. An
+  // XPath may select an attribute node (its value, as `attribute` reads one) or a text or
+  // comment node (its text, normalised); `attribute` applies to elements only.
   const take = (f, n) => {
     if (left <= 0) return MARK;
     let value, more;
-    if (f.attribute) {
+    if (n.nodeType !== 1) {
+      const raw = n.nodeType === 2 ? n.value : n.nodeValue;
+      if (raw === null || f.attribute) { left -= 4; return null; }
+      more = raw.length > left;
+      value = more ? raw.slice(0, left) : raw;
+      if (n.nodeType !== 2) value = norm(value);
+    } else if (f.attribute) {
       value = n.getAttribute(f.attribute);
       if (value === null) { left -= 4; return null; }
       more = value.length > left;
@@ -297,13 +354,29 @@ async (spec) => {
       if (!found) return {waitForTimedOut: true};
     }
   }
+  // The matches of a field (or of items) inside `context`, in document order: a CSS
+  // selector's elements, or the nodes an XPath selects (a result that is not a node-set throws).
+  const select = (f, context, first) => {
+    if (!f.xpath) {
+      return first ? [context.querySelector(f.selector)].filter((n) => n !== null)
+                   : context.querySelectorAll(f.selector);
+    }
+    if (first) {
+      const node = document.evaluate(
+        f.selector, context, null, XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue;
+      return node === null ? [] : [node];
+    }
+    const found = document.evaluate(
+      f.selector, context, null, XPathResult.ORDERED_NODE_SNAPSHOT_TYPE, null);
+    const nodes = [];
+    for (let i = 0; i < found.snapshotLength; i++) nodes.push(found.snapshotItem(i));
+    return nodes;
+  };
   const fields = {};
   for (const f of spec.fields) {
     let nodes;
-    try {
-      nodes = f.all ? document.querySelectorAll(f.selector)
-                    : [document.querySelector(f.selector)].filter((n) => n !== null);
-    } catch (e) { return {badSelector: f.selector, error: String(e)}; }
+    try { nodes = select(f, document, !f.all); }
+    catch (e) { return {badSelector: f.selector, xpath: f.xpath, error: String(e)}; }
     if (!f.all) { fields[f.name] = nodes.length ? take(f, nodes[0]) : null; continue; }
     const values = [];
     for (const n of nodes) {
@@ -318,13 +391,18 @@ async (spec) => {
   if (spec.items) {
     const scope = spec.itemElement;
     let elements;
-    try { elements = document.querySelectorAll(spec.items.selector); }
-    catch (e) { return {badSelector: spec.items.selector, error: String(e)}; }
+    try {
+      elements = Array.from(select(spec.items, document, false)).filter((n) => n.nodeType === 1);
+    } catch (e) {
+      return {badSelector: spec.items.selector, xpath: spec.items.xpath, error: String(e)};
+    }
     const probe = document.createElement('div');
     for (const f of spec.items.fields) {
-      if (f.selector === scope) continue;
-      try { probe.querySelector(f.selector); }
-      catch (e) { return {badSelector: f.selector, error: String(e)}; }
+      if (f.selector === scope && !f.xpath) continue;
+      try {
+        if (f.xpath) document.createExpression(f.selector); else probe.querySelector(f.selector);
+      }
+      catch (e) { return {badSelector: f.selector, xpath: f.xpath, error: String(e)}; }
     }
     items = [];
     itemsCut = elements.length > spec.items.limit;
@@ -333,9 +411,9 @@ async (spec) => {
       if (left <= 0) { itemsCut = true; break; }
       const item = {};
       for (const f of spec.items.fields) {
-        const nodes = f.selector === scope ? [element]
-          : f.all ? element.querySelectorAll(f.selector)
-          : [element.querySelector(f.selector)].filter((n) => n !== null);
+        let nodes;
+        try { nodes = f.selector === scope && !f.xpath ? [element] : select(f, element, !f.all); }
+        catch (e) { return {badSelector: f.selector, xpath: f.xpath, error: String(e)}; }
         if (!f.all) { item[f.name] = nodes.length ? take(f, nodes[0]) : null; continue; }
         const values = [];
         for (const n of nodes) {
@@ -465,8 +543,9 @@ def page_from_browser(
     script's `finalUrl` when it has one).
     """
     if raw.get("badSelector") is not None:
+        kind = "XPath" if raw.get("xpath") else "CSS selector"
         raise BadInput(
-            f"invalid CSS selector {raw['badSelector']!r}: {raw.get('error')}",
+            f"invalid {kind} {raw['badSelector']!r}: {raw.get('error')}",
             reason="bad_selector",
         )
     base = link_base(raw.get("finalUrl") or page_url, raw.get("baseHref"))
@@ -536,6 +615,151 @@ def check_selector(selector: str) -> None:
         raise BadInput(
             f"invalid CSS selector {selector!r}: {error}", reason="bad_selector"
         ) from error
+
+
+def check_xpath(expression: str) -> None:
+    """Raise BadInput(reason="bad_selector") if `expression` is not an XPath 1.0 expression."""
+    _compiled_xpath(expression)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled_xpath(expression: str) -> etree.XPath:
+    try:
+        return etree.XPath(expression)
+    except etree.XPathError as error:
+        raise BadInput(f"invalid XPath {expression!r}: {error}", reason="bad_selector") from error
+
+
+def check_spec_selector(spec: FieldSpec | ItemsSpec) -> None:
+    """Raise BadInput(reason="bad_selector") if the spec's CSS selector or XPath is invalid."""
+    if spec.xpath:
+        check_xpath(spec.selector)
+    elif spec.selector != ITEM_ELEMENT_SELECTOR:
+        check_selector(spec.selector)
+
+
+_SVG_NAMESPACE: Final = "http://www.w3.org/2000/svg"
+_MATHML_NAMESPACE: Final = "http://www.w3.org/1998/Math/MathML"
+# Characters XML (and so lxml) cannot hold; a copy for XPath shows them as U+FFFD.
+_NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+# What an XPath match is in the static engine: an element of lexbor's tree, or the value of an
+# attribute, text or comment node (a str, with whether it is an attribute's), or None.
+_XPathMatch = LexborNode | tuple[str, bool] | None
+
+
+class _XPathTree:
+    """An lxml copy of lexbor's tree for XPath: the same elements (SVG and MathML ones in their
+    namespaces, as in the DOM, so `//svg` matches neither here nor in Chromium), attributes,
+    text and comments, and a map between the two trees' elements. `<template>` contents are
+    not in either tree. Built once per page, and only for a job that uses XPath."""
+
+    def __init__(self, document: LexborHTMLParser) -> None:
+        self.to_lexbor: dict[Any, LexborNode] = {}
+        self.to_lxml: dict[int, Any] = {}
+        self.comments: dict[Any, str] = {}
+        root = document.root
+        if root is None:
+            # lexbor makes an <html> of any text; nothing to copy otherwise.
+            self.root = etree.Element("html")
+            return
+        self.root = self._element(root, None, None)
+        pending: list[tuple[LexborNode, Any, str | None]] = [
+            (root, self.root, self._namespace_of(root, None))
+        ]
+        while pending:
+            node, element, namespace = pending.pop()
+            last: Any = None
+            for child in node.iter(include_text=True):
+                tag = child.tag or ""
+                if tag == "-text":
+                    text = _xml_safe(child.text_content or "")
+                    if last is None:
+                        element.text = (element.text or "") + text
+                    else:
+                        last.tail = (last.tail or "") + text
+                elif tag == "-comment":
+                    # XML comments cannot hold "--": the text a match gives is lexbor's.
+                    content = child.comment_content or ""
+                    last = etree.Comment(_xml_safe(content).replace("--", "- -") + " ")
+                    self.comments[last] = content
+                    element.append(last)
+                elif not tag.startswith(("-", "!")):
+                    child_namespace = self._namespace_of(child, namespace)
+                    last = self._element(child, element, child_namespace)
+                    pending.append((child, last, child_namespace))
+
+    @staticmethod
+    def _namespace_of(node: LexborNode, parent_namespace: str | None) -> str | None:
+        """An element's namespace as the HTML parser gives it: SVG below `<svg>`, MathML below
+        `<math>`, HTML again inside an SVG `foreignObject`."""
+        if node.tag == "svg":
+            return _SVG_NAMESPACE
+        if node.tag == "math":
+            return _MATHML_NAMESPACE
+        parent = node.parent
+        if (
+            parent_namespace == _SVG_NAMESPACE
+            and parent is not None
+            and parent.tag == "foreignObject"
+        ):
+            return None
+        return parent_namespace
+
+    def _element(self, node: LexborNode, parent: Any, namespace: str | None) -> Any:
+        name = node.tag or "unknown"
+        tag = f"{{{namespace}}}{name}" if namespace else name
+        try:
+            element = etree.Element(tag) if parent is None else etree.SubElement(parent, tag)
+        except ValueError:
+            # A name XML cannot hold (`<a:b>`): no XPath name test can reach it anyway.
+            element = etree.Element("-") if parent is None else etree.SubElement(parent, "unnamed")
+        for key, value in node.attributes.items():
+            # An attribute name XML cannot hold is only reachable as `@*`: left out.
+            with contextlib.suppress(ValueError):
+                element.set(key, _xml_safe(value or ""))
+        self.to_lexbor[element] = node
+        self.to_lxml[node.mem_id] = element
+        return element
+
+    def select(
+        self, expression: str, context: LexborNode | None, *, first: bool
+    ) -> list[_XPathMatch]:
+        """The nodes `expression` selects inside `context` (the document when None), in
+        document order. Raises BadInput when the result is not a node-set."""
+        start = self.root.getroottree() if context is None else self.to_lxml[context.mem_id]
+        try:
+            result = _compiled_xpath(expression)(start)
+        except etree.XPathError as error:
+            raise BadInput(
+                f"invalid XPath {expression!r}: {error}", reason="bad_selector"
+            ) from error
+        if not isinstance(result, list):
+            raise BadInput(
+                f"invalid XPath {expression!r}: it must select nodes, not compute a "
+                f"{type(result).__name__}",
+                reason="bad_selector",
+            )
+        matches: list[_XPathMatch] = []
+        for found in result:
+            matches.append(self._match(found))
+            if first:
+                break
+        return matches
+
+    def _match(self, found: Any) -> _XPathMatch:
+        if isinstance(found, etree._Comment):
+            return (normalise_text(self.comments.get(found, found.text or "")), False)
+        if isinstance(found, etree._Element):
+            return self.to_lexbor.get(found)
+        if isinstance(found, str):
+            attribute = bool(getattr(found, "is_attribute", False))
+            return (str(found) if attribute else normalise_text(found), attribute)
+        return None
+
+
+def _xml_safe(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
 
 
 def _select(document: LexborHTMLParser, selector: str, *, first: bool) -> list[LexborNode]:
@@ -645,15 +869,12 @@ def extract_static(
     seconds): the worker runs it in a child process within the job's time
     (extraction_processes.py), never on the event loop.
     """
-    for spec in (*fields, *(items.fields if items is not None else ())):
-        if spec.selector != ITEM_ELEMENT_SELECTOR:
-            check_selector(spec.selector)
-    for selector in (
-        follow_selector,
-        next_selector,
-        wait_for,
-        items.selector if items is not None else None,
-    ):
+    specs: list[FieldSpec | ItemsSpec] = [*fields]
+    if items is not None:
+        specs += [items, *items.fields]
+    for spec in specs:
+        check_spec_selector(spec)
+    for selector in (follow_selector, next_selector, wait_for):
         if selector:
             check_selector(selector)
     try:
@@ -674,11 +895,21 @@ def extract_static(
         )
     page = ExtractedPage()
     budget = _TextBudget(max_characters)
+    tree = _XPathTree(document) if any(spec.xpath for spec in specs) else None
+
+    def matches(spec: FieldSpec | ItemsSpec, element: LexborNode | None) -> list[_XPathMatch]:
+        first = isinstance(spec, FieldSpec) and not spec.all
+        if spec.xpath:
+            assert tree is not None
+            return tree.select(spec.selector, element, first=first)
+        if element is None:
+            return list(_select(document, spec.selector, first=first))
+        return list(_select_inside(element, spec.selector, first=first))
+
     for spec in fields:
-        matches = _select(document, spec.selector, first=not spec.all)
-        page.fields[spec.name] = _field_value(spec, matches, budget)
+        page.fields[spec.name] = _field_value(spec, matches(spec, None), budget)
     if items is not None:
-        elements = _select(document, items.selector, first=False)
+        elements = [match for match in matches(items, None) if isinstance(match, LexborNode)]
         page.items = []
         if len(elements) > items.limit:
             page.truncated.append("items")
@@ -689,9 +920,7 @@ def extract_static(
                 break
             page.items.append(
                 {
-                    spec.name: _field_value(
-                        spec, _select_inside(element, spec.selector, first=not spec.all), budget
-                    )
+                    spec.name: _field_value(spec, matches(spec, element), budget)
                     for spec in items.fields
                 }
             )
@@ -719,13 +948,18 @@ def extract_static(
 
 
 def _field_value(
-    spec: FieldSpec, matches: list[LexborNode], budget: _TextBudget
+    spec: FieldSpec, matches: Sequence[_XPathMatch], budget: _TextBudget
 ) -> str | list[str | None] | None:
     """A field's value from its matches, charged to `budget` as the browser script's `take`."""
 
-    def value(node: LexborNode) -> str | None:
+    def value(node: _XPathMatch) -> str | None:
         if budget.left <= 0:
             return TRUNCATION_MARKER  # spent: no more text is read
+        if not isinstance(node, LexborNode):
+            # An XPath's attribute, text or comment node (or one with no value, the document).
+            if node is None or spec.attribute is not None:
+                return budget.take(None)
+            return budget.take(node[0])
         if spec.attribute is not None:
             return budget.take(_attribute(node, spec.attribute))
         return budget.take(normalise_text(node.text(deep=True)))

@@ -35,6 +35,7 @@ from .extraction import (
     ItemsSpec,
     PageOutcome,
     check_selector,
+    check_xpath,
 )
 from .extraction_processes import DEFAULT_PROCESSES, ExtractionProcesses
 from .http_status import charset_of, check_status, is_html
@@ -161,17 +162,19 @@ class HttpEngine:
         started = time.monotonic()
         deadline = started + options.timeout_seconds
         # Reject selectors the static engine cannot parse before any network traffic.
+        specs: list[FieldSpec | ItemsSpec] = [*options.fields]
+        if options.items is not None:
+            specs += [options.items, *options.items.fields]
+        for spec in specs:
+            if spec.xpath:
+                # Compiling an XPath of bounded length is quick: done here.
+                check_xpath(spec.selector)
         wanted = (
-            *(spec.selector for spec in options.fields),
+            *(spec.selector for spec in specs if not spec.xpath),
             follow_selector,
             options.next.selector if options.next else None,
             options.wait_for,
         )
-        if options.items is not None:
-            wanted += (
-                options.items.selector,
-                *(spec.selector for spec in options.items.fields),
-            )
         selectors = list(
             dict.fromkeys(
                 selector for selector in wanted if selector and selector != ITEM_ELEMENT_SELECTOR

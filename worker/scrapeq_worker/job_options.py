@@ -75,6 +75,11 @@ class NextOptions:
     max_pages: int
     # The chain position of this row's page (1: the page the chain starts on).
     page: int = 1
+    # The next page is what clicking the first visible match shows in the same tab (a button
+    # run by a script), read within this row, not a link queued as a row of its own.
+    click: bool = False
+    # With click: how long a click may take to change the page before it counts as the last.
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,8 @@ def _read_options(
             selector=str(raw["selector"]).strip(),
             max_pages=int(raw.get("maxPages", DEFAULT_NEXT_MAX_PAGES)),
             page=int(raw.get("page", 1)),
+            click=raw.get("click") is True,
+            settle_seconds=float(raw.get("settleSeconds", DEFAULT_SETTLE_SECONDS)),
         )
     headers = options.get("headers")
     credentials = _open_credentials(options.get("sealed"), sealing_keys)

@@ -7,6 +7,10 @@ payload, one position further along the chain (`next.page`), until the chain has
 `next.maxPages` pages. Chain rows keep their parent's depth: pagination does not count against
 `follow.maxDepth`, and the queue counts them apart from the job's followed pages
 (`FollowUrl.next_page`). Every page says where it stands in its result's `pagination`.
+
+With `next.click` the next page is what clicking a button shows in the same tab (a listing whose
+"next" is run by a script, with no link to queue): the renderer clicks and reads page after page
+within the row, and `extraction.merge_clicked_pages` makes one result of them.
 """
 
 from __future__ import annotations

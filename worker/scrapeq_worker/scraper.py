@@ -116,7 +116,10 @@ class Scraper:
         if options.route is not None:
             document["route"] = options.route
         chain_row: FollowUrl | None = None
-        if options.next is not None and outcome.extracted is not None:
+        if outcome.pagination is not None:
+            # next.click: the pages a button showed were read within this row.
+            document["pagination"] = outcome.pagination
+        elif options.next is not None and outcome.extracted is not None:
             chain = next_page(
                 outcome.extracted.next_links, options.next, payload, page_urls=page_urls
             )

@@ -431,6 +431,59 @@ class StepRunner:
         answer = await self._evaluate(_COUNT, {"selector": selector})
         return int(answer)
 
+    async def click_next(self, selector: str, *, settle_seconds: float) -> str:
+        """Click the first visible match of `selector` (a "next page" button run by a script)
+        and wait for the page to change: "clicked" (the document changed, then stayed quiet
+        for a moment), "navigated" (the click loaded another document, now loaded), or why
+        there is no next page: "gone" (no visible match), "disabled", "unchanged" (nothing
+        changed within `settle_seconds`)."""
+        self._waiting = f"the page did not settle after clicking {_quoted(selector)}"
+
+        async def click() -> str:
+            try:
+                answer = await self._evaluate(
+                    _LOAD_MORE_ROUND,
+                    {
+                        "selector": selector,
+                        "pollMs": _POLL_MS,
+                        "quietMs": _QUIET_MS,
+                        "settleMs": int(settle_seconds * 1000),
+                    },
+                )
+            except PyppeteerNetworkError as error:
+                if not any(text in str(error) for text in _NAVIGATED_AWAY):
+                    raise
+                await self._document_loaded()
+                return "navigated"
+            return str(answer["state"])
+
+        async def within() -> str:
+            async with asyncio.timeout(settle_seconds + _ROUND_GRACE_SECONDS):
+                return await click()
+
+        return str(
+            await self._bounded(within(), f"click the next page button {_quoted(selector)} on")
+        )
+
+    async def _document_loaded(self) -> None:
+        """Wait until the tab's new document has loaded (after a navigation the page began)."""
+        while True:
+            try:
+                state = await self._page._client.send(
+                    "Runtime.evaluate",
+                    {"expression": "document.readyState", "returnByValue": True},
+                )
+            except PyppeteerNetworkError as error:
+                # Between two documents there may be no context to evaluate in yet.
+                if not any(
+                    text in str(error) for text in (*_NAVIGATED_AWAY, "default execution context")
+                ):
+                    raise
+                state = {}
+            if state.get("result", {}).get("value") == "complete":
+                return
+            await asyncio.sleep(_POLL_MS / 1000)
+
     async def _evaluate(self, function: str, argument: dict[str, Any]) -> Any:
         """Run one of this module's page functions with `argument` (one round trip)."""
         answer = await self._page._client.send(

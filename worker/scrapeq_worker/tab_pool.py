@@ -7,9 +7,14 @@ to the job holding the context. Each tab has its CDP handlers attached once: a r
 fails only the job holding the tab, its paused requests go to the request checks
 (request_checks.py) for that job, and its JavaScript dialogs are dismissed and counted.
 
-Nothing a page started outlives its job: when the job ends, every other target of its context
-(popups, shared and service workers) is closed, and a tab kept for the owner's next job is
-navigated to `about:blank` first, which ends its document with its timers, workers and frames.
+Nothing a page started outlives its job for long: when the job ends, every other target of its
+context (popups, shared and service workers) is closed and the scripts of its dedicated workers
+are stopped. A tab kept for the owner's next job keeps its document only while that job may come
+at once: the next job's navigation ends it, and a tab no job has taken within
+`IDLE_BLANK_SECONDS` is navigated to `about:blank`, which ends its document with its timers,
+workers and frames. Whatever an idle tab's document asks of the network meanwhile is refused
+(request_checks.py). Blanking only idle tabs keeps a navigation off the path between one job of
+an owner and the next (a third of a rendered page's cost when done for every job).
 """
 
 from __future__ import annotations
@@ -71,6 +76,11 @@ class Tab:
         self.jobs = 0
         self.crashed = False
         self.watch: PageWatch | None = None
+        # Blanks the tab once it has been idle for IDLE_BLANK_SECONDS (between jobs only).
+        self.blanking: asyncio.Task[None] | None = None
+        # Set once that task has begun navigating: from then on it is awaited, never cancelled
+        # (a blank cut short could let its load pass for the next job's page).
+        self.blank_started = False
 
 
 # Targets of a context that run on their own once created and are closed with the job.
@@ -85,6 +95,10 @@ _END_SECONDS: Final = 1.0
 # How long a tab kept warm gets to leave its document for about:blank before it is closed
 # instead (milliseconds when the renderer is healthy).
 _BLANK_SECONDS: Final = 2.0
+# How long a kept tab may sit idle, its document still loaded, before it is blanked. An owner's
+# jobs that follow each other take the tab well within it; a spinning page that nobody takes
+# stops using the browser's CPU after about this long.
+IDLE_BLANK_SECONDS: Final = 0.5
 # Retirement reasons of a browser that may not answer a request to close a context.
 _UNANSWERING: Final = frozenset({"unresponsive", "crashed"})
 # The dialogs Chromium reports (Page.javascriptDialogOpening), the metric's label values.
@@ -172,6 +186,8 @@ class TabPool:
     async def forget(self, chromium: RunningChromium) -> None:
         """Drop the idle contexts of a browser that has stopped, and close their routes."""
         for context in self._idle.pop(chromium, {}):
+            if context.tab is not None:
+                await _stop_blanking(context.tab)
             await context.route.close()
 
     async def close_context(self, context: Context) -> None:
@@ -181,6 +197,7 @@ class TabPool:
         count or its memory still serves other jobs' pages until they end, so what this job
         started is closed now."""
         if context.tab is not None:
+            await _stop_blanking(context.tab)
             await self._close_tab(context.tab)
         chromium = context.chromium
         if chromium.alive and chromium.retire_reason not in _UNANSWERING and not self._closing():
@@ -213,6 +230,9 @@ class TabPool:
         chromium = context.chromium
         if context.tab is not None:
             tab = context.tab
+            await _settle_blanking(tab)
+        if context.tab is not None:
+            tab = context.tab
             if not tab.crashed and not tab.page.isClosed():
                 return tab
             await self._close_tab(tab)
@@ -239,9 +259,10 @@ class TabPool:
         return tab
 
     async def give_back(self, tab: Tab, *, clean: bool) -> None:
-        """End everything the job started, then keep its tab (blank, in its context) for the
-        owner's next job only after a clean success; close it otherwise. The context goes
-        back either way, without popups or workers."""
+        """End everything the job started but its tab's document, then keep its tab (in its
+        context, blanked once it stays idle) for the owner's next job only after a clean
+        success; close it otherwise. The context goes back either way, without popups or
+        workers."""
         tab.watch = None
         context = tab.context
         keep = (
@@ -249,18 +270,36 @@ class TabPool:
             and not tab.crashed
             and tab.jobs < self.settings.tab_reuse_pages
             and tab.chromium.alive
+            and self._keeps(context)
         )
         if keep:
-            # Its workers' scripts first: a document whose dedicated worker never yields is
+            # Its workers' scripts too: a document whose dedicated worker never yields is
             # left only when Chromium ends that worker by force, seconds later.
             await self._close_strays(context)
-            keep = await self._blank(tab)
-        if not keep:
+            tab.blank_started = False
+            tab.blanking = asyncio.ensure_future(self._blank_when_idle(tab))
+        else:
             await self._close_tab(tab)
-        if self._keeps(context):
-            # Again after the blank: whatever the page opened in the meantime.
-            await self._close_strays(context)
+            if self._keeps(context):
+                await self._close_strays(context)
         await self._give_back_context(context)
+
+    async def _blank_when_idle(self, tab: Tab) -> None:
+        """Blank a kept tab that no job has taken within IDLE_BLANK_SECONDS, then close what
+        its document opened meanwhile; a tab that does not let go is closed instead."""
+        await asyncio.sleep(IDLE_BLANK_SECONDS)
+        context = tab.context
+        if context.tab is not tab or not tab.chromium.alive or self._closing():
+            return
+        tab.blank_started = True
+        try:
+            if not await self._blank(tab):
+                await self._close_tab(tab)
+                return
+            await self._close_strays(context, listing=True)
+        except Exception:
+            logger.exception("unexpected error blanking an idle tab")
+            await self._close_tab(tab)
 
     def _keeps(self, context: Context) -> bool:
         """Whether a context that goes back is kept warm (else it is closed, and everything
@@ -286,12 +325,19 @@ class TabPool:
             return False
         return True
 
-    async def _close_strays(self, context: Context) -> None:
+    async def _close_strays(self, context: Context, *, listing: bool = False) -> None:
         """Close every target of `context` that runs on its own other than its tab: popups
         (and their popups), shared workers, service workers; and stop the scripts of
-        dedicated workers whose document has gone."""
+        dedicated workers whose document has gone. The browser is asked for the list when
+        pyppeteer knows of such a target, or always with `listing`."""
         chromium = context.chromium
         keep = context.tab.page._target._targetId if context.tab is not None else None
+        if not listing and not _others_known(chromium, context, keep):
+            # pyppeteer learns of every target the browser discovers (Target.targetCreated,
+            # the same set Target.getTargets lists): with none besides the tab, the round trip
+            # that would list them is saved. One created since is closed with the next job or
+            # by the idle blank, whose listing is not skipped.
+            return
         try:
             async with asyncio.timeout(self.settings.operation_timeout_seconds / 3):
                 answer = await chromium.browser._connection.send("Target.getTargets")
@@ -421,6 +467,39 @@ async def terminate_scripts(page: Any) -> None:
     with contextlib.suppress(Exception):
         async with asyncio.timeout(2.0):
             await page._client.send("Runtime.terminateExecution")
+
+
+def _others_known(chromium: RunningChromium, context: Context, keep: str | None) -> bool:
+    """Whether pyppeteer knows of a target of `context` other than the one `keep`s."""
+    context_id = context.context._id
+    return any(
+        target._targetInfo.get("browserContextId") == context_id and target._targetId != keep
+        for target in list(chromium.browser._targets.values())
+    )
+
+
+async def _settle_blanking(tab: Tab) -> None:
+    """Before a kept tab serves a job: a blank still waiting is called off (the job's own
+    navigation ends the document), one under way is waited for."""
+    task, tab.blanking = tab.blanking, None
+    if task is None:
+        return
+    if not task.done() and not tab.blank_started:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return
+    # Shielded: a job cancelled while it waits must not cut the blank short.
+    await asyncio.shield(task)
+
+
+async def _stop_blanking(tab: Tab) -> None:
+    """Call off a tab's blank, under way or not: the tab is being closed."""
+    task, tab.blanking = tab.blanking, None
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _blank_loaded(page: Any, loader_id: str | None) -> None:

@@ -170,6 +170,36 @@ pytestmark = pytest.mark.controlplane
             },
             "pattern and group belong to a regex transform",
         ),
+        (
+            {"url": "https://a.example.com/", "extract": {"a": {"selector": "b", "xpath": "//b"}}},
+            "a field names a selector or an xpath: one of them",
+        ),
+        (
+            {"url": "https://a.example.com/", "extract": {"a": {"attribute": "href"}}},
+            "a field names a selector or an xpath: one of them",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "items": {"xpath": "//li", "selector": "li", "fields": {"a": {}}},
+            },
+            "items names a selector or an xpath: one of them",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "items": {"xpath": "//li", "fields": {"a": {"xpath": ".", "selector": "b"}}},
+            },
+            "an item field names a selector or an xpath, not both",
+        ),
+        (
+            {
+                "url": "https://a.example.com/",
+                "render": False,
+                "next": {"selector": "button.next", "click": True},
+            },
+            "spec.next.click clicks a button on rendered pages only",
+        ),
         ({"url": "https://a.example.com/", "structuredData": ["rdfa"]}, "spec.structuredData"),
         (
             {"url": "https://a.example.com/", "structuredData": ["json-ld", "json-ld"]},
@@ -258,6 +288,7 @@ def test_a_scrapejob_with_items_every_transform_and_structured_data_is_accepted(
                             "transforms": [{"type": "join", "separator": ", "}],
                         },
                         "n": {"transforms": [{"type": "number"}, {"type": "lowercase"}]},
+                        "by_xpath": {"xpath": "./h2/text()"},
                     },
                 },
             ),
@@ -267,6 +298,14 @@ def test_a_scrapejob_with_items_every_transform_and_structured_data_is_accepted(
     spec = kubectl.get("scrapejob", "items", namespace)["spec"]
     manifest = scrapejob(
         "structured", url="https://a.example.com/", structuredData=["json-ld", "opengraph"]
+    )
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.create(manifest)
+    manifest = scrapejob(
+        "xpath",
+        url="https://a.example.com/",
+        extract={"title": {"xpath": "//h1"}},
+        items={"xpath": "//li", "fields": {"sku": {"xpath": "@data-sku"}}},
     )
     manifest["metadata"]["namespace"] = namespace
     kubectl.create(manifest)

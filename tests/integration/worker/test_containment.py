@@ -25,6 +25,7 @@ import scrapeq_queue as queue
 from scrapeq_worker.chromium_process import memory_mb
 from scrapeq_worker.extraction import TRUNCATION_MARKER
 from scrapeq_worker.settings import WorkerSettings
+from scrapeq_worker.tab_pool import IDLE_BLANK_SECONDS
 from scrapeq_worker.worker import Worker
 
 from scrapeq.local.processes import free_port
@@ -148,7 +149,7 @@ async def observe(
                 await asyncio.sleep(0.1)
             ended = time.monotonic()
             observed.settled_after_seconds = await settle(worker, ended)
-            observed.page_targets = await page_targets(worker)
+            observed.page_targets = await kept_pages_once_blank(worker, ended)
             async with http.get(f"{base}/metrics") as response:
                 observed.metrics = await response.text()
             observed.health_answers = len(probe.answered)
@@ -184,6 +185,18 @@ async def settle(worker: Worker, ended: float) -> float | None:
             return now - ended
         if now - ended > SETTLE_WITHIN_SECONDS:
             return None
+
+
+async def kept_pages_once_blank(worker: Worker, ended: float) -> list[dict[str, Any]]:
+    """The browser's page targets once every one is blank (a kept tab is blanked after
+    IDLE_BLANK_SECONDS idle), or as they are SETTLE_WITHIN_SECONDS after `ended`."""
+    while True:
+        targets = await page_targets(worker)
+        if all(target["url"] == "about:blank" for target in targets):
+            return targets
+        if time.monotonic() - ended > max(SETTLE_WITHIN_SECONDS, IDLE_BLANK_SECONDS + 1):
+            return targets
+        await asyncio.sleep(0.05)
 
 
 async def page_targets(worker: Worker) -> list[dict[str, Any]]:

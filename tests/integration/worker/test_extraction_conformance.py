@@ -435,3 +435,135 @@ async def test_an_items_selector_either_engine_cannot_parse_fails_both_rows_as_b
         row = await job_row(connection, job_id)
         assert row.status == "failed"
         assert row.last_reason == "bad_selector"
+
+
+# XPath over the catalogue: the same HTML5 tree in both engines (implied <tbody>, <template>
+# contents apart, SVG in its namespace), node kinds other than elements, and positions.
+CATALOGUE_XPATHS: dict[str, Any] = {
+    "heading": {"xpath": "//h1"},
+    "second": {"xpath": "//ul[@class='items']/li[2]"},
+    "odd": {"xpath": "//li[contains(@class, 'item')][position() mod 2 = 1]", "all": True},
+    "last": {"xpath": "(//li)[last()]"},
+    "sku_attributes": {"xpath": "//li/@data-sku", "all": True},
+    "sku_of_sale": {"xpath": "//li[contains(@class, 'sale')]", "attribute": "data-sku"},
+    "following": {"xpath": "//li[@data-sku='b2']/following-sibling::li", "all": True},
+    "implied_tbody": {"xpath": "//table/tbody/tr/td[2]", "all": True},
+    "no_tbody_child": {"xpath": "//table/tr", "all": True},
+    "text_nodes": {"xpath": "//p[@class='mixed']/text()", "all": True},
+    "comment": {"xpath": "//p[@class='mixed']/comment()"},
+    "template_bold": {"xpath": "//p[@class='mixed']//b"},
+    "template": {"xpath": "//template"},
+    "svg_by_name": {"xpath": "//svg"},
+    "svg_by_local_name": {"xpath": "//*[local-name()='svg']/*", "attribute": "href"},
+    "noscript": {"xpath": "//noscript"},
+    "by_text": {"xpath": "//h2[normalize-space()='Nested']/following-sibling::span"},
+    "ancestor": {"xpath": "//span[@class='deep']/ancestor::section/h2"},
+    "attribute_with_attribute": {"xpath": "//li/@data-sku", "attribute": "data-sku"},
+    "union": {"xpath": "//h2 | //h1/small", "all": True},
+    "missing": {"xpath": "//article"},
+    "missing_all": {"xpath": "//article", "all": True},
+}
+
+
+@pytest.mark.timeout(90)
+async def test_the_same_xpaths_give_identical_results_in_chromium_and_the_http_engine(
+    site: HostileSite, worker_settings: Any, connection: Connection
+) -> None:
+    site.pages["catalogue"] = CATALOGUE
+    site.pages["products"] = PRODUCTS
+    xpath_items = {
+        "xpath": "//ul[@class='products']/li",
+        "fields": {
+            "name": {"xpath": "./h2"},
+            "sku": {"xpath": "@data-sku"},
+            "itself": {"xpath": ".", "attribute": "class"},
+            "tags": {"xpath": ".//ul[@class='tags']/li", "all": True},
+            "css_price": ".price",
+        },
+    }
+    css_items_xpath_fields = {
+        "selector": "li.product",
+        "fields": {"first_tag": {"xpath": ".//li[1]"}, "h2_text": {"xpath": "h2/text()"}},
+    }
+    cases = [
+        ("catalogue", {"extract": CATALOGUE_XPATHS}),
+        ("products", {"items": xpath_items}),
+        ("products", {"items": css_items_xpath_fields}),
+    ]
+    rows: list[tuple[int, int]] = []
+    for number, (name, payload) in enumerate(cases):
+        rendered, static = both_engines(payload)
+        url = site.url(f"/page/{name}?case={number}")
+        rows.append(
+            (
+                await insert_classic_row(connection, url, rendered),
+                await insert_classic_row(connection, url + "&static", static),
+            )
+        )
+
+    await run_burst(worker_settings)
+
+    results = []
+    for browser_id, http_id in rows:
+        browser = await job_row(connection, browser_id)
+        http = await job_row(connection, http_id)
+        assert browser.status == "completed", browser.last_error
+        assert http.status == "completed", http.last_error
+        assert http.result["fields"] == browser.result["fields"]
+        assert http.result.get("items") == browser.result.get("items")
+        results.append(browser.result)
+    # The values themselves, so that "identical" cannot mean "identically empty".
+    fields = results[0]["fields"]
+    assert fields["heading"] == "Laptops (3)"
+    assert fields["second"] == "Two"
+    assert fields["odd"] == ["One", "Three"]
+    assert fields["last"] == "Four & more"
+    assert fields["sku_attributes"] == ["a1", "b2", "c3", "D4"]
+    assert fields["sku_of_sale"] == "b2"
+    assert fields["following"] == ["Three", "Four & more"]
+    assert fields["implied_tbody"] == ["8 cores", "16 GB"]
+    assert fields["no_tbody_child"] == []
+    assert fields["text_nodes"] == ["before", "after"]
+    assert fields["comment"] == "comment"
+    assert fields["template_bold"] is None
+    assert fields["template"] == ""
+    assert fields["svg_by_name"] is None
+    assert fields["svg_by_local_name"] == "/svg-link"
+    assert fields["noscript"] == "<b>enable scripts</b>"
+    assert fields["by_text"] == "deep two"
+    assert fields["ancestor"] == "Nested"
+    assert fields["attribute_with_attribute"] is None
+    assert fields["union"] == ["(3)", "Nested"]
+    assert fields["missing"] is None
+    assert fields["missing_all"] == []
+    items = results[1]["items"]
+    assert [item["sku"] for item in items] == ["a1", "b2", "c3"]
+    assert items[0] == {
+        "name": "Laptop One",
+        "sku": "a1",
+        "itself": "product",
+        "tags": ["new", "sale"],
+        "css_price": "$1,299.00",
+    }
+    assert [item["first_tag"] for item in results[2]["items"]] == ["new", None, "Small", None]
+    assert [item["h2_text"] for item in results[2]["items"]][1] == "Laptop Two"
+
+
+@pytest.mark.parametrize("xpath", ["//li[", "count(//li)", "string(//li)", "//li/@data-sku = 'a'"])
+async def test_an_xpath_that_is_invalid_or_selects_no_nodes_fails_both_rows_as_bad_selector(
+    site: HostileSite, worker_settings: Any, connection: Connection, xpath: str
+) -> None:
+    site.pages["list"] = "<ul><li data-sku=a>a</li></ul>"
+    rendered, static = both_engines({"extract": {"x": {"xpath": xpath}}})
+    ids = [
+        await insert_classic_row(connection, site.url("/page/list"), rendered),
+        await insert_classic_row(connection, site.url("/page/list?static"), static),
+    ]
+
+    await run_burst(worker_settings)
+
+    for job_id in ids:
+        row = await job_row(connection, job_id)
+        assert row.status == "failed", row.result
+        assert row.last_reason == "bad_selector"
+        assert "XPath" in (row.last_error or "")

@@ -122,3 +122,110 @@ async def test_chain_pages_are_not_followed_pages_their_products_are(
         "SELECT count(*) FROM scraping_jobs WHERE depth = 1 AND payload ? 'next'"
     )
     assert await cursor.fetchone() == (0,)
+
+
+# A listing whose "next" is a button run by a script: clicking it shows the next page's items in
+# place after a moment (as a page that fetches them would); on the last page the button is
+# disabled, or, with __LAST__ = "remove", gone.
+BUTTON_LISTING = """<!doctype html><html><head><title>Button listing</title></head><body>
+<ul id="list"></ul><button class="next" type="button">Next</button>
+<script>
+  var pages = __PAGES__, page = 1, perPage = 5;
+  function show() {
+    var list = document.getElementById('list');
+    list.innerHTML = '';
+    for (var n = (page - 1) * perPage + 1; n <= page * perPage; n++) {
+      var li = document.createElement('li');
+      li.className = 'product';
+      li.innerHTML = '<span class="name">Product ' + n + '</span>';
+      list.appendChild(li);
+    }
+    var button = document.querySelector('button.next');
+    if (page >= pages) {
+      if ('__LAST__' === 'remove') button.remove(); else button.disabled = true;
+    }
+  }
+  show();
+  document.querySelector('button.next').addEventListener('click', function () {
+    if ('__LAST__' === 'inert') return;
+    setTimeout(function () { page += 1; show(); }, 100);
+  });
+</script></body></html>"""
+
+
+def button_listing(pages: int, last: str = "disable") -> str:
+    return BUTTON_LISTING.replace("__PAGES__", str(pages)).replace("__LAST__", last)
+
+
+def products(first: int, last: int) -> list[dict[str, str]]:
+    return [{"name": f"Product {n}"} for n in range(first, last + 1)]
+
+
+@pytest.mark.timeout(120)
+async def test_a_next_button_run_by_a_script_is_clicked_through_within_one_row(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    site.pages["buttons-disabled"] = button_listing(6)
+    site.pages["buttons-removed"] = button_listing(4, "remove")
+    site.pages["buttons-capped"] = button_listing(6)
+    site.pages["buttons-inert"] = button_listing(6, "inert")
+    items = {"selector": "li.product", "fields": {"name": ".name"}}
+    cases = {
+        "buttons-disabled": {"selector": "button.next", "click": True},
+        "buttons-removed": {"selector": "button.next", "click": True},
+        "buttons-capped": {"selector": "button.next", "click": True, "maxPages": 3},
+        "buttons-inert": {"selector": "button.next", "click": True, "settleSeconds": 0.5},
+    }
+    for name, next_spec in cases.items():
+        payload = {"render": True, "items": items, "next": next_spec, "timeoutSeconds": 30}
+        await queue.enqueue(connection, site.url(f"/page/{name}"), payload=payload, owner=OWNER)
+
+    await run_burst(worker_settings)
+
+    found = {url: (status, result) for url, _, status, result in await rows(connection)}
+    # One row per listing: the pages a button shows are read within it, none is queued.
+    assert len(found) == 4
+    expected = {
+        "buttons-disabled": (products(1, 30), {"click": True, "pages": 6, "end": "last_page"}),
+        "buttons-removed": (products(1, 20), {"click": True, "pages": 4, "end": "last_page"}),
+        "buttons-capped": (products(1, 15), {"click": True, "pages": 3, "end": "max_pages"}),
+        "buttons-inert": (products(1, 5), {"click": True, "pages": 1, "end": "unchanged"}),
+    }
+    for name, (want_items, want_pagination) in expected.items():
+        status, result = found[site.url(f"/page/{name}")]
+        assert status == "completed", result
+        assert result["items"] == want_items, name
+        assert result["pagination"] == want_pagination, name
+        assert site.hits[f"/page/{name}"] == 1
+
+
+@pytest.mark.timeout(120)
+async def test_a_next_button_that_loads_another_document_is_read_there(
+    site: HostileSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    for page in (1, 2, 3):
+        button = (
+            f"<button class=next onclick=\"location.href='/page/nav-{page + 1}'\">Next</button>"
+            if page < 3
+            else ""
+        )
+        site.pages[f"nav-{page}"] = (
+            f"<!doctype html><title>Page {page}</title><ul>"
+            + "".join(f'<li class="product">Item {page}.{n}</li>' for n in (1, 2))
+            + f"</ul>{button}"
+        )
+    payload = {
+        "render": True,
+        "items": {"selector": "li.product", "fields": {"name": ""}},
+        "next": {"selector": "button.next", "click": True},
+    }
+    await queue.enqueue(connection, site.url("/page/nav-1"), payload=payload, owner=OWNER)
+
+    await run_burst(worker_settings)
+
+    ((_, _, status, result),) = await rows(connection)
+    assert status == "completed", result
+    assert [item["name"] for item in result["items"]] == [
+        f"Item {page}.{n}" for page in (1, 2, 3) for n in (1, 2)
+    ]
+    assert result["pagination"] == {"click": True, "pages": 3, "end": "last_page"}

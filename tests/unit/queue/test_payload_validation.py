@@ -278,11 +278,53 @@ def test_a_payload_with_thousands_of_problems_names_a_bounded_number_of_them() -
         ({"selector": "li", "fields": {"a": ":scope > b"}}, "items.fields.a.selector may be"),
         ({"selector": "li", "fields": {"a": "b :SCOPE"}}, "items.fields.a.selector may be"),
         ({"selector": "li", "fields": {"a": {"all": "yes"}}}, "items.fields.a.all must be"),
+        ({"xpath": "", "fields": {"a": "b"}}, "items.xpath must be an XPath of 1-1024"),
+        ({"xpath": "//li", "selector": "li", "fields": {"a": "b"}}, "a selector or an xpath"),
+        ({"xpath": "//li", "fields": {"a": {"xpath": 3}}}, "items.fields.a.xpath must be a"),
+        (
+            {"xpath": "//li", "fields": {"a": {"xpath": ".", "selector": "b"}}},
+            "items.fields.a must name a selector or an xpath, not both",
+        ),
     ],
 )
 def test_a_bad_items_spec_is_reported_by_name(items: object, fragment: str) -> None:
     problems = validate_payload({"items": items})
     assert any(fragment in problem for problem in problems), problems
+
+
+def test_xpaths_are_accepted_wherever_a_field_or_items_names_a_selector() -> None:
+    assert (
+        validate_payload(
+            {
+                "extract": {"t": {"xpath": "//h1", "all": True}, "c": "h1"},
+                "items": {"xpath": "//li", "fields": {"a": {"xpath": "@href"}, "b": "b"}},
+            }
+        )
+        == []
+    )
+    (problem,) = validate_payload({"extract": {"t": {"xpath": "x" * 1025}}})
+    assert problem == "extract.t.xpath must have at most 1024 characters"
+
+
+def test_a_next_button_is_clicked_on_rendered_pages_only() -> None:
+    click = {"selector": "button.next", "click": True, "settleSeconds": 2}
+    assert validate_payload({"next": click}) == []
+    assert validate_payload({"next": click, "render": False}) == [
+        "next.click clicks a button on rendered pages only: remove it or set render to true"
+    ]
+    assert validate_payload({"next": {**click, "click": "yes", "settleSeconds": 0}}) == [
+        "next.click must be true or false",
+        "next.settleSeconds must be a number above 0 and at most 30",
+    ]
+    routed = {
+        "render": False,
+        "follow": {"selector": "a", "label": "list"},
+        "routes": {"list": {"next": click}},
+    }
+    assert validate_payload(routed) == [
+        "routes.list.next.click clicks a button on rendered pages only: remove it or set render "
+        "to true"
+    ]
 
 
 def test_items_fields_are_bounded_like_extract_fields() -> None:

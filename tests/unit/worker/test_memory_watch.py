@@ -72,7 +72,8 @@ def test_a_renderer_over_its_ceiling_is_killed_and_explains_the_crash(
 
     kills = watch.look([browser.pid])
 
-    assert [(kill.reason, round(kill.mb / 10)) for kill in kills] == [("renderer_limit", 12)]
+    # The 120 MB holder (at least 90 % of it is resident once the fixture lets the test run).
+    assert [(kill.reason, kill.mb >= 120 * 0.9) for kill in kills] == [("renderer_limit", True)]
     # The small renderer and the large process that is no renderer live on.
     wait_for_children(browser, 2)
     verdict = watch.explains_crash()
@@ -89,7 +90,8 @@ def test_over_the_browser_limit_the_largest_renderer_is_killed(
 
     kills = watch.look([browser.pid])
 
-    assert [(kill.reason, round(kill.mb / 10)) for kill in kills] == [("browser_limit", 6)]
+    # The 60 MB holder, the largest.
+    assert [(kill.reason, kill.mb >= 60 * 0.9) for kill in kills] == [("browser_limit", True)]
     wait_for_children(browser, 2)
     verdict = watch.explains_crash()
     assert verdict is not None

@@ -113,6 +113,8 @@ def test_a_selector_lexbor_cannot_parse_is_bad_input(selector: str) -> None:
 
 def test_malformed_field_specs_are_bad_input() -> None:
     with pytest.raises(BadInput, match="unknown keys"):
+        parse_fields({"x": {"selector": "h1", "css": "h1"}})
+    with pytest.raises(BadInput, match="names both a selector and an xpath"):
         parse_fields({"x": {"selector": "h1", "xpath": "//h1"}})
 
 
@@ -160,3 +162,48 @@ def test_the_result_cap_keeps_the_first_items_that_fit_and_names_items() -> None
     assert 0 < len(capped["items"]) < 100
     assert all(item == {"text": "x" * 100} for item in capped["items"])
     assert capped["truncated"] == ["items"]
+
+
+def test_xpath_copes_with_what_xml_cannot_hold_and_with_deep_nesting() -> None:
+    hostile = (
+        "<div a:b='1' 1x='2' data-k='v\x01'>text\x02here<!-- a -- b --><!--x---></div>"
+        + "<section>" * 5000
+        + "<b>deep</b>"
+        + "</section>" * 5000
+    )
+    fields = parse_fields(
+        {
+            "text": {"xpath": "//div"},
+            "attribute": {"xpath": "//div/@data-k"},
+            "comment": {"xpath": "//comment()"},
+            "deep": {"xpath": "//section/b"},
+            "depth": {"xpath": "//b/ancestor::section", "all": True},
+        }
+    )
+    found = extract_static(hostile, fields, base_url="http://site.test/").fields
+    # The element's text is read from lexbor's tree itself; values the XPath copy holds show
+    # characters XML cannot hold as U+FFFD.
+    assert found["text"] == "text\x02here"
+    assert found["attribute"] == "v\ufffd"
+    assert found["comment"] == "a -- b"
+    assert found["deep"] == "deep"
+    assert isinstance(found["depth"], list)
+    assert len(found["depth"]) == 5000
+
+
+def test_an_xpath_field_and_css_items_read_the_same_elements() -> None:
+    page = extract_static(
+        PAGE,
+        parse_fields({"skus": {"xpath": "//li/@data-sku", "all": True}}),
+        base_url="http://site.test/",
+        items=parse_items({"selector": "li.item", "fields": {"sku": {"xpath": "@data-sku"}}}),
+    )
+    assert page.fields == {"skus": ["a1", "b2", "c3"]}
+    assert page.items == [{"sku": "a1"}, {"sku": "b2"}, {"sku": "c3"}]
+
+
+@pytest.mark.parametrize("xpath", ["//li[", "count(//li)", "1 = 1", "//x:li"])
+def test_an_xpath_that_is_invalid_or_computes_a_value_is_a_bad_selector(xpath: str) -> None:
+    with pytest.raises(BadInput, match="invalid XPath") as caught:
+        extract({"x": {"xpath": xpath}})
+    assert caught.value.reason == "bad_selector"
