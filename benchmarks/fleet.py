@@ -14,6 +14,8 @@ Both modes run in the same invocation against the same throw-away PostgreSQL (du
 and synchronous_commit at their defaults), each in a database of its own filled with the same
 rows over 1,000 sites:
 - direct: every connection goes to PostgreSQL;
+- direct-unprepared (only when named in `--modes`): direct, with prepared statements off as in
+  pooled mode, which separates what pooled mode costs PostgreSQL from what the pooler does;
 - pgbouncer: the claim and write connections go through a local PgBouncer 1.18 in transaction
   mode (`--pool-size` server connections) in pooled mode (no prepared statements); the LISTEN
   sessions go to PostgreSQL directly, as docs/queue.md, "Through a pooler", says.
@@ -236,7 +238,7 @@ def measure(
     arguments: argparse.Namespace,
 ) -> dict[str, Any]:
     """Run the fleet once in `mode` in a fresh database; return its figures."""
-    database = f"scrapeq_fleet_{mode}"
+    database = f"scrapeq_fleet_{mode.replace('-', '_')}"
     with psycopg.connect(server.dsn(), autocommit=True) as admin:
         admin.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
@@ -261,7 +263,7 @@ def measure(
             mode=mode,
             url=url,
             listen_url=direct,
-            pooled=pooler is not None,
+            pooled=mode != "direct",
             first_pod=first,
             pods=count,
             start_at=start_at,
@@ -354,10 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--modes", default="direct,pgbouncer")
     arguments = parser.parse_args(argv)
     modes = [mode.strip() for mode in arguments.modes.split(",") if mode.strip()]
-    unknown = set(modes) - {"direct", "pgbouncer"}
+    unknown = set(modes) - {"direct", "direct-unprepared", "pgbouncer"}
     if unknown or arguments.pods < 1 or arguments.processes < 1:
         parser.error(
-            f"modes are direct and pgbouncer (got {sorted(unknown)}); pods and processes >= 1"
+            f"modes are direct, direct-unprepared and pgbouncer (got {sorted(unknown)}); "
+            "pods and processes >= 1"
         )
     server = LocalPostgres(
         durable=True,
