@@ -12,6 +12,7 @@ PYTEST_ARGS ?= --durations=30
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
 	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \
+	bench-fleet \
 	generate clean
 
 help:
@@ -29,6 +30,7 @@ help:
 	@echo "make bench-worker  worker pages/s against a browser-per-job loop"
 	@echo "make bench-operator  1,000 ScrapeJobs + one of 100,000 URLs on the real control plane"
 	@echo "make bench-cluster   helm install, scale from zero and pages/s on real Pods"
+	@echo "make bench-fleet     500 simulated worker pods on one PostgreSQL, direct and through PgBouncer"
 
 # As root (CI, the demo's usual case) also what the local node and images need; elsewhere the
 # node cannot run anyway, and the demo says so and uses local processes.
@@ -110,6 +112,10 @@ bench-operator: setup
 
 bench-cluster: setup
 	@$(PY) -m benchmarks.cluster_pods
+
+# BENCH_ARGS passes options through, e.g. BENCH_ARGS="--pods 100 --seconds 30".
+bench-fleet: setup
+	@$(PY) -m benchmarks.fleet $(BENCH_ARGS)
 
 # Regenerate every copied or rendered file from its single source (see scripts/generate.py).
 generate: venv

@@ -20,6 +20,7 @@ import yaml
 from psycopg import sql
 
 from scrapeq.local.controlplane import LocalControlPlane, tool_path
+from scrapeq.local.pgbouncer import LocalPgBouncer
 from scrapeq.local.postgres import LocalPostgres
 from scrapeq.local.processes import LocalPartError
 from scrapeq.local.prometheus import LocalPrometheus
@@ -84,6 +85,18 @@ def postgres_server() -> Iterator[str]:
     server = LocalPostgres()
     with running("PostgreSQL", server):
         yield server.dsn()
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_server: str) -> Iterator[LocalPgBouncer]:
+    """A PgBouncer in transaction pooling mode in front of `postgres_server` for the session.
+
+    Its pool holds two server connections per database, so clients share them as pods behind
+    a pooler do; `pgbouncer.pooled(dsn)` is the same database through it.
+    """
+    server = LocalPgBouncer(postgres_server, pool_size=2)
+    with running("PgBouncer", server):
+        yield server
 
 
 @pytest.fixture

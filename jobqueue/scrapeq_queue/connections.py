@@ -4,6 +4,14 @@ The queue package is the only one that opens database connections: a single conn
 (`connect`, `current_schema_connection`), a pool shared by many short calls (`ConnectionPool`),
 and the LISTEN session (notifications.py). Every failure to reach the database surfaces as
 `DatabaseUnavailable`, so callers catch one type.
+
+Nothing the queue functions run keeps state in the database session between two statements:
+advisory locks are transaction-scoped, settings are function- or transaction-local, a named
+cursor lives inside its transaction. So any statement may run on any server connection, which
+is what a pooler in transaction mode (PgBouncer's `pool_mode = transaction`) does. The one
+exception is a protocol-level prepared statement, which psycopg makes on its own after a
+statement ran `prepare_threshold` times on a connection: `prepared_statements=False` turns them
+off for a connection that goes through such a pooler (docs/queue.md, "Through a pooler").
 """
 
 from __future__ import annotations
@@ -35,14 +43,30 @@ RECONNECT_FIRST_SECONDS: Final = 0.25
 RECONNECT_MAX_SECONDS: Final = 1.0
 
 
-async def connect(conninfo: str, *, application_name: str = "scrapeq") -> Connection:
-    """Open an autocommit async connection; DatabaseUnavailable when the server is unreachable."""
+def prepare_threshold(prepared_statements: bool) -> int | None:
+    """psycopg's `prepare_threshold` for a connection: its default (prepare a statement after
+    it ran 5 times) when prepared statements are allowed, None (never) through a pooler."""
+    return PSYCOPG_PREPARE_THRESHOLD if prepared_statements else None
+
+
+# psycopg's own default, kept for direct connections: repeated statements skip parsing.
+PSYCOPG_PREPARE_THRESHOLD: Final = 5
+
+
+async def connect(
+    conninfo: str, *, application_name: str = "scrapeq", prepared_statements: bool = True
+) -> Connection:
+    """Open an autocommit async connection; DatabaseUnavailable when the server is unreachable.
+
+    `prepared_statements=False`: the connection never prepares a statement on the server (a
+    connection through a pooler in transaction mode)."""
     try:
         return await psycopg.AsyncConnection.connect(
             conninfo,
             autocommit=True,
             application_name=application_name,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            prepare_threshold=prepare_threshold(prepared_statements),
         )
     except psycopg.OperationalError as error:
         raise DatabaseUnavailable(
@@ -52,11 +76,13 @@ async def connect(conninfo: str, *, application_name: str = "scrapeq") -> Connec
 
 @contextlib.asynccontextmanager
 async def current_schema_connection(
-    conninfo: str, *, application_name: str = "scrapeq"
+    conninfo: str, *, application_name: str = "scrapeq", prepared_statements: bool = True
 ) -> AsyncIterator[Connection]:
     """A connection (closed on exit) to a database whose schema is current: DatabaseUnavailable
     when it cannot be reached, SchemaOutOfDate when `scrapeq migrate` has not run."""
-    connection = await connect(conninfo, application_name=application_name)
+    connection = await connect(
+        conninfo, application_name=application_name, prepared_statements=prepared_statements
+    )
     async with connection:
         await require_current_schema(connection)
         yield connection
@@ -76,15 +102,28 @@ class ConnectionPool:
     Callers first queue for one of `max_size` slots, without a deadline: a thousand callers at
     once wait their turn instead of timing out in the pool, and the pool's `timeout` then only
     measures whether PostgreSQL answers. Opening does not wait for the database: a server that
-    is down at start must not stop a process from starting.
+    is down at start must not stop a process from starting. `prepared_statements=False` for a
+    pool behind a pooler in transaction mode (see `connect`).
     """
 
-    def __init__(self, conninfo: str, *, max_size: int, timeout: float, name: str) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        max_size: int,
+        timeout: float,
+        name: str,
+        prepared_statements: bool = True,
+    ) -> None:
         self._pool: psycopg_pool.AsyncConnectionPool[Connection] = psycopg_pool.AsyncConnectionPool(
             conninfo,
             min_size=1,
             max_size=max_size,
-            kwargs={"autocommit": True, "application_name": name},
+            kwargs={
+                "autocommit": True,
+                "application_name": name,
+                "prepare_threshold": prepare_threshold(prepared_statements),
+            },
             timeout=timeout,
             check=psycopg_pool.AsyncConnectionPool.check_connection,
             open=False,

@@ -128,7 +128,9 @@ def migrate(conninfo: str) -> list[str]:
     migration rolls back entirely.
     """
     try:
-        with psycopg.connect(conninfo, autocommit=True) as connection:
+        # Never prepared: a prepared statement outlives the transaction on its server
+        # connection, which a pooler in transaction mode hands to other clients next.
+        with psycopg.connect(conninfo, autocommit=True, prepare_threshold=None) as connection:
             with connection.transaction():
                 connection.execute(
                     statements.MIGRATION_LOCK, {"key": statements.MIGRATION_LOCK_KEY}

@@ -66,7 +66,9 @@ def prepare_database(settings: OperatorSettings) -> list[str]:
 
     async def check() -> None:
         async with current_schema_connection(
-            settings.database_url, application_name="scrapeq-operator"
+            settings.database_url,
+            application_name="scrapeq-operator",
+            prepared_statements=not settings.database_pooled,
         ):
             pass
 

@@ -61,6 +61,7 @@ class OperatorRuntime:
             max_size=POOL_MAX_SIZE,
             timeout=settings.database_timeout_seconds,
             name="scrapeq-operator",
+            prepared_statements=not settings.database_pooled,
         )
         # Queues with due rows that no worker pool serves, as the autoscaler last saw them
         # (queue_coverage.py); the status sync marks their ScrapeJobs Stalled.

@@ -109,6 +109,26 @@ class OperatorSettings:
         parse=str,
         help="PostgreSQL connection string of the queue (required).",
     )
+    # LISTEN keeps a session: behind a pooler in transaction mode it must reach PostgreSQL
+    # directly (docs/operator.md, "Database connections").
+    database_listen_url: str = option(
+        "",
+        flag="--database-listen-url",
+        env=_env("database_listen_url"),
+        fallback_env=("DATABASE_LISTEN_URL",),
+        parse=str,
+        help="PostgreSQL connection string of the LISTEN session, when --database-url goes "
+        "through a pooler in transaction mode (default: --database-url).",
+    )
+    database_pooled: bool = option(
+        False,
+        flag="--database-pooled",
+        env=_env("database_pooled"),
+        fallback_env=("DATABASE_POOLED",),
+        parse=parse_bool,
+        help="--database-url goes through a pooler in transaction mode (PgBouncer): "
+        "no prepared statements on its connections.",
+    )
     # Empty means every namespace (cluster-wide).
     namespaces: tuple[str, ...] = option(
         (),

@@ -171,7 +171,7 @@ class StatusSync:
         # database is back); reconnects within about a second of the server's return.
         listener = asyncio.create_task(
             notifications.listen_and_wake(
-                self.settings.database_url,
+                self.settings.database_listen_url or self.settings.database_url,
                 self._wake.set,
                 application_name="scrapeq-operator-status",
             ),

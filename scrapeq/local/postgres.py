@@ -66,6 +66,8 @@ class LocalPostgres:
     port: int = 0
     durable: bool = False
     user: str = "scrapeq"
+    # Server settings over the defaults above, e.g. {"max_connections": "1600"} for a fleet.
+    settings: dict[str, str] = field(default_factory=dict)
     _owned_dir: bool = field(default=False, init=False)
     _started: bool = field(default=False, init=False)
 
@@ -128,6 +130,7 @@ class LocalPostgres:
         settings = dict(COMMON_SETTINGS)
         if not self.durable:
             settings.update(FAST_SETTINGS)
+        settings.update(self.settings)
         settings["port"] = str(self.port)
         settings["unix_socket_directories"] = str(self.socket_dir)
         options = " ".join(f"-c {key}={value}" for key, value in settings.items())

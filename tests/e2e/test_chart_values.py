@@ -671,3 +671,46 @@ def test_the_schema_refuses_the_site_values_under_their_names_before_0_1_0(
     error = render_error(helm_binary, with_password(values))
     assert "values don't meet the specifications of the schema" in error
     assert f"additional properties '{old}' not allowed" in error, error
+
+
+POOLED = {
+    "database": {
+        "bundled": {"enabled": False},
+        "existingSecret": {"name": "db", "key": "DATABASE_URL"},
+        "pooler": {"enabled": True, "listenSecret": {"name": "direct", "key": "URL"}},
+    }
+}
+
+
+def test_with_a_pooler_the_operator_and_the_workers_run_pooled_and_listen_on_the_direct_url(
+    helm_binary: Path,
+) -> None:
+    manifests = render(helm_binary, POOLED)
+    for name in ("scrapeq-operator", "scrapeq-worker-default"):
+        [container] = pod_spec(find(manifests, "Deployment", name))["containers"]
+        env = {entry["name"]: entry for entry in container["env"]}
+        assert env["DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+            "name": "db",
+            "key": "DATABASE_URL",
+        }
+        assert env["DATABASE_POOLED"]["value"] == "true"
+        assert env["DATABASE_LISTEN_URL"]["valueFrom"]["secretKeyRef"] == {
+            "name": "direct",
+            "key": "URL",
+        }
+
+
+def test_a_pooler_without_a_direct_url_or_with_the_bundled_database_is_refused(
+    helm_binary: Path,
+) -> None:
+    no_direct = {"database": {**POOLED["database"], "pooler": {"enabled": True}}}
+    assert "database.pooler.listenSecret.name" in render_error(helm_binary, no_direct)
+    bundled = {"database": {"pooler": {"enabled": True}, "bundled": {"password": "x"}}}
+    assert "the bundled database has no pooler" in render_error(helm_binary, bundled)
+
+
+def test_without_a_pooler_nothing_says_pooled(helm_binary: Path) -> None:
+    values = {"database": {**POOLED["database"], "pooler": {"enabled": False}}}
+    for manifest in render(helm_binary, values):
+        assert "DATABASE_POOLED" not in str(manifest)
+        assert "DATABASE_LISTEN_URL" not in str(manifest)

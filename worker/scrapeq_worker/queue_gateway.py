@@ -144,9 +144,12 @@ class QueueBackend(Protocol):
 class _Channel:
     """One database connection and the lock that keeps its statements from interleaving."""
 
-    def __init__(self, database_url: str, application_name: str) -> None:
+    def __init__(
+        self, database_url: str, application_name: str, *, prepared_statements: bool = True
+    ) -> None:
         self._database_url = database_url
         self._application_name = application_name
+        self._prepared_statements = prepared_statements
         self._lock = asyncio.Lock()
         self._connection: Connection | None = None
 
@@ -158,7 +161,9 @@ class _Channel:
                 connection = self._connection
                 if connection is None or connection.closed or connection.broken:
                     self._connection = connection = await scrapeq_queue.connect(
-                        self._database_url, application_name=self._application_name
+                        self._database_url,
+                        application_name=self._application_name,
+                        prepared_statements=self._prepared_statements,
                     )
                 return await operation(connection)
             except SchemaOutOfDate:
@@ -175,13 +180,31 @@ class _Channel:
 
 
 class PostgresBackend:
-    """The real queue: the scrapeq_queue functions on this worker's two connections."""
+    """The real queue: the scrapeq_queue functions on this worker's two connections, and a
+    third for LISTEN.
 
-    def __init__(self, database_url: str, worker_id: str) -> None:
+    `pooled`: `database_url` goes through a pooler in transaction mode, so its connections
+    prepare no statements; `listen_url` (default `database_url`) is where the LISTEN session
+    goes, which must be PostgreSQL itself (or a pooler in session mode).
+    """
+
+    def __init__(
+        self,
+        database_url: str,
+        worker_id: str,
+        *,
+        listen_url: str | None = None,
+        pooled: bool = False,
+    ) -> None:
         self._database_url = database_url
+        self._listen_url = listen_url or database_url
         self._worker_id = worker_id
-        self._claims = _Channel(database_url, f"scrapeq-worker {worker_id}")
-        self._writes = _Channel(database_url, f"scrapeq-worker-writes {worker_id}")
+        self._claims = _Channel(
+            database_url, f"scrapeq-worker {worker_id}", prepared_statements=not pooled
+        )
+        self._writes = _Channel(
+            database_url, f"scrapeq-worker-writes {worker_id}", prepared_statements=not pooled
+        )
 
     async def claim_jobs(
         self,
@@ -350,7 +373,7 @@ class PostgresBackend:
     async def listen(self, wake: Callable[[], None]) -> None:
         # A LISTEN session cannot share a busy connection: it holds a third one.
         await scrapeq_queue.listen_and_wake(
-            self._database_url,
+            self._listen_url,
             wake,
             application_name=f"scrapeq-worker-listen {self._worker_id}",
         )

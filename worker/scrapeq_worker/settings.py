@@ -106,6 +106,24 @@ class WorkerSettings:
         parse=str,
         help="PostgreSQL connection string of the queue (required).",
     )
+    # LISTEN keeps a session: behind a pooler in transaction mode it must reach PostgreSQL
+    # directly (docs/worker.md, "Connections").
+    database_listen_url: str | None = option(
+        None,
+        flag="--database-listen-url",
+        env="DATABASE_LISTEN_URL",
+        parse=str,
+        help="PostgreSQL connection string of the LISTEN session, when --database-url goes "
+        "through a pooler in transaction mode (default: --database-url).",
+    )
+    database_pooled: bool = option(
+        False,
+        flag="--database-pooled",
+        env="DATABASE_POOLED",
+        parse=parse_bool,
+        help="--database-url goes through a pooler in transaction mode (PgBouncer): "
+        "no prepared statements on its connections.",
+    )
     queues: tuple[str, ...] = option(
         ("default",),
         flag="--queue",
@@ -504,7 +522,7 @@ def describe(settings: WorkerSettings) -> dict[str, Any]:
     shown: dict[str, Any] = {}
     for item in fields(settings):
         value = getattr(settings, item.name)
-        if item.name == "database_url" and value:
+        if item.name in ("database_url", "database_listen_url") and value:
             value = conninfo_without_password(value)
         elif isinstance(value, UpstreamProxy):
             value = str(value)  # without its credentials

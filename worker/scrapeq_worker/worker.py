@@ -175,7 +175,13 @@ class Worker:
             recheck_seconds=recheck_seconds,
         )
         self.gateway = QueueGateway(
-            backend or PostgresBackend(settings.database_url, self.worker_id),
+            backend
+            or PostgresBackend(
+                settings.database_url,
+                self.worker_id,
+                listen_url=settings.database_listen_url,
+                pooled=settings.database_pooled,
+            ),
             worker_id=self.worker_id,
             metrics=self.metrics,
             readiness=self.readiness,

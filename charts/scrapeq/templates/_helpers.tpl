@@ -77,6 +77,9 @@ POSTGRES_PASSWORD
      Secret the user made, with no key to keep in sync. */}}
 {{- define "scrapeq.databaseEnv" -}}
 {{- if include "scrapeq.bundledDatabase" . -}}
+{{- if .Values.database.pooler.enabled -}}
+{{- fail "database.pooler.enabled needs an external database (database.existingSecret.name): the bundled database has no pooler" -}}
+{{- end -}}
 - name: PGPASSWORD
   valueFrom:
     secretKeyRef:
@@ -90,6 +93,18 @@ POSTGRES_PASSWORD
     secretKeyRef:
       name: {{ .Values.database.existingSecret.name }}
       key: {{ .Values.database.existingSecret.key }}
+{{- if .Values.database.pooler.enabled }}
+{{- if not .Values.database.pooler.listenSecret.name }}
+{{- fail "database.pooler.enabled needs database.pooler.listenSecret.name: a Secret holding the URL of PostgreSQL itself, for the LISTEN sessions that cannot go through a pooler in transaction mode" }}
+{{- end }}
+- name: DATABASE_POOLED
+  value: "true"
+- name: DATABASE_LISTEN_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.database.pooler.listenSecret.name }}
+      key: {{ .Values.database.pooler.listenSecret.key }}
+{{- end }}
 {{- else -}}
 {{- fail "no database: set database.existingSecret.name to a Secret holding DATABASE_URL, or database.bundled.enabled=true" -}}
 {{- end -}}

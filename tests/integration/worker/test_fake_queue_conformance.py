@@ -4,6 +4,8 @@ every queue operation the worker uses the same way, so the fake cannot drift fro
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -13,7 +15,9 @@ import scrapeq_queue as queue
 from scrapeq_queue import DEFAULT_POLITENESS, Completion, FollowUrl
 from scrapeq_worker.queue_gateway import PostgresBackend, QueueBackend
 
+from scrapeq.local.pgbouncer import LocalPgBouncer
 from tests.unit.worker.fake_queue import FakeQueue
+from tests.waiting import eventually
 
 WORKER = "contract-worker"
 LEASE_SECONDS = 30.0
@@ -51,8 +55,20 @@ class FakeHarness:
 
 
 class PostgresHarness:
-    def __init__(self, database_url: str, connection: psycopg.AsyncConnection[Any]) -> None:
-        self.backend: QueueBackend = PostgresBackend(database_url, WORKER)
+    """The real backend; with `pooled_url`, its queue connections go through PgBouncer in
+    transaction mode (pooled mode) and its LISTEN session straight to `database_url`."""
+
+    def __init__(
+        self,
+        database_url: str,
+        connection: psycopg.AsyncConnection[Any],
+        pooled_url: str | None = None,
+    ) -> None:
+        self.backend: QueueBackend = (
+            PostgresBackend(pooled_url, WORKER, listen_url=database_url, pooled=True)
+            if pooled_url
+            else PostgresBackend(database_url, WORKER)
+        )
         self.connection = connection
 
     async def enqueue(
@@ -91,14 +107,24 @@ async def queue_enqueue(
     return job_id
 
 
-@pytest.fixture(params=["fake", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(
+    params=[
+        "fake",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgbouncer", marks=pytest.mark.postgres),
+    ]
+)
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     if request.param == "fake":
         yield FakeHarness()
         return
     database_url: str = request.getfixturevalue("database_url")
+    pooled_url = None
+    if request.param == "pgbouncer":
+        pooler: LocalPgBouncer = request.getfixturevalue("pgbouncer")
+        pooled_url = pooler.pooled(database_url)
     connection = await psycopg.AsyncConnection.connect(database_url, autocommit=True)
-    real = PostgresHarness(database_url, connection)
+    real = PostgresHarness(database_url, connection, pooled_url)
     try:
         yield real
     finally:
@@ -337,3 +363,19 @@ async def test_the_schema_check_passes_on_a_current_schema(harness: Harness) -> 
 async def test_a_worker_may_publish_its_parsers_again_and_again(harness: Harness) -> None:
     await harness.backend.publish_parsers(["default", "shop"], ["shop.product", "detail"])
     await harness.backend.publish_parsers(["default"], [])
+
+
+async def test_a_listener_is_woken_when_it_starts_and_when_a_row_is_queued(
+    harness: Harness,
+) -> None:
+    wakes: list[float] = []
+    listener = asyncio.create_task(harness.backend.listen(lambda: wakes.append(1.0)))
+    try:
+        await eventually(lambda: len(wakes), within=15, what="the wake of the first LISTEN")
+        before = len(wakes)
+        await harness.enqueue(site(1))
+        await eventually(lambda: len(wakes) > before, within=15, what="a wake for the queued row")
+    finally:
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener

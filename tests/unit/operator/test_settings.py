@@ -70,3 +70,18 @@ def test_a_database_url_flag_is_enough_without_any_environment(
     monkeypatch.delenv("SCRAPEQ_OPERATOR_DATABASE_URL", raising=False)
     args = build_parser().parse_args(["operator", "--database-url", "postgresql://db/scrapeq"])
     assert settings_from_args(args).database_url == "postgresql://db/scrapeq"
+
+
+def test_pooled_mode_and_the_listen_url_fall_back_to_the_workers_variables() -> None:
+    default = OperatorSettings.from_environment({"DATABASE_URL": "postgresql://db/x"})
+    assert default.database_pooled is False
+    assert default.database_listen_url == ""
+    pooled = OperatorSettings.from_environment(
+        {
+            "DATABASE_URL": "postgresql://pooler:6432/x",
+            "DATABASE_POOLED": "true",
+            "DATABASE_LISTEN_URL": "postgresql://db:5432/x",
+        }
+    )
+    assert pooled.database_pooled is True
+    assert pooled.database_listen_url == "postgresql://db:5432/x"

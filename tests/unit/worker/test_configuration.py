@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from scrapeq_worker.errors import BadInput
 from scrapeq_worker.job_options import options_from_payload
-from scrapeq_worker.settings import OPTIONS, SettingsError, add_arguments, settings_from
+from scrapeq_worker.settings import (
+    OPTIONS,
+    SettingsError,
+    add_arguments,
+    describe,
+    settings_from,
+)
 from scrapeq_worker.structured_logs import JsonFormatter
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "worker.md"
@@ -197,3 +203,16 @@ def test_a_site_variable_under_its_name_before_0_1_0_is_refused_with_its_name_no
     """A variable left over in a pod spec is not silently ignored: the worker does not start."""
     with pytest.raises(SettingsError, match=f"^{old} is now {new}$"):
         settings_from(parse(), environ={old: "3"})
+
+
+def test_pooled_mode_and_the_listen_url_come_from_flags_or_the_environment() -> None:
+    default = settings_from(parse(), environ={"DATABASE_URL": "postgresql://db/x"})
+    assert default.database_pooled is False
+    assert default.database_listen_url is None
+    pooled = settings_from(
+        parse("--database-listen-url", "postgresql://listener:secret@db:5432/x"),
+        environ={"DATABASE_URL": "postgresql://pooler:6432/x", "DATABASE_POOLED": "true"},
+    )
+    assert pooled.database_pooled is True
+    assert pooled.database_listen_url == "postgresql://listener:secret@db:5432/x"
+    assert "secret" not in json.dumps(describe(pooled))
