@@ -1764,5 +1764,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0004_bounded_payloads'),
     ('0005_site_politeness'),
     ('0006_published_parsers'),
-    ('0008_webhook_outbox'),
-    ('0009_retention_and_finished_signal');
+    ('0007_webhook_outbox'),
+    ('0008_retention_and_finished_signal');

@@ -1,4 +1,4 @@
--- 0009: what retention may delete, and a signal when a row finishes (docs/queue.md,
+-- 0008: what retention may delete, and a signal when a row finishes (docs/queue.md,
 -- "Retention" and "Signals for SQL producers"). Three columns a producer may set in its INSERT,
 -- each with a constant default (no table rewrite):
 --   retain_for       how long the row stays once finished; NULL: rows of a ScrapeJob follow

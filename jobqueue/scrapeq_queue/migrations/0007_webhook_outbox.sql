@@ -1,4 +1,4 @@
--- 0008: the webhook outbox (docs/webhooks.md). When a ScrapeJob reaches a phase one of its
+-- 0007: the webhook outbox (docs/webhooks.md). When a ScrapeJob reaches a phase one of its
 -- spec.webhooks asks for, the operator writes one event per webhook here before it shows the
 -- phase in the ScrapeJob's status; one key per (job, event, endpoint), so writing again after a
 -- restart adds nothing. The operator's delivery loop claims due events (SKIP LOCKED, with a
