@@ -46,12 +46,15 @@ SERVER_ERROR_TRIP: Final = 10
 # A window whose newest response is older than this starts again empty: errors of yesterday's
 # crawl say nothing about the site today.
 SERVER_ERROR_WINDOW_MAX_AGE_SECONDS: Final = 600.0
-# The first trip pauses the site this long; each failed probe doubles the pause, up to
-# BREAKER_MAX_PAUSE_SECONDS. Half a minute between probes keeps a site that is down from
-# seeing more than two requests a minute from the whole cluster, and bounds what each row of a
-# site that answers nothing but 500 costs (docs/queue.md, "Server errors", gives the worst
-# case): a longer bound would make such a job of many rows take days.
-BREAKER_PAUSE_SECONDS: Final = 5.0
+# The first trip pauses the site this long, and a failed probe pauses it as long again while
+# some of its recent responses still succeed: a site that answers some pages (removed products
+# answering 500 among live ones) loses a few seconds per failed probe, never minutes. Once all
+# SERVER_ERROR_WINDOW responses failed (the site looks down) each failed probe doubles the
+# pause, up to BREAKER_MAX_PAUSE_SECONDS: half a minute between probes keeps a site that is
+# down from seeing more than two requests a minute from the whole cluster, and bounds what
+# each row of a site that answers nothing but 500 costs (docs/queue.md, "Server errors", gives
+# the worst case).
+BREAKER_PAUSE_SECONDS: Final = 2.0
 BREAKER_MAX_PAUSE_SECONDS: Final = 30.0
 
 

@@ -263,16 +263,17 @@ WHERE jobs.id = %(parent_id)s AND dropped.links > 0 AND jsonb_typeof(jobs.result
 # long, and the error goes into the site's window of recent responses (docs/queue.md, "Server
 # errors"). %(trip_errors)s server errors among its last %(window)s responses trip the site's
 # breaker: a pause of %(pause_seconds)s; a server error once a pause is over (the probe, or a
-# row that was in flight) trips it again for twice the last pause, up to
-# %(max_pause_seconds)s. Errors that arrive during a pause only fill the window. Every bound
-# value comes from one RetryPolicy (row_lifecycle.py).
+# row that was in flight) trips it again, for twice the last pause (up to
+# %(max_pause_seconds)s) when all %(window)s responses failed, else for the same pause.
+# Errors that arrive during a pause only fill the window. Every bound value comes from one
+# RetryPolicy (row_lifecycle.py).
 JOB_RETRY: Final = """
 WITH paused AS (
     SELECT hosts.host_key, seen.responses, tripped.trips,
            CASE
                WHEN %(host_pause_seconds)s::double precision IS NOT NULL
                    THEN %(host_pause_seconds)s::double precision
-               WHEN tripped.trips > hosts.breaker_trips
+               WHEN tripped.trips > hosts.breaker_trips OR tripped.probe_failed
                    THEN least(%(max_pause_seconds)s::double precision,
                               %(pause_seconds)s::double precision
                               * power(2, least(tripped.trips - 1, 30)))
@@ -292,10 +293,15 @@ WITH paused AS (
             WHEN hosts.breaker_trips = 0
                 THEN CASE WHEN bit_count(seen.responses::bit(64)) >= %(trip_errors)s::integer
                           THEN 1 ELSE 0 END
-            -- Tripped and its pause over: the probe (or a row in flight) failed.
+            -- Tripped and its pause over: the probe (or a row in flight) failed. The pause
+            -- grows only while every response of the window failed (the site looks down); a
+            -- site that still answers some pages keeps the first pause.
             WHEN coalesce(hosts.paused_until, '-infinity') <= now()
-                THEN hosts.breaker_trips + 1
-            ELSE hosts.breaker_trips END AS trips
+                THEN CASE WHEN bit_count(seen.responses::bit(64)) >= %(window)s::integer
+                          THEN hosts.breaker_trips + 1 ELSE hosts.breaker_trips END
+            ELSE hosts.breaker_trips END AS trips,
+            hosts.breaker_trips > 0
+                AND coalesce(hosts.paused_until, '-infinity') <= now() AS probe_failed
     ) AS tripped
     WHERE %(server_error)s AND hosts.host_key = %(host_key)s
     FOR NO KEY UPDATE OF hosts

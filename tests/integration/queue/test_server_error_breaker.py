@@ -23,14 +23,16 @@ SHORT_PAUSES = queue.RetryPolicy(breaker_pause_seconds=2.0, breaker_max_pause_se
 FIVE_PER_SITE = queue.SitePoliteness(max_concurrent_per_site=5)
 
 
-async def claim(connection: Connection, limit: int = 50) -> list[queue.ClaimedJob]:
+async def claim(
+    connection: Connection, limit: int = 50, politeness: queue.SitePoliteness = FIVE_PER_SITE
+) -> list[queue.ClaimedJob]:
     return await queue.claim_jobs(
         connection,
         worker_id="w",
         queues=["default"],
         limit=limit,
         lease_seconds=30,
-        politeness=FIVE_PER_SITE,
+        politeness=politeness,
     )
 
 
@@ -116,26 +118,52 @@ async def test_after_the_pause_one_probe_at_a_time_and_its_success_closes_the_br
     assert len(await claim(async_connection)) == 5  # the site's own limit again
 
 
-async def test_a_failed_probe_trips_the_breaker_again_for_twice_the_pause_up_to_the_bound(
+async def pause_left(connection: Connection, site: str) -> float:
+    paused_until = (await state(connection, site)).paused_until
+    assert paused_until is not None
+    return (paused_until - await queue.database_now(connection)).total_seconds()
+
+
+async def test_a_failed_probe_of_a_site_that_still_answers_some_pages_keeps_the_first_pause(
     async_connection: Connection,
 ) -> None:
-    await queue.enqueue_many(async_connection, [f"https://dead.test/{n}" for n in range(30)])
+    await queue.enqueue_many(async_connection, [f"https://some.test/{n}" for n in range(30)])
+    for job in await claim(async_connection, limit=5):
+        await success(async_connection, job)
     for _ in range(SERVER_ERROR_TRIP):
         [job, *_] = await claim(async_connection, limit=1)
         await server_error(async_connection, job)
+    [probe] = await eventually(lambda: claim(async_connection), within=10, what="the probe")
+    await server_error(async_connection, probe)
+    site = await state(async_connection, "some.test")
+    assert site.breaker_trips == 1
+    assert await pause_left(async_connection, "some.test") == pytest.approx(2.0, abs=0.5)
+
+
+async def test_once_every_recent_response_failed_each_failed_probe_doubles_the_pause_to_the_bound(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue_many(async_connection, [f"https://dead.test/{n}" for n in range(30)])
+    # A whole window in flight at once: the first half trips the breaker, the rest fails
+    # during the pause and only fills the window.
+    in_flight = await claim(
+        async_connection, politeness=queue.SitePoliteness(max_concurrent_per_site=20)
+    )
+    assert len(in_flight) == SERVER_ERROR_WINDOW
+    for job in in_flight:
+        await server_error(async_connection, job)
+    site = await state(async_connection, "dead.test")
+    assert (site.breaker_trips, site.recent_server_errors) == (1, SERVER_ERROR_WINDOW)
     pauses = []
-    for trips in (2, 3, 4):
+    for trips in (2, 3):
         [probe] = await eventually(
-            lambda: claim(async_connection), within=10, what=f"probe before trip {trips}"
+            lambda: claim(async_connection), within=10, what=f"the probe before trip {trips}"
         )
         await server_error(async_connection, probe)
-        site = await state(async_connection, "dead.test")
-        assert site.breaker_trips == trips
-        assert site.paused_until is not None
-        now = await queue.database_now(async_connection)
-        pauses.append((site.paused_until - now).total_seconds())
+        assert (await state(async_connection, "dead.test")).breaker_trips == trips
+        pauses.append(await pause_left(async_connection, "dead.test"))
     # 2 s doubled is 4 s, the bound; doubled again it stays 4 s.
-    assert pauses == [pytest.approx(4.0, abs=0.5)] * 3
+    assert pauses == [pytest.approx(4.0, abs=0.5)] * 2
 
 
 async def test_a_successful_response_pushes_an_old_error_out_of_the_window(
