@@ -73,6 +73,8 @@ class PoliteSite:
             app.router.add_get("/page/{name:.*}", self._page)
             app.router.add_get("/limited/{name:.*}", self._limited)
             app.router.add_get("/once-slow/{name:.*}", self._once_slow)
+            app.router.add_get("/dead/{name:.*}", self._dead)
+            app.router.add_get("/recovering/{name:.*}", self._recovering)
             # A request still hanging (a killed worker's) must not hold up the test's end.
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
             await runner.setup()
@@ -132,6 +134,20 @@ class PoliteSite:
         """The first request of each path hangs for a minute (a worker to kill mid-page)."""
         seen = any(path == request.path for _, path in self.records[self._host(request)].arrivals)
         return await self._serve(request, 0 if seen else 60)
+
+    async def _dead(self, request: web.Request) -> web.Response:
+        """Every request answers 500 (a removed product)."""
+        self.records[self._host(request)].arrivals.append((time.monotonic(), request.path))
+        return web.Response(status=500, text="gone wrong")
+
+    async def _recovering(self, request: web.Request) -> web.Response:
+        """The first two requests of each path answer 500, the third and later a page."""
+        record = self.records[self._host(request)]
+        tries = sum(1 for _, path in record.arrivals if path == request.path)
+        if tries < 2:
+            record.arrivals.append((time.monotonic(), request.path))
+            return web.Response(status=500, text="not yet")
+        return await self._serve(request, 0)
 
 
 def running_polite_site() -> Iterator[PoliteSite]:
