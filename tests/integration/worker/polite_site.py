@@ -46,6 +46,8 @@ class PoliteSite:
         self.records: collections.defaultdict[str, HostRecord] = collections.defaultdict(HostRecord)
         self.robots: dict[str, Robots] = {}
         self.ports: dict[str, int] = {}
+        # /guarded/ pages answer normally this many times per host, then refuse with a 403.
+        self.guard_allows = 2
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runners: list[web.AppRunner] = []
@@ -74,6 +76,7 @@ class PoliteSite:
             app.router.add_get("/limited/{name:.*}", self._limited)
             app.router.add_get("/once-slow/{name:.*}", self._once_slow)
             app.router.add_get("/dead/{name:.*}", self._dead)
+            app.router.add_get("/guarded/{name:.*}", self._guarded)
             app.router.add_get("/recovering/{name:.*}", self._recovering)
             # A request still hanging (a killed worker's) must not hold up the test's end.
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
@@ -139,6 +142,15 @@ class PoliteSite:
         """Every request answers 500 (a removed product)."""
         self.records[self._host(request)].arrivals.append((time.monotonic(), request.path))
         return web.Response(status=500, text="gone wrong")
+
+    async def _guarded(self, request: web.Request) -> web.Response:
+        """A defended site: after `guard_allows` pages per host, every request gets a 403."""
+        record = self.records[self._host(request)]
+        served = sum(1 for _, path in record.arrivals if path.startswith("/guarded/"))
+        if served >= self.guard_allows:
+            record.arrivals.append((time.monotonic(), request.path))
+            return web.Response(status=403, text="Forbidden")
+        return await self._serve(request, 0)
 
     async def _recovering(self, request: web.Request) -> web.Response:
         """The first two requests of each path answer 500, the third and later a page."""
