@@ -48,7 +48,8 @@ async def test_pages_a_site_refuses_after_a_few_requests_are_blocked_and_retried
     assert [row.status for row in rows[:2]] == ["completed", "completed"]
     for row in rows[2:]:
         assert (row.status, row.retry_count, row.last_reason) == ("pending", 1, "blocked")
-        assert row.last_error is not None and "HTTP 403" in row.last_error
+        assert row.last_error is not None
+        assert "HTTP 403" in row.last_error
     counted = worker.metrics.registry.get_sample_value(
         "scrapeq_worker_pages_blocked_total", {"queue": "default", "rule": "status"}
     )
