@@ -596,7 +596,7 @@ class BrowserPool:
             timing["steps_ms"] = round((stepped - loaded) * 1000, 1)
             loaded = stepped
         extracted = await self._extract(
-            page, watch, options.fields, options, follow_selector, deadline
+            page, watch, options.read_fields, options, follow_selector, deadline
         )
         html = await self._page_html(page, watch, options.html_limit, deadline)
         finished = time.monotonic()

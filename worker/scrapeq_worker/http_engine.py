@@ -162,7 +162,7 @@ class HttpEngine:
         deadline = started + options.timeout_seconds
         # Reject selectors the static engine cannot parse before any network traffic.
         wanted = (
-            *(spec.selector for spec in options.fields),
+            *(spec.selector for spec in options.read_fields),
             follow_selector,
             options.next.selector if options.next else None,
             options.wait_for,
@@ -341,7 +341,7 @@ class HttpEngine:
         assert self.extraction is not None
         extracted = await self.extraction.extract(
             text,
-            options.fields,
+            options.read_fields,
             url=final_url,
             base_url=final_url,
             follow_selector=follow_selector,
