@@ -24,6 +24,7 @@ PAYLOAD_FIELDS = (
     "waitUntil",
     "waitFor",
     "blockResources",
+    "blockMarkers",
     "timeoutSeconds",
     "extract",
     "follow",
