@@ -143,17 +143,18 @@ logged AS (
                                   duration_seconds)
     SELECT id, attempt, processed_by, processing_started_at, 'completed', duration FROM done
 ),
--- The sites of these rows whose window holds a server error or whose breaker is tripped,
--- locked in one order (two batches never wait for each other in a cycle). A clean, closed
--- site is not written: a success shifted into a window of successes changes nothing, so the
--- completions of healthy sites cost one index look-up each.
+-- The sites of these rows whose window holds a server error or whose breaker is tripped. A
+-- clean, closed site is not written: a success shifted into a window of successes changes
+-- nothing, so the completions of healthy sites cost one index look-up each. A site whose state
+-- a retry holds at this instant is passed over (SKIP LOCKED): a completion never waits for a
+-- site's lock (the retry holds it while it waits for its own row, which a cancel may hold
+-- while it waits for one of these rows), and the next completion records its success.
 site_locked AS (
     SELECT hosts.host_key, site.responses
     FROM (SELECT done.host_key, count(*) AS responses FROM done GROUP BY done.host_key) AS site
     JOIN scrapeq_hosts AS hosts ON hosts.host_key = site.host_key
     WHERE hosts.recent_responses <> 0 OR hosts.breaker_trips > 0
-    ORDER BY hosts.host_key
-    FOR NO KEY UPDATE OF hosts
+    FOR NO KEY UPDATE OF hosts SKIP LOCKED
 ),
 -- Each completion is a success in its site's window; one after the site's pause (the probe,
 -- or a row that was in flight) closes a tripped breaker and empties the window.
@@ -259,8 +260,8 @@ WHERE jobs.id = %(parent_id)s AND dropped.links > 0 AND jsonb_typeof(jobs.result
 # retry_backoff_seconds * 2^retry_count * jitter, both capped; otherwise it fails for good.
 # Fenced by id + attempt + processing. Returns the new status (no row: fenced).
 # A server error (%(server_error)s: a 5xx or 429) speaks for the whole host: the site's
-# Retry-After (%(host_pause_seconds)s, with a 429 or 503) pauses it for every worker that
-# long, and the error goes into the site's window of recent responses (docs/queue.md, "Server
+# Retry-After (%(host_pause_seconds)s, with a 429 or 503, a server error or not) pauses it for
+# every worker that long, and a server error goes into the site's window of recent responses (docs/queue.md, "Server
 # errors"). %(trip_errors)s server errors among its last %(window)s responses trip the site's
 # breaker: a pause of %(pause_seconds)s; a server error once a pause is over (the probe, or a
 # row that was in flight) trips it again, for twice the last pause (up to
@@ -282,13 +283,16 @@ WITH paused AS (
     -- The window with this error as its newest response; a window whose newest response is
     -- older than %(window_max_age_seconds)s starts again empty.
     CROSS JOIN LATERAL (
-        SELECT (((CASE WHEN hosts.recent_responses_at > now() - make_interval(
-                                secs => %(window_max_age_seconds)s::double precision)
-                       THEN hosts.recent_responses ELSE 0 END) << 1) | 1)
-               & ((1::bigint << %(window)s::integer) - 1) AS responses
+        SELECT CASE WHEN NOT %(server_error)s THEN hosts.recent_responses
+                    ELSE (((CASE WHEN hosts.recent_responses_at > now() - make_interval(
+                                         secs => %(window_max_age_seconds)s::double precision)
+                                 THEN hosts.recent_responses ELSE 0 END) << 1) | 1)
+                         & ((1::bigint << %(window)s::integer) - 1) END AS responses
     ) AS seen
     CROSS JOIN LATERAL (
         SELECT CASE
+            -- Not a server error (a block's Retry-After alone): the breaker stays as it is.
+            WHEN NOT %(server_error)s THEN hosts.breaker_trips
             -- Closed: trips when the window holds enough errors.
             WHEN hosts.breaker_trips = 0
                 THEN CASE WHEN bit_count(seen.responses::bit(64)) >= %(trip_errors)s::integer
@@ -300,10 +304,11 @@ WITH paused AS (
                 THEN CASE WHEN bit_count(seen.responses::bit(64)) >= %(window)s::integer
                           THEN hosts.breaker_trips + 1 ELSE hosts.breaker_trips END
             ELSE hosts.breaker_trips END AS trips,
-            hosts.breaker_trips > 0
+            %(server_error)s AND hosts.breaker_trips > 0
                 AND coalesce(hosts.paused_until, '-infinity') <= now() AS probe_failed
     ) AS tripped
-    WHERE %(server_error)s AND hosts.host_key = %(host_key)s
+    WHERE (%(server_error)s OR %(host_pause_seconds)s::double precision IS NOT NULL)
+      AND hosts.host_key = %(host_key)s
     FOR NO KEY UPDATE OF hosts
 ),
 decided AS (
@@ -335,7 +340,8 @@ decided AS (
 host_paused AS (
     UPDATE scrapeq_hosts AS hosts
     SET recent_responses = paused.responses,
-        recent_responses_at = now(),
+        recent_responses_at = CASE WHEN %(server_error)s THEN now()
+                                   ELSE hosts.recent_responses_at END,
         breaker_trips = paused.trips,
         next_allowed_at = CASE WHEN paused.pause IS NULL THEN hosts.next_allowed_at
             ELSE greatest(hosts.next_allowed_at, now() + make_interval(secs => paused.pause)) END,

@@ -199,3 +199,26 @@ async def test_the_completions_of_a_clean_site_leave_its_state_row_unwritten(
         "SELECT xmin::text FROM scrapeq_hosts WHERE host_key = 'healthy.test'"
     )
     assert await cursor.fetchone() == before
+
+
+async def test_a_retry_after_that_is_no_server_error_pauses_the_site_and_leaves_its_window(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue_many(async_connection, [f"https://refusing.test/{n}" for n in range(3)])
+    [job, *_] = await claim(async_connection, limit=1)
+    await queue.retry_job(
+        async_connection,
+        job.id,
+        job.attempt,
+        error="HTTP 429: blocked",
+        reason="blocked",
+        duration_seconds=0,
+        retry_after_seconds=5,
+        pause_site_seconds=5,
+        server_error=False,
+        host_key=job.host_key,
+    )
+    site = await state(async_connection, "refusing.test")
+    assert (site.pause_reason, site.recent_server_errors, site.breaker_trips) == ("blocked", 0, 0)
+    assert await pause_left(async_connection, "refusing.test") == pytest.approx(5.0, abs=0.5)
+    assert await claim(async_connection) == []
