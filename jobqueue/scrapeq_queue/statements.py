@@ -261,11 +261,11 @@ WHERE jobs.id = %(parent_id)s AND dropped.links > 0 AND jsonb_typeof(jobs.result
 # Fenced by id + attempt + processing. Returns the new status (no row: fenced).
 # A server error (%(server_error)s: a 5xx or 429) speaks for the whole host: the site's
 # Retry-After (%(host_pause_seconds)s, with a 429 or 503, a server error or not) pauses it for
-# every worker that long, and a server error goes into the site's window of recent responses (docs/queue.md, "Server
-# errors"). %(trip_errors)s server errors among its last %(window)s responses trip the site's
-# breaker: a pause of %(pause_seconds)s; a server error once a pause is over (the probe, or a
-# row that was in flight) trips it again, for twice the last pause (up to
-# %(max_pause_seconds)s) when all %(window)s responses failed, else for the same pause.
+# every worker that long, and a server error goes into the site's window of recent responses
+# (docs/queue.md, "Server errors"). %(trip_errors)s server errors among its last %(window)s
+# responses trip the site's breaker: a pause of %(pause_seconds)s; a server error once a pause
+# is over (the probe, or a row that was in flight) trips it again, for twice the last pause
+# (up to %(max_pause_seconds)s) when all %(window)s responses failed, else for the same pause.
 # Errors that arrive during a pause only fill the window. Every bound value comes from one
 # RetryPolicy (row_lifecycle.py).
 JOB_RETRY: Final = """
