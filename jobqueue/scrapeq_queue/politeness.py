@@ -48,8 +48,8 @@ SERVER_ERROR_TRIP: Final = 10
 SERVER_ERROR_WINDOW_MAX_AGE_SECONDS: Final = 600.0
 # The first trip pauses the site this long, and a failed probe pauses it as long again while
 # some of its recent responses still succeed: a site that answers some pages (removed products
-# answering 500 among live ones) loses a second per failed probe, never minutes, and still
-# sees at most one request a second from the whole cluster while half its responses fail. Once all
+# answering 500 among live ones) loses a second per failed probe, never minutes, and while
+# its breaker is tripped sees about one request a second from the whole cluster. Once all
 # SERVER_ERROR_WINDOW responses failed (the site looks down) each failed probe doubles the
 # pause, up to BREAKER_MAX_PAUSE_SECONDS: half a minute between probes keeps a site that is
 # down from seeing more than two requests a minute from the whole cluster, and bounds what
