@@ -1422,6 +1422,13 @@ CREATE INDEX scrapeq_host_queues_head_idx ON public.scrapeq_host_queues USING bt
 
 
 --
+-- Name: scrapeq_hosts_troubled_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_hosts_troubled_idx ON public.scrapeq_hosts USING btree (host_key) WHERE ((recent_responses <> 0) OR (breaker_trips > 0));
+
+
+--
 -- Name: scrapeq_jobs_claim_idx; Type: INDEX; Schema: public; Owner: -
 --
 

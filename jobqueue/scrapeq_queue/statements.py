@@ -145,7 +145,8 @@ logged AS (
 ),
 -- The sites of these rows whose window holds a server error or whose breaker is tripped. A
 -- clean, closed site is not written: a success shifted into a window of successes changes
--- nothing, so the completions of healthy sites cost one index look-up each. A site whose state
+-- nothing; the look-up goes through scrapeq_hosts_troubled_idx, the partial index of such
+-- sites, so the completions of healthy sites read no state row. A site whose state
 -- a retry holds at this instant is passed over (SKIP LOCKED): a completion never waits for a
 -- site's lock (the retry holds it while it waits for its own row, which a cancel may hold
 -- while it waits for one of these rows), and the next completion records its success.

@@ -14,6 +14,12 @@ ALTER TABLE scrapeq_hosts
         CHECK (recent_responses >= 0 AND recent_responses < (1::bigint << {{SERVER_ERROR_WINDOW}})),
     ADD CONSTRAINT scrapeq_hosts_breaker_trips_valid CHECK (breaker_trips >= 0);
 
+-- The sites a completion must write (a server error in the window, or a tripped breaker): a
+-- completion looks its site up here, in an index of the few troubled sites, so that the
+-- completions of healthy sites touch neither their state rows nor the table's primary key.
+CREATE INDEX scrapeq_hosts_troubled_idx ON scrapeq_hosts (host_key)
+    WHERE recent_responses <> 0 OR breaker_trips > 0;
+
 COMMENT ON COLUMN scrapeq_hosts.recent_responses IS
     'The site''s latest responses as bits, newest in bit 0: 1 a server error (5xx, 429), 0 any other outcome. A window of SERVER_ERROR_WINDOW bits (scrapeq_queue.politeness); a window whose newest response is old starts again empty.';
 COMMENT ON COLUMN scrapeq_hosts.recent_responses_at IS
