@@ -15,7 +15,11 @@ import psycopg
 
 from scrapeq_queue import statements
 from scrapeq_queue.errors import translate_database_errors
-from scrapeq_queue.politeness import DEFAULT_DELAY_SECONDS, DEFAULT_MAX_CONCURRENT_PER_SITE
+from scrapeq_queue.politeness import (
+    DEFAULT_DELAY_SECONDS,
+    DEFAULT_MAX_CONCURRENT_PER_SITE,
+    SERVER_ERROR_WINDOW_MAX_AGE_SECONDS,
+)
 from scrapeq_queue.rows import (
     AttemptRecord,
     FailedJob,
@@ -231,5 +235,11 @@ async def site_states(
 ) -> dict[str, SiteState]:
     """The politeness state of the given sites (their host keys, hosts.host_key_of); a site no
     row ever named is missing from the answer."""
-    cursor = await connection.execute(statements.HOST_STATES, {"host_keys": list(host_keys)})
+    cursor = await connection.execute(
+        statements.HOST_STATES,
+        {
+            "host_keys": list(host_keys),
+            "window_max_age_seconds": SERVER_ERROR_WINDOW_MAX_AGE_SECONDS,
+        },
+    )
     return {row[0]: SiteState(*row) for row in await cursor.fetchall()}

@@ -57,6 +57,7 @@ _INCLUDE_LINE: Final = re.compile(r"^\\ir \.\./sql/([A-Za-z0-9_]+\.sql)$", re.MU
 PLACEHOLDERS: Final[Mapping[str, int | float]] = {
     "MAX_CONCURRENT_PER_SITE_LIMIT": politeness.MAX_CONCURRENT_PER_SITE_LIMIT,
     "MAX_DELAY_SECONDS": politeness.MAX_DELAY_SECONDS,
+    "SERVER_ERROR_WINDOW": politeness.SERVER_ERROR_WINDOW,
 }
 _PLACEHOLDER: Final = re.compile(r"\{\{([A-Z][A-Z0-9_]*)\}\}")
 

@@ -819,6 +819,78 @@ def check_resource_kinds(name: str, value: object) -> list[str]:
     return [f"{name} must be a list of distinct kinds from {', '.join(RESOURCE_KINDS)}"]
 
 
+# Block markers (blockMarkers, a pool's --block-markers): what a challenge or block page has
+# that a real page does not. A handful tell the challenge pages of the usual anti-bot services
+# apart; each is one more selector read on every page, so their number is bounded.
+MAX_BLOCK_MARKERS: Final = 20
+MAX_BLOCK_MARKER_TEXT_CHARS: Final = 200
+
+
+@dataclass(frozen=True)
+class BlockMarker:
+    """A page is blocked when an element matches `selector` and, with `text`, the text of one
+    of the matches contains `text` (case-insensitive, whitespace normalised)."""
+
+    selector: str
+    text: str | None = None
+
+    def as_json(self) -> dict[str, str]:
+        return {"selector": self.selector} | ({"text": self.text} if self.text else {})
+
+
+def check_block_markers(name: str, value: object) -> list[str]:
+    """Problems with a list of block markers (the payload's blockMarkers, or a pool's)."""
+    shape = (
+        f"{name} must be a list of at most {MAX_BLOCK_MARKERS} objects "
+        f'{{"selector": CSS selector of 1-{MAX_SELECTOR_CHARS} characters, "text": optional '
+        f"text of 1-{MAX_BLOCK_MARKER_TEXT_CHARS} characters}}"
+    )
+    if not isinstance(value, list | tuple) or len(value) > MAX_BLOCK_MARKERS:
+        return [shape]
+    problems: list[str] = []
+    for position, marker in enumerate(value):
+        if not isinstance(marker, Mapping) or set(marker) - {"selector", "text"}:
+            problems.append(f"{name}[{position}]: {shape.removeprefix(name + ' ')}")
+            continue
+        selector = marker.get("selector")
+        if (
+            not isinstance(selector, str)
+            or not selector.strip()
+            or len(selector) > MAX_SELECTOR_CHARS
+        ):
+            problems.append(
+                f"{name}[{position}].selector must be a CSS selector of 1-{MAX_SELECTOR_CHARS} "
+                "characters"
+            )
+        text = marker.get("text")
+        if "text" in marker and (
+            not isinstance(text, str) or not text.strip() or len(text) > MAX_BLOCK_MARKER_TEXT_CHARS
+        ):
+            problems.append(
+                f"{name}[{position}].text must be text of 1-{MAX_BLOCK_MARKER_TEXT_CHARS} "
+                "characters"
+            )
+    return problems
+
+
+def block_markers_of(value: object) -> tuple[BlockMarker, ...]:
+    """The markers of a list check_block_markers passed."""
+    assert isinstance(value, list | tuple)
+    return tuple(BlockMarker(marker["selector"], marker.get("text")) for marker in value)
+
+
+def parse_block_markers(text: str) -> tuple[BlockMarker, ...]:
+    """A pool's block markers from a flag or variable (a JSON list, as in a payload);
+    ValueError saying what is wrong."""
+    try:
+        value = json.loads(text) if text.strip() else []
+    except json.JSONDecodeError as error:
+        raise ValueError(f"block markers must be a JSON list: {error}") from error
+    if problems := check_block_markers("block markers", value):
+        raise ValueError("; ".join(problems))
+    return block_markers_of(value)
+
+
 def _check_sealed(value: object) -> list[str]:
     # Credentials the operator sealed (sealed_credentials.py); only a key holder can say more.
     if is_sealed_text(value):
@@ -917,6 +989,7 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "headers": _check_headers,
     "sealed": _check_sealed,
     "blockResources": lambda value: check_resource_kinds("blockResources", value),
+    "blockMarkers": lambda value: check_block_markers("blockMarkers", value),
     "politeness": _check_politeness,
     "parser": _check_parser,
     "items": _check_items,

@@ -32,6 +32,32 @@ DEFAULT_RESPECT_ROBOTS_TXT: Final = True
 MAX_CONCURRENT_PER_SITE_LIMIT: Final = 1000
 MAX_DELAY_SECONDS: Final = 3600.0
 
+# Server errors by rate (docs/queue.md, "Server errors"): each site keeps its last
+# SERVER_ERROR_WINDOW responses as bits (1: a server error) in its state row. The window is
+# short so that a site that starts failing is noticed within a few pages, and a fixed number
+# of bits so that the state row never grows; the database's CHECK on the bits is written from
+# this constant (migrations.PLACEHOLDERS).
+SERVER_ERROR_WINDOW: Final = 20
+# SERVER_ERROR_TRIP server errors among the window's responses trip the site's breaker: half
+# the window. A site where a few pages answer 500 (removed products) keeps its pace; a site
+# where every other page fails is treated as failing. A new site's window starts as
+# successes, so the first trip needs this many server errors.
+SERVER_ERROR_TRIP: Final = 10
+# A window whose newest response is older than this starts again empty: errors of yesterday's
+# crawl say nothing about the site today.
+SERVER_ERROR_WINDOW_MAX_AGE_SECONDS: Final = 600.0
+# The first trip pauses the site this long, and a failed probe pauses it as long again while
+# some of its recent responses still succeed: a site that answers some pages (removed products
+# answering 500 among live ones) loses a second per failed probe, never minutes, and while
+# its breaker is tripped sees about one request a second from the whole cluster. Once all
+# SERVER_ERROR_WINDOW responses failed (the site looks down) each failed probe doubles the
+# pause, up to BREAKER_MAX_PAUSE_SECONDS: half a minute between probes keeps a site that is
+# down from seeing more than two requests a minute from the whole cluster, and bounds what
+# each row of a site that answers nothing but 500 costs (docs/queue.md, "Server errors", gives
+# the worst case).
+BREAKER_PAUSE_SECONDS: Final = 1.0
+BREAKER_MAX_PAUSE_SECONDS: Final = 30.0
+
 
 def site_limit_problem(value: object) -> str | None:
     """Why `value` cannot be a site's limit (pages in flight at once), or None when it can."""

@@ -22,7 +22,15 @@ from scrapeq_queue import statements
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
-from scrapeq_queue.politeness import DEFAULT_POLITENESS, SitePoliteness
+from scrapeq_queue.politeness import (
+    BREAKER_MAX_PAUSE_SECONDS,
+    BREAKER_PAUSE_SECONDS,
+    DEFAULT_POLITENESS,
+    SERVER_ERROR_TRIP,
+    SERVER_ERROR_WINDOW,
+    SERVER_ERROR_WINDOW_MAX_AGE_SECONDS,
+    SitePoliteness,
+)
 from scrapeq_queue.row_loading import load_claimed_rows_safely
 from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
 from scrapeq_queue.urls import BAD_URL_REASON, normalise_url, target_problem
@@ -45,11 +53,21 @@ class RetryPolicy:
     # Retry reasons that speak for the whole site (a server error or a rate limit): they count
     # against the site, and their Retry-After pauses it for every worker.
     site_pausing_reasons: frozenset[str] = frozenset({"http_429", "http_5xx"})
-    # This many server errors of one site, each less than `server_error_window_seconds` after
-    # the one before, pause the site for `server_error_pause_seconds`.
-    server_error_threshold: int = 3
-    server_error_window_seconds: float = 60.0
-    server_error_pause_seconds: float = 30.0
+    # The site's server-error breaker (docs/queue.md, "Server errors"; the reasons for each
+    # default are in politeness.py): this many server errors among the site's last
+    # politeness.SERVER_ERROR_WINDOW responses trip it for `breaker_pause_seconds`, each
+    # failed probe doubles the pause up to `breaker_max_pause_seconds`, and a window whose
+    # newest response is older than `server_error_window_max_age_seconds` starts again empty.
+    server_error_trip: int = SERVER_ERROR_TRIP
+    server_error_window_max_age_seconds: float = SERVER_ERROR_WINDOW_MAX_AGE_SECONDS
+    breaker_pause_seconds: float = BREAKER_PAUSE_SECONDS
+    breaker_max_pause_seconds: float = BREAKER_MAX_PAUSE_SECONDS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.server_error_trip <= SERVER_ERROR_WINDOW:
+            raise ValueError(f"server_error_trip must be from 1 to {SERVER_ERROR_WINDOW}")
+        if not 0 < self.breaker_pause_seconds <= self.breaker_max_pause_seconds:
+            raise ValueError("breaker_pause_seconds must be above 0 and at most the maximum")
 
     def draw_jitter(self) -> float:
         """A jitter factor from `jitter_range`."""
@@ -246,6 +264,7 @@ async def complete_many(
             "attempts": [completion.attempt for completion in completions],
             "results": Jsonb([completion.result for completion in completions]),
             "durations": [float(completion.duration_seconds) for completion in completions],
+            "window": SERVER_ERROR_WINDOW,
         },
     )
     done = {row[0] for row in await cursor.fetchall()}
@@ -292,6 +311,7 @@ async def complete_job(
                 "attempts": [attempt],
                 "results": Jsonb([completion.result]),
                 "durations": [float(duration_seconds)],
+                "window": SERVER_ERROR_WINDOW,
             },
         )
         if await cursor.fetchone() is None:
@@ -395,11 +415,13 @@ async def retry_job(
     Retry-After, never more than `policy.max_delay_seconds`. `jitter` fixes the factor (tests).
 
     `pause_site_seconds` (a 429 or 503 with Retry-After) pauses the whole site: no claimer gets
-    a row of it for that long (capped like the delay). `server_error` counts a server error
-    against the host (default: whether `reason` is one of `policy.site_pausing_reasons`):
-    `policy.server_error_threshold` of them, each within `policy.server_error_window_seconds`
-    of the one before, pause it for `policy.server_error_pause_seconds`. Both need the job's
-    `host_key` (ClaimedJob.host_key).
+    a row of it for that long (capped like the delay). `server_error` records a server error
+    in the site's window of recent responses (default: whether `reason` is one of
+    `policy.site_pausing_reasons`): `policy.server_error_trip` of them among the window trip
+    the site's breaker, which pauses it for `policy.breaker_pause_seconds`, then lets one
+    request through (the probe); a server error after the pause trips it again for twice as
+    long (at most `policy.breaker_max_pause_seconds`), a completion closes it. Both need the
+    job's `host_key` (ClaimedJob.host_key).
     """
     factor = policy.draw_jitter() if jitter is None else jitter
     if server_error is None:
@@ -422,9 +444,11 @@ async def retry_job(
             ),
             "server_error": server_error and host_key is not None,
             "host_key": host_key,
-            "server_error_threshold": policy.server_error_threshold,
-            "server_error_window_seconds": policy.server_error_window_seconds,
-            "server_error_pause_seconds": policy.server_error_pause_seconds,
+            "window": SERVER_ERROR_WINDOW,
+            "window_max_age_seconds": policy.server_error_window_max_age_seconds,
+            "trip_errors": policy.server_error_trip,
+            "pause_seconds": policy.breaker_pause_seconds,
+            "max_pause_seconds": min(policy.breaker_max_pause_seconds, policy.max_delay_seconds),
         },
     )
     row = await cursor.fetchone()

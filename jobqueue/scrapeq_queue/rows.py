@@ -237,4 +237,7 @@ class SiteState:
     next_allowed_at: datetime
     paused_until: datetime | None
     pause_reason: str | None
-    server_errors: int
+    # Server errors among the site's recent responses (its window, when not too old).
+    recent_server_errors: int
+    # Times in a row its server-error breaker tripped (0: closed).
+    breaker_trips: int

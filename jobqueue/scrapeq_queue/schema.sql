@@ -142,8 +142,9 @@ BEGIN
                 SELECT hosts.last_finished_at, hosts.last_claimed_id,
                        hosts.touched_at < now() - interval '1 minute' AS touch,
                        scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
-                                          hosts.crawl_delay_seconds, default_max_per_host,
-                                          default_delay_seconds) AS host_limit,
+                                          hosts.crawl_delay_seconds, hosts.breaker_trips,
+                                          default_max_per_host, default_delay_seconds)
+                           AS host_limit,
                        scrapeq_host_delay(hosts.delay_seconds, hosts.crawl_delay_seconds,
                                           default_delay_seconds) AS delay
                 FROM scrapeq_hosts AS hosts
@@ -411,23 +412,24 @@ COMMENT ON FUNCTION public.scrapeq_host_delay(delay_seconds double precision, cr
 
 
 --
--- Name: scrapeq_host_limit(integer, double precision, double precision, integer, double precision); Type: FUNCTION; Schema: public; Owner: -
+-- Name: scrapeq_host_limit(integer, double precision, double precision, integer, integer, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision) RETURNS integer
+CREATE FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, breaker_trips integer, default_max_in_flight integer, default_delay_seconds double precision) RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
-    SELECT CASE WHEN scrapeq_host_delay(delay_seconds, crawl_delay_seconds,
+    SELECT CASE WHEN breaker_trips > 0 THEN 1
+                WHEN scrapeq_host_delay(delay_seconds, crawl_delay_seconds,
                                         default_delay_seconds) > 0 THEN 1
                 ELSE coalesce(max_in_flight, default_max_in_flight) END
 $$;
 
 
 --
--- Name: FUNCTION scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
+-- Name: FUNCTION scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, breaker_trips integer, default_max_in_flight integer, default_delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, default_max_in_flight integer, default_delay_seconds double precision) IS 'scrapeq: how many requests a site (scrapeq_hosts.host_key) may have in flight; used by the claim and the autoscaler''s backlog count.';
+COMMENT ON FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, breaker_trips integer, default_max_in_flight integer, default_delay_seconds double precision) IS 'scrapeq: how many requests a site (scrapeq_hosts.host_key) may have in flight; used by the claim and the autoscaler''s backlog count.';
 
 
 --
@@ -1002,12 +1004,14 @@ CREATE TABLE public.scrapeq_hosts (
     last_finished_at timestamp with time zone DEFAULT '1970-01-01 00:00:00+00'::timestamp with time zone NOT NULL,
     paused_until timestamp with time zone,
     pause_reason text,
-    server_errors integer DEFAULT 0 NOT NULL,
-    last_server_error_at timestamp with time zone,
     touched_at timestamp with time zone DEFAULT now() NOT NULL,
+    recent_responses bigint DEFAULT 0 NOT NULL,
+    recent_responses_at timestamp with time zone,
+    breaker_trips integer DEFAULT 0 NOT NULL,
+    CONSTRAINT scrapeq_hosts_breaker_trips_valid CHECK ((breaker_trips >= 0)),
     CONSTRAINT scrapeq_hosts_delays_valid CHECK ((((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision)) AND (crawl_delay_seconds >= (0)::double precision))),
     CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR (max_in_flight > 0))),
-    CONSTRAINT scrapeq_hosts_server_errors_valid CHECK ((server_errors >= 0))
+    CONSTRAINT scrapeq_hosts_recent_responses_valid CHECK (((recent_responses >= 0) AND (recent_responses < ((1)::bigint << 20))))
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='50');
 
@@ -1065,7 +1069,7 @@ COMMENT ON COLUMN public.scrapeq_hosts.last_finished_at IS 'When a delayed host'
 -- Name: COLUMN scrapeq_hosts.paused_until; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.scrapeq_hosts.paused_until IS 'The latest pause the site asked for (429/503 Retry-After) or earned (repeated server errors).';
+COMMENT ON COLUMN public.scrapeq_hosts.paused_until IS 'The latest pause the site asked for (429/503 Retry-After) or earned (its server-error breaker tripped).';
 
 
 --
@@ -1076,24 +1080,31 @@ COMMENT ON COLUMN public.scrapeq_hosts.pause_reason IS 'The retry reason that pa
 
 
 --
--- Name: COLUMN scrapeq_hosts.server_errors; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.scrapeq_hosts.server_errors IS 'Server errors (5xx, 429) of this host less than a minute apart, counted by retries.';
-
-
---
--- Name: COLUMN scrapeq_hosts.last_server_error_at; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON COLUMN public.scrapeq_hosts.last_server_error_at IS 'The latest server error of this host.';
-
-
---
 -- Name: COLUMN scrapeq_hosts.touched_at; Type: COMMENT; Schema: public; Owner: -
 --
 
 COMMENT ON COLUMN public.scrapeq_hosts.touched_at IS 'When a claim last took rows of this site (written at most once a minute), or when the site was first seen: prune_idle_sites deletes sites idle for days.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.recent_responses; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.recent_responses IS 'The site''s latest responses as bits, newest in bit 0: 1 a server error (5xx, 429), 0 any other outcome. A window of SERVER_ERROR_WINDOW bits (scrapeq_queue.politeness); a window whose newest response is old starts again empty.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.recent_responses_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.recent_responses_at IS 'When the newest response of recent_responses came.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.breaker_trips; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.breaker_trips IS 'How many times in a row the server-error breaker tripped (0: closed). While above 0 the site takes one request at a time after its pause (the probe); a completed row closes it, a server error trips it again with a doubled pause.';
 
 
 --
@@ -1625,6 +1636,13 @@ CREATE INDEX scrapeq_host_queues_head_idx ON public.scrapeq_host_queues USING bt
 
 
 --
+-- Name: scrapeq_hosts_troubled_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_hosts_troubled_idx ON public.scrapeq_hosts USING btree (host_key) WHERE ((recent_responses <> 0) OR (breaker_trips > 0));
+
+
+--
 -- Name: scrapeq_jobs_claim_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1765,4 +1783,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0005_site_politeness'),
     ('0006_published_parsers'),
     ('0007_webhook_outbox'),
-    ('0008_retention_and_finished_signal');
+    ('0008_retention_and_finished_signal'),
+    ('0009_server_error_rate');

@@ -96,7 +96,11 @@ SELECT hosts.host_key,
        (SELECT count(*) FROM scraping_jobs AS jobs
         WHERE jobs.host_key = hosts.host_key AND jobs.status = 'processing') AS in_flight,
        hosts.max_in_flight, hosts.delay_seconds, hosts.crawl_delay_seconds,
-       hosts.next_allowed_at, hosts.paused_until, hosts.pause_reason, hosts.server_errors
+       hosts.next_allowed_at, hosts.paused_until, hosts.pause_reason,
+       CASE WHEN hosts.recent_responses_at > now() - make_interval(
+                     secs => %(window_max_age_seconds)s::double precision)
+            THEN bit_count(hosts.recent_responses::bit(64)) ELSE 0 END,
+       hosts.breaker_trips
 FROM scrapeq_hosts AS hosts
 WHERE hosts.host_key = ANY(%(host_keys)s::text[])
 """
@@ -132,12 +136,43 @@ WITH done AS (
     ) AS outcome
     WHERE jobs.id = outcome.id AND jobs.attempt = outcome.attempt AND jobs.status = 'processing'
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by,
-              jobs.processing_started_at, outcome.duration
+              jobs.processing_started_at, outcome.duration, jobs.host_key
 ),
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
                                   duration_seconds)
     SELECT id, attempt, processed_by, processing_started_at, 'completed', duration FROM done
+),
+-- The sites of these rows whose window holds a server error or whose breaker is tripped. A
+-- clean, closed site is not written: a success shifted into a window of successes changes
+-- nothing; the look-up goes through scrapeq_hosts_troubled_idx, the partial index of such
+-- sites, so the completions of healthy sites read no state row. A site whose state
+-- a retry holds at this instant is passed over (SKIP LOCKED): a completion never waits for a
+-- site's lock (the retry holds it while it waits for its own row, which a cancel may hold
+-- while it waits for one of these rows), and the next completion records its success.
+site_locked AS (
+    SELECT hosts.host_key, site.responses
+    FROM (SELECT done.host_key, count(*) AS responses FROM done GROUP BY done.host_key) AS site
+    JOIN scrapeq_hosts AS hosts ON hosts.host_key = site.host_key
+    WHERE hosts.recent_responses <> 0 OR hosts.breaker_trips > 0
+    FOR NO KEY UPDATE OF hosts SKIP LOCKED
+),
+-- Each completion is a success in its site's window; one after the site's pause (the probe,
+-- or a row that was in flight) closes a tripped breaker and empties the window.
+site_recovered AS (
+    UPDATE scrapeq_hosts AS hosts
+    SET recent_responses = CASE
+            WHEN hosts.breaker_trips > 0
+                 AND coalesce(hosts.paused_until, '-infinity') <= now() THEN 0
+            WHEN site_locked.responses >= %(window)s::integer THEN 0
+            ELSE (hosts.recent_responses << site_locked.responses::integer)
+                 & ((1::bigint << %(window)s::integer) - 1) END,
+        recent_responses_at = now(),
+        breaker_trips = CASE
+            WHEN coalesce(hosts.paused_until, '-infinity') <= now() THEN 0
+            ELSE hosts.breaker_trips END
+    FROM site_locked
+    WHERE hosts.host_key = site_locked.host_key
 ),
 counted AS (
     INSERT INTO scrapeq_queue_counters AS counters (queue, outcome, shard, total)
@@ -229,26 +264,55 @@ WHERE jobs.id = %(parent_id)s AND dropped.links > 0 AND jsonb_typeof(jobs.result
 # retry_backoff_seconds * 2^retry_count * jitter, both capped; otherwise it fails for good.
 # Fenced by id + attempt + processing. Returns the new status (no row: fenced).
 # A server error (%(server_error)s: a 5xx or 429) speaks for the whole host: the site's
-# Retry-After (%(host_pause_seconds)s, with a 429 or 503) pauses it for every worker that
-# long, and %(server_error_threshold)s server errors each less than
-# %(server_error_window_seconds)s apart pause it for %(server_error_pause_seconds)s. Every
-# bound value comes from one RetryPolicy (row_lifecycle.py).
+# Retry-After (%(host_pause_seconds)s, with a 429 or 503, a server error or not) pauses it for
+# every worker that long, and a server error goes into the site's window of recent responses
+# (docs/queue.md, "Server errors"). %(trip_errors)s server errors among its last %(window)s
+# responses trip the site's breaker: a pause of %(pause_seconds)s; a server error once a pause
+# is over (the probe, or a row that was in flight) trips it again, for twice the last pause
+# (up to %(max_pause_seconds)s) when all %(window)s responses failed, else for the same pause.
+# Errors that arrive during a pause only fill the window. Every bound value comes from one
+# RetryPolicy (row_lifecycle.py).
 JOB_RETRY: Final = """
 WITH paused AS (
-    SELECT hosts.host_key,
-           CASE WHEN hosts.last_server_error_at > now() - make_interval(
-                         secs => %(server_error_window_seconds)s::double precision)
-                THEN hosts.server_errors + 1 ELSE 1 END AS server_errors,
+    SELECT hosts.host_key, seen.responses, tripped.trips,
            CASE
                WHEN %(host_pause_seconds)s::double precision IS NOT NULL
                    THEN %(host_pause_seconds)s::double precision
-               WHEN hosts.last_server_error_at > now() - make_interval(
-                        secs => %(server_error_window_seconds)s::double precision)
-                    AND hosts.server_errors + 1 >= %(server_error_threshold)s::integer
-                   THEN %(server_error_pause_seconds)s::double precision
+               WHEN tripped.trips > hosts.breaker_trips OR tripped.probe_failed
+                   THEN least(%(max_pause_seconds)s::double precision,
+                              %(pause_seconds)s::double precision
+                              * power(2, least(tripped.trips - 1, 30)))
            END AS pause
     FROM scrapeq_hosts AS hosts
-    WHERE %(server_error)s AND hosts.host_key = %(host_key)s
+    -- The window with this error as its newest response; a window whose newest response is
+    -- older than %(window_max_age_seconds)s starts again empty.
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN NOT %(server_error)s THEN hosts.recent_responses
+                    ELSE (((CASE WHEN hosts.recent_responses_at > now() - make_interval(
+                                         secs => %(window_max_age_seconds)s::double precision)
+                                 THEN hosts.recent_responses ELSE 0 END) << 1) | 1)
+                         & ((1::bigint << %(window)s::integer) - 1) END AS responses
+    ) AS seen
+    CROSS JOIN LATERAL (
+        SELECT CASE
+            -- Not a server error (a block's Retry-After alone): the breaker stays as it is.
+            WHEN NOT %(server_error)s THEN hosts.breaker_trips
+            -- Closed: trips when the window holds enough errors.
+            WHEN hosts.breaker_trips = 0
+                THEN CASE WHEN bit_count(seen.responses::bit(64)) >= %(trip_errors)s::integer
+                          THEN 1 ELSE 0 END
+            -- Tripped and its pause over: the probe (or a row in flight) failed. The pause
+            -- grows only while every response of the window failed (the site looks down); a
+            -- site that still answers some pages keeps the first pause.
+            WHEN coalesce(hosts.paused_until, '-infinity') <= now()
+                THEN CASE WHEN bit_count(seen.responses::bit(64)) >= %(window)s::integer
+                          THEN hosts.breaker_trips + 1 ELSE hosts.breaker_trips END
+            ELSE hosts.breaker_trips END AS trips,
+            %(server_error)s AND hosts.breaker_trips > 0
+                AND coalesce(hosts.paused_until, '-infinity') <= now() AS probe_failed
+    ) AS tripped
+    WHERE (%(server_error)s OR %(host_pause_seconds)s::double precision IS NOT NULL)
+      AND hosts.host_key = %(host_key)s
     FOR NO KEY UPDATE OF hosts
 ),
 decided AS (
@@ -279,8 +343,10 @@ decided AS (
 ),
 host_paused AS (
     UPDATE scrapeq_hosts AS hosts
-    SET server_errors = paused.server_errors,
-        last_server_error_at = now(),
+    SET recent_responses = paused.responses,
+        recent_responses_at = CASE WHEN %(server_error)s THEN now()
+                                   ELSE hosts.recent_responses_at END,
+        breaker_trips = paused.trips,
         next_allowed_at = CASE WHEN paused.pause IS NULL THEN hosts.next_allowed_at
             ELSE greatest(hosts.next_allowed_at, now() + make_interval(secs => paused.pause)) END,
         paused_until = CASE WHEN paused.pause IS NULL THEN hosts.paused_until
@@ -561,7 +627,8 @@ QUEUE_STARTABLE_DUE: Final = """
 SELECT due.queue,
        sum(greatest(0, least(due.rows,
            scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
-                              hosts.crawl_delay_seconds, %(default_limit)s::integer,
+                              hosts.crawl_delay_seconds, hosts.breaker_trips,
+                              %(default_limit)s::integer,
                               %(default_delay_seconds)s::double precision)
            - coalesce(busy.rows, 0))))::bigint
 FROM (SELECT queue, host_key, count(*) AS rows FROM scraping_jobs

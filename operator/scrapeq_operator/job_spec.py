@@ -25,6 +25,7 @@ PAYLOAD_FIELDS = (
     "waitUntil",
     "waitFor",
     "blockResources",
+    "blockMarkers",
     "timeoutSeconds",
     "extract",
     "follow",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scrapeq_queue.payload import BlockMarker, parse_block_markers
 
 from tests.e2e.helm_chart import Manifest, find, of_kind, render_error
 from tests.e2e.test_chart_values import pod_spec, rendered
@@ -103,6 +104,24 @@ def test_a_pools_block_resources_replace_the_workers_wide_list(helm_binary: Path
         assert named(env_of(workload), "SCRAPEQ_BLOCK_RESOURCES") == [
             {"name": "SCRAPEQ_BLOCK_RESOURCES", "value": value}
         ]
+
+
+def test_the_workers_block_markers_reach_every_pool_as_json(helm_binary: Path) -> None:
+    markers = [{"selector": "#challenge"}, {"selector": "title", "text": "Just a moment"}]
+    manifests = rendered(helm_binary, {"workers": {"blockMarkers": markers}})
+    workload = find(manifests, "Deployment", "scrapeq-worker-default")
+    [variable] = named(env_of(workload), "SCRAPEQ_BLOCK_MARKERS")
+    assert parse_block_markers(variable["value"]) == (
+        BlockMarker("#challenge"),
+        BlockMarker("title", "Just a moment"),
+    )
+
+
+def test_a_block_marker_without_a_selector_is_refused_by_the_chart_schema(
+    helm_binary: Path,
+) -> None:
+    error = render_error(helm_binary, {"workers": {"blockMarkers": [{"text": "x"}]}})
+    assert "blockMarkers" in error
 
 
 def test_an_unknown_resource_kind_is_refused_by_the_chart_schema(helm_binary: Path) -> None:

@@ -621,7 +621,7 @@ class BrowserPool:
             timing["steps_ms"] = round((stepped - loaded) * 1000, 1)
             loaded = stepped
         extracted = await self._extract(
-            page, watch, options.fields, options, follow_selector, deadline
+            page, watch, options.read_fields, options, follow_selector, deadline
         )
         pagination: dict[str, Any] | None = None
         if options.next is not None and options.next.click:
@@ -694,7 +694,9 @@ class BrowserPool:
                 end = "unchanged"
                 break
             shown = (
-                await self._extract(page, watch, options.fields, options, follow_selector, deadline)
+                await self._extract(
+                    page, watch, options.read_fields, options, follow_selector, deadline
+                )
             )[0]
             if same_content(shown, pages[-1]):
                 end = "unchanged"

@@ -41,6 +41,18 @@ class RetryLater(WorkerError):
         self.delay_seconds = delay_seconds
 
 
+class PageBlocked(RetryLater):
+    """The site refused the page to this client (a 403 or 429, or a challenge page that matches
+    a block marker): another try, later or from another session, may get it. `rule` says what
+    recognised it (`status` or `marker`), a metric label."""
+
+    default_reason = "blocked"
+
+    def __init__(self, message: str, *, rule: str, delay_seconds: float | None = None) -> None:
+        super().__init__(message, delay_seconds=delay_seconds)
+        self.rule = rule
+
+
 class PermanentFailure(WorkerError):
     """Trying again cannot help (a 404, a blocked address, a page that is too large)."""
 

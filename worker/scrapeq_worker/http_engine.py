@@ -162,7 +162,7 @@ class HttpEngine:
         started = time.monotonic()
         deadline = started + options.timeout_seconds
         # Reject selectors the static engine cannot parse before any network traffic.
-        specs: list[FieldSpec | ItemsSpec] = [*options.fields]
+        specs: list[FieldSpec | ItemsSpec] = [*options.read_fields]
         if options.items is not None:
             specs += [options.items, *options.items.fields]
         for spec in specs:
@@ -344,7 +344,7 @@ class HttpEngine:
         assert self.extraction is not None
         extracted = await self.extraction.extract(
             text,
-            options.fields,
+            options.read_fields,
             url=final_url,
             base_url=final_url,
             follow_selector=follow_selector,

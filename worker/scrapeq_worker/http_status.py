@@ -1,9 +1,10 @@
 """HTTP semantics shared by both engines: which statuses retry, which are final, Retry-After.
 
-Follows what crawlers agree on (Scrapy retries 408/429/5xx): a 4xx other than 408 and 429 says
-the request itself is wrong, so retrying cannot help; 5xx and network errors are the server's
-trouble and usually pass; 429 and 503 may say when to come back (`Retry-After`), and the retry
-honours it.
+Follows what crawlers agree on (Scrapy retries 408/429/5xx): a 4xx other than 403, 408 and 429
+says the request itself is wrong, so retrying cannot help; 5xx and network errors are the
+server's trouble and usually pass; 403 and 429 are the site refusing this client (`blocked`:
+another try, later or from another session, may pass); 429 and 503 may say when to come back
+(`Retry-After`), and the retry honours it.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from typing import Final
 
 from scrapeq_queue import RETRY_POLICY
 
-from .errors import PermanentFailure, RetryLater, WorkerError
+from .errors import PageBlocked, PermanentFailure, RetryLater, WorkerError
 
 # A site asking for more than the queue's longest retry delay (an hour) is treated as that: the
 # job stays visible as retrying instead of disappearing for days.
 MAX_RETRY_AFTER_SECONDS: Final = RETRY_POLICY.max_delay_seconds
 HTML_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
+# Statuses that say the site refused this client rather than that the page is wrong: a page
+# answering them is `blocked` (docs/worker.md, "Blocked pages").
+BLOCK_STATUSES: Final = frozenset({403, 429})
 # Retry reasons that speak for the whole site, not one URL: its Retry-After pauses the host for
 # every worker, and a run of them pauses the host even without one (the queue's retry policy).
 SERVER_ERROR_REASONS: Final = RETRY_POLICY.site_pausing_reasons
@@ -65,11 +69,13 @@ def check_status(status: int | None, headers: Mapping[str, str], *, url: str) ->
     if status in (429, 503):
         delay = parse_retry_after(headers.get("retry-after"))
         wait = f"; the site asked to retry after {delay:g}s" if delay is not None else ""
-        raise RetryLater(
-            f"HTTP {status} from {url}{wait}",
-            reason="http_429" if status == 429 else "http_5xx",
-            delay_seconds=delay,
-        )
+        if status in BLOCK_STATUSES:
+            raise PageBlocked(
+                f"HTTP {status} from {url}: blocked{wait}", rule="status", delay_seconds=delay
+            )
+        raise RetryLater(f"HTTP {status} from {url}{wait}", reason="http_5xx", delay_seconds=delay)
+    if status in BLOCK_STATUSES:
+        raise PageBlocked(f"HTTP {status} from {url}: blocked", rule="status")
     if status == 408:
         raise RetryLater(f"HTTP 408 (request timeout) from {url}", reason="http_408")
     if status < 500:

@@ -22,7 +22,9 @@ from scrapeq_queue.page_steps import (
 from scrapeq_queue.payload import (
     DEFAULT_FOLLOW_MAX_PAGES,
     DEFAULT_NEXT_MAX_PAGES,
+    BlockMarker,
     URLPattern,
+    block_markers_of,
     compile_url_pattern,
     structured_data_syntaxes,
     validate_payload,
@@ -32,6 +34,10 @@ from scrapeq_queue.sealed_credentials import Credentials, SealingError, SealingK
 from .egress_proxy import UpstreamProxy
 from .errors import BadInput, RetryLater, WorkerError
 from .extraction import FieldSpec, ItemsSpec, parse_fields, parse_items
+
+# The names of the fields that read a page's block markers: a NUL no payload's field name can
+# hold (they are read with the job's fields, in both engines, and never stored).
+BLOCK_MARKER_FIELD: Final = "\x00block marker "
 
 WaitUntil = Literal["load", "domcontentloaded", "networkidle0", "networkidle2"]
 
@@ -165,10 +171,22 @@ class JobOptions:
     # when an object store takes results over the row's limit (artifacts.py).
     result_chars: int = 0
 
+    # Block markers: the pool's, then the job's (payload.blockMarkers).
+    block_markers: tuple[BlockMarker, ...] = ()
+
     @property
     def text_sample(self) -> bool:
         """The result carries the page's text sample: the job asked for no fields or items."""
         return not self.fields and self.items is None
+
+    @property
+    def read_fields(self) -> tuple[FieldSpec, ...]:
+        """What the engines read from the page: the job's fields, then one field per block
+        marker (every match's text, named BLOCK_MARKER_FIELD and its position)."""
+        return self.fields + tuple(
+            FieldSpec(f"{BLOCK_MARKER_FIELD}{position}", marker.selector, all=True)
+            for position, marker in enumerate(self.block_markers)
+        )
 
     # payload.steps, run in order on the rendered page before it is read.
     steps: tuple[PageStep, ...] = ()
@@ -182,6 +200,7 @@ def options_from_payload(
     default_timeout_seconds: float,
     sealing_keys: SealingKeys | None = None,
     default_block_resources: Sequence[str] = (),
+    default_block_markers: Sequence[BlockMarker] = (),
 ) -> JobOptions:
     """Validate `payload` with the queue's rules and return the options; raise BadInput with
     every problem listed when it is not valid, RetryLater (credentials_unreadable) when its
@@ -189,7 +208,8 @@ def options_from_payload(
     nothing but these worker errors is raised.
 
     A payload's blockResources replaces `default_block_resources` (the pool's) whole: `[]`
-    fetches everything whatever the pool blocks."""
+    fetches everything whatever the pool blocks. A payload's blockMarkers add to
+    `default_block_markers` (the pool's)."""
     problems = validate_payload(payload)
     if problems:
         raise BadInput("invalid payload: " + "; ".join(problems), reason="invalid_payload")
@@ -199,6 +219,7 @@ def options_from_payload(
             default_timeout_seconds=default_timeout_seconds,
             sealing_keys=sealing_keys,
             default_block_resources=default_block_resources,
+            default_block_markers=default_block_markers,
         )
     except WorkerError:
         raise
@@ -216,6 +237,7 @@ def _read_options(
     default_timeout_seconds: float,
     sealing_keys: SealingKeys | None,
     default_block_resources: Sequence[str],
+    default_block_markers: Sequence[BlockMarker] = (),
 ) -> JobOptions:
     follow: FollowOptions | None = None
     if "follow" in options:
@@ -255,6 +277,10 @@ def _read_options(
         route=str(options["route"]) if "route" in options else None,
         credentials=credentials,
         block_resources=frozenset(options.get("blockResources", default_block_resources)),
+        block_markers=(
+            *default_block_markers,
+            *block_markers_of(options.get("blockMarkers", ())),
+        ),
         upstream_proxies=_upstream_proxies(credentials),
         parser=str(options["parser"]) if "parser" in options else None,
         items=parse_items(options.get("items")),

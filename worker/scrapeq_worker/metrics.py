@@ -49,6 +49,13 @@ class WorkerMetrics:
             ["queue", "reason"],
             registry=r,
         )
+        self.pages_blocked = Counter(
+            "scrapeq_worker_pages_blocked_total",
+            "Pages the site refused to this client (reason `blocked`), by what recognised "
+            "the block: `status` (403, 429) or `marker` (a block marker matched the page).",
+            ["queue", "rule"],
+            registry=r,
+        )
         self.jobs_failed = Counter(
             "scrapeq_worker_jobs_failed_total",
             "Jobs failed for good (permanent error or no retries left).",

@@ -23,7 +23,7 @@ from typing import Any
 from scrapeq_queue import ClaimedJob, Completion, FollowUrl
 
 from .background import OnEnd
-from .errors import PermanentFailure, RetryLater
+from .errors import PageBlocked, PermanentFailure, RetryLater
 from .following import followed_rows
 from .http_status import SERVER_ERROR_REASONS
 from .metrics import WorkerMetrics
@@ -128,10 +128,17 @@ class OutcomeReporter:
             # A site that says "come back later" (429/503 with Retry-After) or keeps failing
             # means every worker should leave it alone, not only this row.
             pause_site_seconds=(
-                error.delay_seconds if error.reason in SERVER_ERROR_REASONS else None
+                error.delay_seconds
+                if error.reason in SERVER_ERROR_REASONS or isinstance(error, PageBlocked)
+                else None
             ),
             server_error=error.reason in SERVER_ERROR_REASONS,
         )
+        if isinstance(error, PageBlocked):
+            # A blocked row is retried like any other, by its own retry policy. This is where
+            # a session pool would retire the (proxy, cookies) pair that was blocked and give
+            # the retry another.
+            self._metrics.pages_blocked.labels(job.queue, error.rule).inc()
         if outcome == "retrying":
             self._metrics.jobs_retried.labels(job.queue, error.reason).inc()
             self._metrics.job_duration.labels(job.queue, "retried").observe(duration)

@@ -8,19 +8,22 @@ module is where a `ClaimedJob`'s URL and options meet an engine.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from scrapeq_queue import FollowUrl
+from scrapeq_queue.payload import BlockMarker
 
 from .artifacts import Artifacts
 from .browser import BrowserPool
-from .extraction import FieldSpec, PageOutcome
+from .errors import PageBlocked
+from .extraction import ExtractedPage, FieldSpec, PageOutcome, normalise_text
 from .following import PARSER_FOLLOW, FollowPlan, follow_dropped, plan_follow, select_links
 from .http_engine import HttpEngine
-from .job_options import FollowOptions, JobOptions
+from .job_options import BLOCK_MARKER_FIELD, FollowOptions, JobOptions
 from .metrics import WorkerMetrics
 from .object_store import ObjectStore
 from .pagination import next_page
@@ -105,6 +108,13 @@ class Scraper:
             """Transforms, structured data, then the row's parser: on a rendered row with a
             parser, while its tab is still held (the parser may act on the live page)."""
             if outcome.extracted is not None:
+                matched = _matched_block_marker(outcome.extracted, options)
+                if matched is not None:
+                    raise PageBlocked(
+                        f"the page from {outcome.final_url or url} is blocked: it matches block "
+                        f"marker {json.dumps(matched.as_json())}",
+                        rule="marker",
+                    )
                 if any(spec.transforms for spec in _all_fields(options)):
                     outcome.extracted = await self.http.transform(
                         outcome.extracted,
@@ -218,6 +228,22 @@ class Scraper:
             base_url=page.link_base or outcome.final_url or outcome.url,
             deadline=deadline,
         )
+
+
+def _matched_block_marker(extracted: ExtractedPage, options: JobOptions) -> BlockMarker | None:
+    """The first of the job's block markers the page matches, if any; the fields that read
+    them leave `extracted` either way (they are never part of a result)."""
+    matched: BlockMarker | None = None
+    for position, marker in enumerate(options.block_markers):
+        texts = extracted.fields.pop(f"{BLOCK_MARKER_FIELD}{position}", None) or []
+        if matched is not None or not texts:
+            continue
+        if marker.text is None or any(
+            normalise_text(marker.text).casefold() in normalise_text(str(text)).casefold()
+            for text in texts
+        ):
+            matched = marker
+    return matched
 
 
 def _all_fields(options: JobOptions) -> tuple[FieldSpec, ...]:

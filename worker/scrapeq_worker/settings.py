@@ -26,7 +26,12 @@ from scrapeq_queue.options import (
     parse_positive_float,
     parse_positive_int,
 )
-from scrapeq_queue.payload import RESOURCE_KINDS, check_resource_kinds
+from scrapeq_queue.payload import (
+    RESOURCE_KINDS,
+    BlockMarker,
+    check_resource_kinds,
+    parse_block_markers,
+)
 from scrapeq_queue.politeness import (
     DEFAULT_DELAY_SECONDS,
     DEFAULT_MAX_CONCURRENT_PER_SITE,
@@ -330,6 +335,17 @@ class WorkerSettings:
         parse=_resource_kinds,
         help=f"Sub-resources the browser does not fetch, comma-separated from "
         f"{', '.join(RESOURCE_KINDS)}; a job's blockResources replaces this list.",
+    )
+    # None by default: which challenge pages a pool meets depends on the sites it crawls; the
+    # statuses 403 and 429 are recognised without any marker.
+    block_markers: tuple[BlockMarker, ...] = option(
+        (),
+        flag="--block-markers",
+        env="SCRAPEQ_BLOCK_MARKERS",
+        parse=parse_block_markers,
+        help='Block markers, a JSON list of {"selector": CSS, "text": optional text}: a page '
+        "with an element matching a selector (whose text contains the text, if given) is "
+        "blocked and retried; a job's blockMarkers add to these.",
     )
     max_response_bytes: int = option(
         10 * 1024 * 1024,

@@ -412,6 +412,7 @@ class Worker:
                         default_timeout_seconds=self.settings.page_timeout_seconds,
                         sealing_keys=self.sealing_keys,
                         default_block_resources=self.settings.block_resources,
+                        default_block_markers=self.settings.block_markers,
                     )
                     await self._obey_robots_txt(job, options)
                     scraped = await self._scrape(job, options)

@@ -132,8 +132,9 @@ BEGIN
                 SELECT hosts.last_finished_at, hosts.last_claimed_id,
                        hosts.touched_at < now() - interval '1 minute' AS touch,
                        scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
-                                          hosts.crawl_delay_seconds, default_max_per_host,
-                                          default_delay_seconds) AS host_limit,
+                                          hosts.crawl_delay_seconds, hosts.breaker_trips,
+                                          default_max_per_host, default_delay_seconds)
+                           AS host_limit,
                        scrapeq_host_delay(hosts.delay_seconds, hosts.crawl_delay_seconds,
                                           default_delay_seconds) AS delay
                 FROM scrapeq_hosts AS hosts

@@ -16,23 +16,28 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT greatest(coalesce(delay_seconds, default_delay_seconds), crawl_delay_seconds)
 $$;
 
--- How many requests a host may have in flight: 1 while it has a delay (a delayed host takes one
--- request at a time), else its producers' limit (scrapeq_hosts.max_in_flight), else the
--- claiming pool's default.
+-- How many requests a host may have in flight: 1 while its server-error breaker is tripped
+-- (breaker_trips > 0: after the pause, one probe at a time; docs/queue.md, "Server errors") or
+-- while it has a delay (a delayed host takes one request at a time), else its producers' limit
+-- (scrapeq_hosts.max_in_flight), else the claiming pool's default.
+DROP FUNCTION IF EXISTS scrapeq_host_limit(INTEGER, DOUBLE PRECISION, DOUBLE PRECISION, INTEGER,
+                                           DOUBLE PRECISION);
 CREATE OR REPLACE FUNCTION scrapeq_host_limit(max_in_flight INTEGER,
                                               delay_seconds DOUBLE PRECISION,
                                               crawl_delay_seconds DOUBLE PRECISION,
+                                              breaker_trips INTEGER,
                                               default_max_in_flight INTEGER,
                                               default_delay_seconds DOUBLE PRECISION)
 RETURNS INTEGER
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT CASE WHEN scrapeq_host_delay(delay_seconds, crawl_delay_seconds,
+    SELECT CASE WHEN breaker_trips > 0 THEN 1
+                WHEN scrapeq_host_delay(delay_seconds, crawl_delay_seconds,
                                         default_delay_seconds) > 0 THEN 1
                 ELSE coalesce(max_in_flight, default_max_in_flight) END
 $$;
 
 COMMENT ON FUNCTION scrapeq_host_limit(INTEGER, DOUBLE PRECISION, DOUBLE PRECISION, INTEGER,
-                                       DOUBLE PRECISION) IS
+                                       INTEGER, DOUBLE PRECISION) IS
     'scrapeq: how many requests a site (scrapeq_hosts.host_key) may have in flight; used by the claim and the autoscaler''s backlog count.';
 COMMENT ON FUNCTION scrapeq_host_delay(DOUBLE PRECISION, DOUBLE PRECISION, DOUBLE PRECISION) IS
     'scrapeq: the delay between two requests to a site (scrapeq_hosts.host_key); used by the claim and the autoscaler''s backlog count.';

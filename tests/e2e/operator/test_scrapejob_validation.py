@@ -37,6 +37,15 @@ pytestmark = pytest.mark.controlplane
         ({"url": "https://a.example.com/", "timeoutSeconds": 0}, "spec.timeoutSeconds"),
         ({"url": "https://a.example.com/", "waitUntil": "whenever"}, "spec.waitUntil"),
         ({"url": "https://a.example.com/", "blockResources": ["script"]}, "spec.blockResources"),
+        ({"url": "https://a.example.com/", "blockMarkers": [{"text": "x"}]}, "spec.blockMarkers"),
+        (
+            {"url": "https://a.example.com/", "blockMarkers": [{"selector": "h1", "text": ""}]},
+            "spec.blockMarkers",
+        ),
+        (
+            {"url": "https://a.example.com/", "blockMarkers": [{"selector": "h1"}] * 21},
+            "spec.blockMarkers",
+        ),
         ({"url": "https://a.example.com/", "parser": "shop product"}, "spec.parser"),
         (
             {"url": "https://a.example.com/", "follow": {"selector": "a", "sameDomain": False}},

@@ -79,12 +79,14 @@ async def test_the_delay_never_exceeds_the_policys_cap(async_connection: Connect
     assert capped == pytest.approx(60.0, abs=0.5)
 
 
-async def test_a_pausing_reason_counts_against_the_site_by_the_policys_threshold(
+async def test_a_pausing_reason_counts_against_the_site_by_the_policys_trip(
     async_connection: Connection,
 ) -> None:
     """Which reasons speak for the whole site, and how many of them pause it, are the
     policy's: without `server_error`, the reason decides."""
-    policy = queue.RetryPolicy(server_error_threshold=2, server_error_pause_seconds=120.0)
+    policy = queue.RetryPolicy(
+        server_error_trip=2, breaker_pause_seconds=120.0, breaker_max_pause_seconds=120.0
+    )
     await queue.enqueue_many(async_connection, [f"https://down.test/{n}" for n in range(4)])
     for reason in ("timeout", "http_5xx", "http_429"):
         [job] = await queue.claim_jobs(
@@ -107,6 +109,7 @@ async def test_a_pausing_reason_counts_against_the_site_by_the_policys_threshold
             policy=policy,
         )
     state = (await queue.site_states(async_connection, ["down.test"]))["down.test"]
-    assert state.server_errors == 2  # the timeout is the row's own business
+    assert state.recent_server_errors == 2  # the timeout is the row's own business
+    assert state.breaker_trips == 1
     assert state.pause_reason == "http_429"
     assert state.paused_until is not None

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 import scrapeq_queue as queue
 from scrapeq_queue import inspection, statements
+from scrapeq_queue.politeness import SERVER_ERROR_TRIP
 
 from tests.waiting import eventually
 
@@ -180,9 +181,11 @@ async def test_retry_after_pauses_the_whole_host_and_not_the_others(
     assert {job.host_key for job in again} == {"free.test"}
 
 
-async def test_repeated_server_errors_pause_a_host(async_connection: Connection) -> None:
-    await queue.enqueue_many(async_connection, [f"https://down.test/{n}" for n in range(6)])
-    for _ in range(3):
+async def test_server_errors_in_half_the_recent_responses_pause_a_host(
+    async_connection: Connection,
+) -> None:
+    await queue.enqueue_many(async_connection, [f"https://down.test/{n}" for n in range(12)])
+    for _ in range(SERVER_ERROR_TRIP):
         [job, *_] = await claim(async_connection, politeness=queue.SitePoliteness(1))
         await queue.retry_job(
             async_connection,
@@ -196,7 +199,8 @@ async def test_repeated_server_errors_pause_a_host(async_connection: Connection)
             host_key=job.host_key,
         )
     state = (await queue.site_states(async_connection, ["down.test"]))["down.test"]
-    assert state.server_errors == 3
+    assert state.recent_server_errors == SERVER_ERROR_TRIP
+    assert state.breaker_trips == 1
     assert state.pause_reason == "http_5xx"
     assert await claim(async_connection) == []
 

@@ -19,6 +19,16 @@ from aiohttp import web
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 ALLOW_HOSTS = "127.0.0.2/31,127.0.0.4/31"  # exactly the four addresses above
+CHALLENGE_PAGE = (
+    "<!doctype html><html><head><title>Just a moment...</title></head><body>"
+    '<div id="challenge"><h1>Verify you are human</h1><p>Checking your browser.</p></div>'
+    "</body></html>"
+)
+# A real page whose text mentions the challenge's words, outside any challenge element.
+MENTIONING_PAGE = (
+    "<!doctype html><html><head><title>{path}</title></head><body><h1>{path}</h1>"
+    "<p>Our forum: why do sites ask you to verify you are human?</p></body></html>"
+)
 PAGE = "<!doctype html><html><head><title>{path}</title></head><body><h1>{path}</h1></body></html>"
 
 
@@ -46,6 +56,8 @@ class PoliteSite:
         self.records: collections.defaultdict[str, HostRecord] = collections.defaultdict(HostRecord)
         self.robots: dict[str, Robots] = {}
         self.ports: dict[str, int] = {}
+        # /guarded/ pages answer normally this many times per host, then refuse with a 403.
+        self.guard_allows = 2
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runners: list[web.AppRunner] = []
@@ -73,6 +85,10 @@ class PoliteSite:
             app.router.add_get("/page/{name:.*}", self._page)
             app.router.add_get("/limited/{name:.*}", self._limited)
             app.router.add_get("/once-slow/{name:.*}", self._once_slow)
+            app.router.add_get("/dead/{name:.*}", self._dead)
+            app.router.add_get("/guarded/{name:.*}", self._guarded)
+            app.router.add_get("/challenged/{name:.*}", self._challenged)
+            app.router.add_get("/recovering/{name:.*}", self._recovering)
             # A request still hanging (a killed worker's) must not hold up the test's end.
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
             await runner.setup()
@@ -132,6 +148,41 @@ class PoliteSite:
         """The first request of each path hangs for a minute (a worker to kill mid-page)."""
         seen = any(path == request.path for _, path in self.records[self._host(request)].arrivals)
         return await self._serve(request, 0 if seen else 60)
+
+    async def _dead(self, request: web.Request) -> web.Response:
+        """Every request answers 500 (a removed product)."""
+        self.records[self._host(request)].arrivals.append((time.monotonic(), request.path))
+        return web.Response(status=500, text="gone wrong")
+
+    async def _guarded(self, request: web.Request) -> web.Response:
+        """A defended site: after `guard_allows` pages per host, every request gets a 403."""
+        record = self.records[self._host(request)]
+        served = sum(1 for _, path in record.arrivals if path.startswith("/guarded/"))
+        if served >= self.guard_allows:
+            record.arrivals.append((time.monotonic(), request.path))
+            return web.Response(status=403, text="Forbidden")
+        return await self._serve(request, 0)
+
+    async def _challenged(self, request: web.Request) -> web.Response:
+        """A defended site: after `guard_allows` pages per host, every request gets a challenge
+        page with status 200. Every page mentions the challenge's words in its text."""
+        record = self.records[self._host(request)]
+        served = sum(1 for _, path in record.arrivals if path.startswith("/challenged/"))
+        record.arrivals.append((time.monotonic(), request.path))
+        if served >= self.guard_allows:
+            body = CHALLENGE_PAGE
+        else:
+            body = MENTIONING_PAGE.format(path=request.path)
+        return web.Response(text=body, content_type="text/html")
+
+    async def _recovering(self, request: web.Request) -> web.Response:
+        """The first two requests of each path answer 500, the third and later a page."""
+        record = self.records[self._host(request)]
+        tries = sum(1 for _, path in record.arrivals if path == request.path)
+        if tries < 2:
+            record.arrivals.append((time.monotonic(), request.path))
+            return web.Response(status=500, text="not yet")
+        return await self._serve(request, 0)
 
 
 def running_polite_site() -> Iterator[PoliteSite]:

@@ -133,7 +133,7 @@ async def test_a_429_with_retry_after_pauses_the_whole_site_for_every_worker(
     later = [when for when in polite_site.arrivals(C) if when > first_429 + 0.2]
     assert later, "the paused host was never crawled again"
     assert min(later) - first_429 >= 3.0
-    assert (await queue.site_states(connection, [C]))[C].pause_reason == "http_429"
+    assert (await queue.site_states(connection, [C]))[C].pause_reason == "blocked"
 
 
 async def test_a_killed_workers_slots_come_back_with_its_leases(

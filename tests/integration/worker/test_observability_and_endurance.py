@@ -85,9 +85,11 @@ async def test_metrics_count_exactly_what_a_known_run_did(
         == 1
     )
     assert (
-        values[
-            ("scrapeq_worker_jobs_retried_total", (("queue", "default"), ("reason", "http_429")))
-        ]
+        values[("scrapeq_worker_jobs_retried_total", (("queue", "default"), ("reason", "blocked")))]
+        == 1
+    )
+    assert (
+        values[("scrapeq_worker_pages_blocked_total", (("queue", "default"), ("rule", "status")))]
         == 1
     )
     assert (

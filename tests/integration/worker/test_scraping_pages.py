@@ -224,7 +224,7 @@ async def test_a_429_is_retried_after_the_delay_the_site_asked_for(
     row = await job_row(connection, job_id)
     assert row.status == "pending"
     assert row.retry_count == 1
-    assert row.last_reason == "http_429"
+    assert row.last_reason == "blocked"
     assert row.last_error is not None
     assert "retry after 120s" in row.last_error
     cursor = await connection.execute(

@@ -121,6 +121,17 @@ def test_the_crd_bounds_pagination_as_the_queue_does() -> None:
     assert pagination["properties"]["maxPages"]["default"] == payload.DEFAULT_NEXT_MAX_PAGES
 
 
+def test_the_crd_bounds_block_markers_as_the_queue_does() -> None:
+    spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
+    markers = spec[".spec.blockMarkers"]
+    assert markers["maxItems"] == payload.MAX_BLOCK_MARKERS
+    marker = markers["items"]
+    assert marker["required"] == ["selector"]
+    assert set(marker["properties"]) == {"selector", "text"}
+    assert marker["properties"]["selector"]["maxLength"] == payload.MAX_SELECTOR_CHARS
+    assert marker["properties"]["text"]["maxLength"] == payload.MAX_BLOCK_MARKER_TEXT_CHARS
+
+
 def test_the_crd_bounds_routes_as_the_queue_does() -> None:
     spec = dict(_properties(_load()["spec"]["versions"][0]["schema"]["openAPIV3Schema"], ""))
     routes = spec[".spec.routes"]

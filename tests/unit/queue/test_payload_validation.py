@@ -34,6 +34,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
         "route": "detail",
         "headers": {"Accept-Language": "en"},
         "blockResources": ["image", "font", "media", "stylesheet"],
+        "blockMarkers": [{"selector": "#challenge"}, {"selector": "h1", "text": "Verify"}],
         "sealed": SealingKeys.from_text(SealingKeys.generate()).seal(
             Credentials(origins=("https://shop.example:443",), headers={"X-Token": "t"})
         ),
@@ -118,6 +119,11 @@ def test_an_unknown_option_is_reported_with_the_known_ones() -> None:
         ({"next": {"selector": "a", "button": "b"}}, "next has unknown keys: button"),
         ({"headers": {"X": 1}}, "headers must be an object"),
         ({"blockResources": "image"}, "blockResources must be a list of distinct kinds"),
+        ({"blockMarkers": {"selector": "h1"}}, "blockMarkers must be a list of at most 20"),
+        ({"blockMarkers": [{"selector": "h1"}] * 21}, "blockMarkers must be a list of at most 20"),
+        ({"blockMarkers": [{"selector": " "}]}, "blockMarkers[0].selector must be a CSS"),
+        ({"blockMarkers": [{"selector": "h1", "text": "x" * 201}]}, "blockMarkers[0].text"),
+        ({"blockMarkers": [{"selector": "h1", "regex": "x"}]}, "blockMarkers[0]: must be"),
         ({"blockResources": ["image", "script"]}, "from image, font, media, stylesheet"),
         ({"blockResources": ["font", "font"]}, "blockResources must be a list of distinct"),
         ({"parser": ""}, "parser must be the name of a registered parser"),

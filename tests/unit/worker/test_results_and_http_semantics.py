@@ -7,7 +7,7 @@ import json
 import time
 
 import pytest
-from scrapeq_worker.errors import PermanentFailure, RetryLater
+from scrapeq_worker.errors import PageBlocked, PermanentFailure, RetryLater
 from scrapeq_worker.extraction import TRUNCATION_MARKER, cap_result
 from scrapeq_worker.http_status import (
     MAX_RETRY_AFTER_SECONDS,
@@ -96,7 +96,7 @@ def test_names_cut_while_extracting_stay_listed_first() -> None:
     assert cap_result(big, 1000)["truncated"] == ["fields.a", "fields.b"]
 
 
-@pytest.mark.parametrize(("status", "reason"), [(404, "http_4xx"), (403, "http_4xx")])
+@pytest.mark.parametrize(("status", "reason"), [(404, "http_4xx"), (410, "http_4xx")])
 def test_client_errors_are_permanent(status: int, reason: str) -> None:
     with pytest.raises(PermanentFailure) as failure:
         check_status(status, {}, url="http://a.test/")
@@ -105,12 +105,19 @@ def test_client_errors_are_permanent(status: int, reason: str) -> None:
 
 @pytest.mark.parametrize(
     ("status", "reason"),
-    [(408, "http_408"), (429, "http_429"), (500, "http_5xx"), (503, "http_5xx")],
+    [(408, "http_408"), (429, "blocked"), (403, "blocked"), (500, "http_5xx"), (503, "http_5xx")],
 )
 def test_timeouts_rate_limits_and_server_errors_retry(status: int, reason: str) -> None:
     with pytest.raises(RetryLater) as retry:
         check_status(status, {}, url="http://a.test/")
     assert retry.value.reason == reason
+
+
+@pytest.mark.parametrize("status", [403, 429])
+def test_a_refusing_status_is_a_blocked_page_recognised_by_its_status(status: int) -> None:
+    with pytest.raises(PageBlocked) as blocked:
+        check_status(status, {}, url="http://a.test/")
+    assert (blocked.value.reason, blocked.value.rule) == ("blocked", "status")
 
 
 def test_retry_after_is_honoured_for_429_and_503() -> None:
