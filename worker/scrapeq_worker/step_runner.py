@@ -50,6 +50,11 @@ _NAVIGATED_AWAY: Final = (
     "Cannot find context with specified id",
     "Inspected target navigated or closed",
 )
+# Chromium's answer while a tab has no document to evaluate in (between two of them).
+_NO_CONTEXT: Final = "default execution context"
+# An element's wait gives up inside the page after this long and is asked again, so the page
+# holds no observer long after its step ended (the step's own timer ends the step).
+_ELEMENT_WAIT_MS: Final = 5000
 # Selectors and values are quoted in messages up to this many characters.
 _QUOTED_CHARS: Final = 80
 
@@ -69,6 +74,73 @@ _SCROLL_ROUND: Final = """async (arg) => {
     if (height() > beforeHeight || count() > beforeCount) { grew = true; break; }
   }
   return {grew: grew, count: count()};
+}"""
+
+# Wait until an element matching a selector is visible (or, `hidden`, until none is), then do the little a step needs of it, all in one
+# evaluation: "point" scrolls it into view if it is not wholly there and gives its centre (where
+# the trusted mouse events go), "focus" focuses it, "clear" focuses and empties it, "select"
+# chooses the option whose value is `value` — "it" being the first visible match. Visible means what pyppeteer's waitForSelector
+# means: a computed visibility other than hidden and a bounding box that is not all zero. A
+# change to the document wakes the check at once; a poll catches what changes without one
+# (a style sheet's rule, the viewport). Gives up by itself after timeoutMs, so no observer
+# outlives its step.
+_ELEMENT: Final = """async (arg) => {
+  const visible = (el) => {
+    if (!el || !el.isConnected) return false;
+    const style = getComputedStyle(el);
+    if (!style || style.visibility === 'hidden') return false;
+    const r = el.getBoundingClientRect();
+    return !!(r.top || r.bottom || r.width || r.height);
+  };
+  const firstVisible = () => {
+    for (const el of document.querySelectorAll(arg.selector)) { if (visible(el)) return el; }
+    return null;
+  };
+  const ready = () => (arg.hidden ? firstVisible() === null : firstVisible() !== null);
+  if (!ready()) {
+    const appeared = await new Promise((resolve) => {
+      let timer = 0;
+      let poll = 0;
+      const observer = new MutationObserver(() => { if (ready()) finish(true); });
+      const finish = (value) => {
+        observer.disconnect();
+        clearTimeout(timer);
+        clearInterval(poll);
+        resolve(value);
+      };
+      observer.observe(document, {childList: true, subtree: true, attributes: true,
+                                  characterData: true});
+      poll = setInterval(() => { if (ready()) finish(true); }, arg.pollMs);
+      timer = setTimeout(() => finish(false), arg.timeoutMs);
+    });
+    if (!appeared) return {state: 'timeout'};
+  }
+  if (arg.hidden || !arg.then) return {state: 'ready'};
+  const el = firstVisible();
+  if (arg.then === 'point') {
+    let r = el.getBoundingClientRect();
+    if (r.top < 0 || r.left < 0 || r.bottom > innerHeight || r.right > innerWidth) {
+      el.scrollIntoView({block: 'center', inline: 'center', behavior: 'instant'});
+      r = el.getBoundingClientRect();
+    }
+    const x = Math.min(Math.max(r.left + r.width / 2, 0), Math.max(innerWidth - 1, 0));
+    const y = Math.min(Math.max(r.top + r.height / 2, 0), Math.max(innerHeight - 1, 0));
+    return {state: 'ready', x: x, y: y};
+  }
+  if (arg.then === 'select') {
+    if (el.tagName !== 'SELECT') return {state: 'not_select'};
+    const option = Array.from(el.options).find((o) => o.value === arg.value);
+    if (!option) return {state: 'no_option'};
+    el.value = arg.value;
+    el.dispatchEvent(new Event('input', {bubbles: true}));
+    el.dispatchEvent(new Event('change', {bubbles: true}));
+    return {state: 'ready'};
+  }
+  el.focus();
+  if (arg.then === 'clear') {
+    if ('value' in el) { el.value = ''; } else { el.textContent = ''; }
+  }
+  return {state: 'ready'};
 }"""
 
 # The elements matching a selector, counted.
@@ -260,27 +332,32 @@ class StepRunner:
             )
             await self._element(step.selector, hidden=hidden)
             return {}
-        element = await self._element(step.selector)
+        if action in ("click", "hover"):
+            answer = await self._element(step.selector, then="point")
+            point = (float(answer["x"]), float(answer["y"]))
+            if action == "hover":
+                await self._mouse("mouseMoved", point)
+            else:
+                await self._click(step, point)
+            return {}
+        if action == "select":
+            answer = await self._element(step.selector, then="select", value=step.value or "")
+            if answer["state"] == "not_select":
+                raise StepFailed(f"{_quoted(step.selector)} is not a <select> element")
+            if answer["state"] == "no_option":
+                value = _quoted(step.value or "")
+                raise StepFailed(f"{_quoted(step.selector)} has no option with value {value}")
+            return {}
+        # type, fill, press: the element has the focus, then the keyboard acts.
+        await self._element(step.selector, then="clear" if action == "fill" else "focus")
         if action in ("type", "fill") and step.sealed_origins is not None:
             self._check_origin(step.sealed_origins)
-        if action == "click":
-            await self._click(step, element)
-        elif action == "hover":
-            await element.hover()
-        elif action == "press":
-            await element.press(step.key)
+        if action == "press":
+            await page.keyboard.press(step.key)
         elif action == "type":
-            await element.focus()
             await page.keyboard.type(step.value or "")
         elif action == "fill":
-            await page.evaluate(
-                "(el) => { el.focus(); if ('value' in el) { el.value = ''; } "
-                "else { el.textContent = ''; } }",
-                element,
-            )
             await page.keyboard.sendCharacter(step.value or "")
-        elif action == "select":
-            await self._select(step, element)
         return {}
 
     def _check_origin(self, origins: tuple[str, ...]) -> None:
@@ -293,51 +370,63 @@ class StepRunner:
                 f"only on {', '.join(origins) or 'no origin'}"
             )
 
-    async def _element(self, selector: str, *, hidden: bool = False) -> Any:
-        """The first visible element matching `selector` (or None once none is, `hidden`),
-        waited for as long as the step's time allows."""
+    async def _element(
+        self, selector: str, *, hidden: bool = False, then: str | None = None, value: str = ""
+    ) -> dict[str, Any]:
+        """Wait, as long as the step's time allows, until an element matching `selector` is
+        visible (or, `hidden`, until none is), then do `then` to the first visible one (see
+        _ELEMENT) and return what that gave. One evaluation, however long the wait; a wait
+        the document's navigation interrupts goes on in the next document, once it has one."""
         if not hidden:
             self._waiting = f"no visible element matched {_quoted(selector)}"
-        options = {"hidden": True} if hidden else {"visible": True}
-        # The step's own timer ends the wait (timeout 0: pyppeteer sets none of its own).
-        return await self._page.waitForSelector(selector, {**options, "timeout": 0})
+        while True:
+            argument = {
+                "selector": selector,
+                "hidden": hidden,
+                "then": then,
+                "value": value,
+                "pollMs": _POLL_MS,
+                "timeoutMs": _ELEMENT_WAIT_MS,
+            }
+            try:
+                answer = await self._evaluate(_ELEMENT, argument)
+            except PyppeteerNetworkError as error:
+                if not any(text in str(error) for text in (*_NAVIGATED_AWAY, _NO_CONTEXT)):
+                    raise
+                # Between two documents there is no context to look in for a moment.
+                await asyncio.sleep(_POLL_MS / 1000)
+                continue
+            if answer["state"] != "timeout":
+                return dict(answer)
 
-    async def _click(self, step: PageStep, element: Any) -> None:
+    async def _mouse(self, kind: str, point: tuple[float, float], **extra: Any) -> None:
+        """One trusted mouse event at `point` (CSS pixels of the viewport)."""
+        await self._page._client.send(
+            "Input.dispatchMouseEvent",
+            {"type": kind, "x": point[0], "y": point[1], "modifiers": 0, **extra},
+        )
+
+    async def _click(self, step: PageStep, point: tuple[float, float]) -> None:
+        async def click() -> None:
+            await self._mouse("mouseMoved", point)
+            await self._mouse("mousePressed", point, button="left", clickCount=1)
+            await self._mouse("mouseReleased", point, button="left", clickCount=1)
+
         if step.wait_for_navigation:
             navigation = asyncio.ensure_future(
                 self._page.waitForNavigation({"waitUntil": "load", "timeout": 0})
             )
             try:
-                await element.click()
+                await click()
                 self._waiting = "the click started no navigation that finished loading"
                 await navigation
             finally:
                 navigation.cancel()
             return
-        await element.click()
+        await click()
         if step.wait_for is not None:
             self._waiting = f"after the click, no visible element matched {_quoted(step.wait_for)}"
-            await self._page.waitForSelector(step.wait_for, {"visible": True, "timeout": 0})
-
-    async def _select(self, step: PageStep, element: Any) -> None:
-        chosen = await self._page.evaluate(
-            """(el, value) => {
-              if (el.tagName !== 'SELECT') return null;
-              const option = Array.from(el.options).find((o) => o.value === value);
-              if (!option) return [];
-              el.value = value;
-              el.dispatchEvent(new Event('input', {bubbles: true}));
-              el.dispatchEvent(new Event('change', {bubbles: true}));
-              return [value];
-            }""",
-            element,
-            step.value or "",
-        )
-        if chosen is None:
-            raise StepFailed(f"{_quoted(step.selector or '')} is not a <select> element")
-        if not chosen:
-            value = _quoted(step.value or "")
-            raise StepFailed(f"{_quoted(step.selector or '')} has no option with value {value}")
+            await self._element(step.wait_for)
 
     async def _scroll(self, step: PageStep) -> dict[str, Any]:
         ends = time.monotonic() + step.timeout_seconds
@@ -475,9 +564,7 @@ class StepRunner:
                 )
             except PyppeteerNetworkError as error:
                 # Between two documents there may be no context to evaluate in yet.
-                if not any(
-                    text in str(error) for text in (*_NAVIGATED_AWAY, "default execution context")
-                ):
+                if not any(text in str(error) for text in (*_NAVIGATED_AWAY, _NO_CONTEXT)):
                     raise
                 state = {}
             if state.get("result", {}).get("value") == "complete":

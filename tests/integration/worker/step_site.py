@@ -130,6 +130,23 @@ FORM_PAGE: Final = (
 </script></body></html>"""
 )
 
+# Two "buy" buttons: the first never shown, the second far below the fold. A click says which
+# button took it and whether the browser itself sent it (a trusted event).
+BUTTONS_PAGE: Final = (
+    _HEAD.format(title="Buy")
+    + """</head><body><button class="buy" data-which="hidden" style="display: none">Buy</button>
+<div style="height: 3000px"></div><button class="buy" data-which="shown">Buy</button>
+<p id="bought"></p>
+<script>
+  document.querySelectorAll('button.buy').forEach(function (button) {
+    button.addEventListener('click', function (event) {
+      document.getElementById('bought').innerHTML = '<span class="done">' +
+        button.dataset.which + (event.isTrusted ? ' trusted' : ' untrusted') + '</span>';
+    });
+  });
+</script></body></html>"""
+)
+
 # Fetches its data a while after it loaded (a dashboard's late API call).
 FETCHING_PAGE: Final = (
     _HEAD.format(title="Dashboard")
@@ -186,6 +203,7 @@ class StepSite(ThreadedServer):
         app.router.add_get("/load-more", self._templated(LOAD_MORE_PAGE))
         app.router.add_get("/reveal", self._fixed(REVEAL_PAGE))
         app.router.add_get("/form", self._fixed(FORM_PAGE))
+        app.router.add_get("/buttons", self._fixed(BUTTONS_PAGE))
         app.router.add_get("/fetching", self._fixed(FETCHING_PAGE))
         app.router.add_get("/api/items", self._items)
         app.router.add_get("/api/prices", self._json(["$1,299.00", "$499.00", "$329.00"]))

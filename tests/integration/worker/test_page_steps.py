@@ -160,6 +160,23 @@ async def test_prices_revealed_by_a_click_are_read(
     }
 
 
+async def test_a_click_goes_to_the_first_visible_match_scrolled_into_view_as_a_trusted_event(
+    shop: StepSite, worker_settings: WorkerSettings, connection: Connection
+) -> None:
+    row = await scrape(
+        worker_settings,
+        connection,
+        shop.url("/buttons"),
+        {
+            "steps": [{"action": "click", "selector": "button.buy", "waitFor": ".done"}],
+            "extract": {"bought": "#bought"},
+        },
+    )
+
+    assert row.status == "completed", row.last_error
+    assert row.result["fields"] == {"bought": "shown trusted"}
+
+
 async def test_a_form_is_filled_typed_into_selected_hovered_and_sent_with_a_key(
     shop: StepSite, worker_settings: WorkerSettings, connection: Connection
 ) -> None:
