@@ -76,14 +76,14 @@ _SCROLL_ROUND: Final = """async (arg) => {
   return {grew: grew, count: count()};
 }"""
 
-# Wait until an element matching a selector is visible (or, `hidden`, until none is), then do the little a step needs of it, all in one
-# evaluation: "point" scrolls it into view if it is not wholly there and gives its centre (where
-# the trusted mouse events go), "focus" focuses it, "clear" focuses and empties it, "select"
-# chooses the option whose value is `value` — "it" being the first visible match. Visible means what pyppeteer's waitForSelector
-# means: a computed visibility other than hidden and a bounding box that is not all zero. A
-# change to the document wakes the check at once; a poll catches what changes without one
-# (a style sheet's rule, the viewport). Gives up by itself after timeoutMs, so no observer
-# outlives its step.
+# Wait until an element matching a selector is visible (or, `hidden`, until none is), then do
+# the little a step needs of the first visible match, all in one evaluation: "point" scrolls it
+# into view if it is not wholly there and gives its centre (where the trusted mouse events go),
+# "focus" focuses it, "clear" focuses and empties it, "select" chooses the option whose value is
+# `value`. Visible means what pyppeteer's waitForSelector means: a computed visibility other
+# than hidden and a bounding box that is not all zero. A change to the document wakes the check
+# at once; a poll catches what changes without one (a style sheet's rule, the viewport). Gives
+# up by itself after timeoutMs, so no observer outlives its step for long.
 _ELEMENT: Final = """async (arg) => {
   const visible = (el) => {
     if (!el || !el.isConnected) return false;
