@@ -194,6 +194,54 @@ class LocalPostgres:
                 self._kill_postmaster()
             self._started = False
 
+    def start_standby_of(self, primary: LocalPostgres) -> str:
+        """Copy `primary` with pg_basebackup (WAL streamed, `-R`: a standby that follows it)
+        into this server's directory and start it as a hot standby; return its DSN. The
+        primary needs wal_level replica (PostgreSQL's default) and replication connections
+        from 127.0.0.1, which initdb's trust setup allows."""
+        if self.base_dir is None:
+            self.base_dir = Path(tempfile.mkdtemp(prefix="scrapeq-pg-standby-"))
+            self._owned_dir = True
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        prefix = self._as_server_user()
+        if prefix:
+            os.chmod(self.base_dir, 0o755)
+            shutil.chown(self.base_dir, "postgres", "postgres")
+        _run(
+            [
+                *prefix,
+                str(find_postgres_bindir() / "pg_basebackup"),
+                "--host=127.0.0.1",
+                f"--port={primary.port}",
+                f"--username={primary.user}",
+                f"--pgdata={self.data_dir}",
+                "--write-recovery-conf",
+                "--wal-method=stream",
+                "--checkpoint=fast",
+                "--no-sync",
+            ],
+            "pg_basebackup",
+        )
+        return self.start()
+
+    def promote(self) -> None:
+        """Promote a standby to primary; return once it accepts writes."""
+        assert self.base_dir is not None, "promote a started standby"
+        assert self._started, "promote a running standby"
+        _run(
+            [
+                *self._as_server_user(),
+                str(find_postgres_bindir() / "pg_ctl"),
+                "-D",
+                str(self.data_dir),
+                "-w",
+                "-t",
+                "60",
+                "promote",
+            ],
+            "pg_ctl promote",
+        )
+
     def _kill_postmaster(self) -> None:
         pid_file = self.data_dir / "postmaster.pid"
         try:
