@@ -201,6 +201,7 @@ def options_from_payload(
     sealing_keys: SealingKeys | None = None,
     default_block_resources: Sequence[str] = (),
     default_block_markers: Sequence[BlockMarker] = (),
+    loaded: bool = False,
 ) -> JobOptions:
     """Validate `payload` with the queue's rules and return the options; raise BadInput with
     every problem listed when it is not valid, RetryLater (credentials_unreadable) when its
@@ -209,8 +210,10 @@ def options_from_payload(
 
     A payload's blockResources replaces `default_block_resources` (the pool's) whole: `[]`
     fetches everything whatever the pool blocks. A payload's blockMarkers add to
-    `default_block_markers` (the pool's)."""
-    problems = validate_payload(payload)
+    `default_block_markers` (the pool's). `loaded=True` says the payload is a claimed row's,
+    which the queue's load_payload read within its bounds of size, nesting and numbers: only
+    the options are checked again (validate_payload's `loaded`)."""
+    problems = validate_payload(payload, loaded=loaded)
     if problems:
         raise BadInput("invalid payload: " + "; ".join(problems), reason="invalid_payload")
     try:

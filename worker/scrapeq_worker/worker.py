@@ -413,6 +413,7 @@ class Worker:
                         sealing_keys=self.sealing_keys,
                         default_block_resources=self.settings.block_resources,
                         default_block_markers=self.settings.block_markers,
+                        loaded=True,
                     )
                     await self._obey_robots_txt(job, options)
                     scraped = await self._scrape(job, options)
