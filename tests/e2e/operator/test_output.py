@@ -1,0 +1,112 @@
+"""A ScrapeJob with spec.output through the real operator (a real kube-apiserver, PostgreSQL and
+S3 server) and a `scrapeq worker` process: its rows land in batches in the bucket, the manifest
+counts them, and status.output says where they are (docs/scrapejob.md, "Output to object
+storage"). Static pages: no browser is involved."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import pytest
+
+from scrapeq.local.s3_server import LocalS3Server
+from tests.conftest import S3_BUCKET
+from tests.e2e.operator.operator_parts import (
+    REPOSITORY_ROOT,
+    Kubectl,
+    OperatorProcess,
+    loopback_site,
+    owner_progress,
+    scrapejob,
+    worker_command,
+)
+from tests.waiting import eventually_blocking
+
+pytestmark = [pytest.mark.controlplane, pytest.mark.postgres, pytest.mark.s3]
+
+PAGES = {f"/item/{number}": f"<html><h1>Item {number}</h1></html>" for number in range(5)}
+
+
+def _has_rows(database_url: str, uid: str, count: int) -> bool:
+    return owner_progress(database_url, uid).total == count
+
+
+def _status_output(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
+    status = kubectl.get("scrapejob", "exported", namespace).get("status") or {}
+    return dict(status.get("output") or {})
+
+
+def test_a_scrapejob_with_an_output_ends_with_its_manifest_shown_in_its_status(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+    s3_server: LocalS3Server,
+) -> None:
+    store = {
+        "SCRAPEQ_OBJECT_STORE_BUCKET": S3_BUCKET,
+        "SCRAPEQ_OBJECT_STORE_ENDPOINT": s3_server.endpoint,
+        "SCRAPEQ_OBJECT_STORE_REGION": s3_server.region,
+        "SCRAPEQ_OBJECT_STORE_PREFIX": f"e2e-{namespace}",
+        "SCRAPEQ_OBJECT_STORE_PATH_STYLE": "true",
+        "AWS_ACCESS_KEY_ID": s3_server.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+    }
+    operator_factory(empty_database_url, environment=store)
+    with loopback_site(lambda path: (PAGES.get(path) or "").encode() or None) as url:
+        manifest = scrapejob(
+            "exported",
+            urls=[url + path for path in PAGES] + [url + "/missing"],
+            render=False,
+            extract={"title": {"selector": "h1"}},
+        )
+        manifest["metadata"]["namespace"] = namespace
+        manifest["spec"]["output"] = {"batchRows": 2, "batchSeconds": 1}
+        manifest["spec"]["retries"] = {"limit": 0}
+        kubectl.apply(manifest)
+        uid = kubectl.get("scrapejob", "exported", namespace)["metadata"]["uid"]
+        eventually_blocking(
+            partial(_has_rows, empty_database_url, uid, 6), within=30, what="the rows"
+        )
+        worker = subprocess.run(
+            worker_command("--burst"),
+            cwd=REPOSITORY_ROOT,
+            env={**os.environ, "DATABASE_URL": empty_database_url},
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        assert worker.returncode == 0, worker.stderr[-3000:]
+
+    shown = eventually_blocking(
+        partial(_status_output, kubectl, namespace),
+        until=lambda output: "manifest" in output,
+        within=60,
+        what="status.output with the manifest",
+    )
+    prefix = f"e2e-{namespace}/output/{namespace}/exported/{uid}"
+    assert shown["bucket"] == S3_BUCKET
+    assert shown["prefix"] == prefix
+    assert shown["rows"] == 6
+    assert shown["manifest"] == f"{prefix}/manifest.json"
+    document = json.loads(s3_server.object_path(S3_BUCKET, shown["manifest"]).read_text())
+    assert document["counts"] == {"completed": 5, "failed": 1, "cancelled": 0}
+    lines = [
+        json.loads(line)
+        for batch in document["batches"]
+        for line in s3_server.object_path(S3_BUCKET, batch["key"]).read_text().splitlines()
+    ]
+    assert sorted(line["url"] for line in lines) == sorted(
+        [url + path for path in PAGES] + [url + "/missing"]
+    )
+    assert {
+        line["result"]["fields"]["title"] for line in lines if line["state"] == "completed"
+    } == {f"Item {number}" for number in range(5)}
+    secret_values = {s3_server.access_key, s3_server.secret_key}
+    assert not secret_values & set(map(str, shown.values()))
