@@ -23,6 +23,7 @@ from tests.e2e.operator.operator_parts import (
     loopback_site,
     owner_progress,
     scrapejob,
+    wait_for_status,
     worker_command,
 )
 from tests.waiting import eventually_blocking
@@ -30,6 +31,18 @@ from tests.waiting import eventually_blocking
 pytestmark = [pytest.mark.controlplane, pytest.mark.postgres, pytest.mark.s3]
 
 PAGES = {f"/item/{number}": f"<html><h1>Item {number}</h1></html>" for number in range(5)}
+
+
+def _store_environment(s3_server: LocalS3Server, namespace: str) -> dict[str, str]:
+    return {
+        "SCRAPEQ_OBJECT_STORE_BUCKET": S3_BUCKET,
+        "SCRAPEQ_OBJECT_STORE_ENDPOINT": s3_server.endpoint,
+        "SCRAPEQ_OBJECT_STORE_REGION": s3_server.region,
+        "SCRAPEQ_OBJECT_STORE_PREFIX": f"e2e-{namespace}",
+        "SCRAPEQ_OBJECT_STORE_PATH_STYLE": "true",
+        "AWS_ACCESS_KEY_ID": s3_server.access_key,
+        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+    }
 
 
 def _has_rows(database_url: str, uid: str, count: int) -> bool:
@@ -48,16 +61,7 @@ def test_a_scrapejob_with_an_output_ends_with_its_manifest_shown_in_its_status(
     operator_factory: Callable[..., OperatorProcess],
     s3_server: LocalS3Server,
 ) -> None:
-    store = {
-        "SCRAPEQ_OBJECT_STORE_BUCKET": S3_BUCKET,
-        "SCRAPEQ_OBJECT_STORE_ENDPOINT": s3_server.endpoint,
-        "SCRAPEQ_OBJECT_STORE_REGION": s3_server.region,
-        "SCRAPEQ_OBJECT_STORE_PREFIX": f"e2e-{namespace}",
-        "SCRAPEQ_OBJECT_STORE_PATH_STYLE": "true",
-        "AWS_ACCESS_KEY_ID": s3_server.access_key,
-        "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
-    }
-    operator_factory(empty_database_url, environment=store)
+    operator_factory(empty_database_url, environment=_store_environment(s3_server, namespace))
     with loopback_site(lambda path: (PAGES.get(path) or "").encode() or None) as url:
         manifest = scrapejob(
             "exported",
@@ -110,3 +114,54 @@ def test_a_scrapejob_with_an_output_ends_with_its_manifest_shown_in_its_status(
     } == {f"Item {number}" for number in range(5)}
     secret_values = {s3_server.access_key, s3_server.secret_key}
     assert not secret_values & set(map(str, shown.values()))
+
+
+def test_a_scrapejob_asking_for_output_waits_with_no_object_store_and_queues_nothing(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    operator_factory(empty_database_url)
+    manifest = scrapejob("unstored", url="https://shop.example.com/", output={"format": "csv"})
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.apply(manifest)
+    uid = kubectl.get("scrapejob", "unstored", namespace)["metadata"]["uid"]
+
+    status = wait_for_status(
+        kubectl,
+        namespace,
+        "unstored",
+        lambda status: status.get("reason") == "NoObjectStore",
+        what="Ready=False NoObjectStore",
+    )
+    assert "SCRAPEQ_OBJECT_STORE_BUCKET" in status["message"]
+    assert owner_progress(empty_database_url, uid).total == 0
+
+
+def test_a_deleted_scrapejob_gets_its_cancelled_rows_in_a_last_batch_and_a_manifest(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+    s3_server: LocalS3Server,
+) -> None:
+    operator_factory(empty_database_url, environment=_store_environment(s3_server, namespace))
+    manifest = scrapejob(
+        "abandoned",
+        urls=[f"https://shop{number}.example.com/" for number in range(3)],
+        output={"batchRows": 100, "prefix": "kept"},
+    )
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.apply(manifest)
+    uid = kubectl.get("scrapejob", "abandoned", namespace)["metadata"]["uid"]
+    eventually_blocking(partial(_has_rows, empty_database_url, uid, 3), within=30, what="the rows")
+
+    kubectl.run("delete", "scrapejob", "abandoned", "-n", namespace, "--wait=true")
+
+    key = f"e2e-{namespace}/kept/{namespace}/abandoned/{uid}/manifest.json"
+    path = s3_server.object_path(S3_BUCKET, key)
+    eventually_blocking(path.exists, within=30, what="the manifest of the deleted job")
+    document = json.loads(path.read_text())
+    assert document["counts"] == {"completed": 0, "failed": 0, "cancelled": 3}
+    assert document["rows"] == 3
