@@ -155,7 +155,8 @@ async def mark_output_ended(connection: psycopg.AsyncConnection[Any], owner_uid:
 
 @translate_database_errors
 async def outputs_due(connection: psycopg.AsyncConnection[Any], *, limit: int) -> list[Output]:
-    """Up to `limit` outputs without a manifest that are not waiting after a failure."""
+    """Up to `limit` outputs without a manifest that are not waiting after a failure, the
+    longest-waiting first; each one taken goes to the back of the line."""
     cursor = await connection.execute(statements.OUTPUTS_DUE, {"limit": limit})
     return [
         Output(

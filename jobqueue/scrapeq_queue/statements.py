@@ -998,14 +998,22 @@ WHERE owner_uid = %(owner_uid)s
 RETURNING owner_uid
 """
 
-# Outputs with work for the uploader: no manifest yet and not waiting after a failure.
+# Outputs with work for the uploader: no manifest yet and not waiting after a failure, the
+# longest-waiting first. Taking one moves it to the back (next_attempt_at = now()), so with more
+# outputs than `limit` every one gets its turn; SKIP LOCKED lets two uploaders share the work.
 OUTPUTS_DUE: Final = """
-SELECT owner_uid, owner_namespace, owner_name, format, batch_rows, batch_seconds, key_prefix,
-       changes_only, job_ended_at IS NOT NULL, failures
-FROM scrapeq_outputs
-WHERE finished_at IS NULL AND next_attempt_at <= now()
-ORDER BY next_attempt_at, owner_uid
-LIMIT %(limit)s
+UPDATE scrapeq_outputs AS outputs SET next_attempt_at = now()
+FROM (
+    SELECT owner_uid FROM scrapeq_outputs
+    WHERE finished_at IS NULL AND next_attempt_at <= now()
+    ORDER BY next_attempt_at, owner_uid
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS due
+WHERE outputs.owner_uid = due.owner_uid
+RETURNING outputs.owner_uid, outputs.owner_namespace, outputs.owner_name, outputs.format,
+          outputs.batch_rows, outputs.batch_seconds, outputs.key_prefix, outputs.changes_only,
+          outputs.job_ended_at IS NOT NULL, outputs.failures
 """
 
 # What an output waits for: its finished undelivered rows that no open batch holds (how many,

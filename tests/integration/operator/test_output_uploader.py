@@ -504,3 +504,22 @@ async def test_changes_only_leaves_unchanged_pages_out_and_still_delivers_their_
     assert manifest is not None
     assert (manifest["rows"], manifest["lines"], manifest["skipped"]) == (5, 2, 3)
     assert await undelivered_ids(async_connection, harness.uid) == []
+
+
+async def test_more_outputs_than_a_round_takes_each_get_their_turn(
+    async_connection: Connection,
+) -> None:
+    for number in range(5):
+        await outputs.register_output(
+            async_connection,
+            owner_uid=f"uid-turn-{number}",
+            owner_namespace=NAMESPACE,
+            owner_name=f"job-{number}",
+            settings=OutputSettings(key_prefix=f"p/{number}"),
+        )
+    seen: list[str] = []
+    for _ in range(3):
+        seen += [
+            output.owner_uid for output in await outputs.outputs_due(async_connection, limit=2)
+        ]
+    assert set(seen) == {f"uid-turn-{number}" for number in range(5)}
