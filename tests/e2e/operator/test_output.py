@@ -165,3 +165,35 @@ def test_a_deleted_scrapejob_gets_its_cancelled_rows_in_a_last_batch_and_a_manif
     document = json.loads(path.read_text())
     assert document["counts"] == {"completed": 0, "failed": 0, "cancelled": 3}
     assert document["rows"] == 3
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ({"format": "xml"}, "spec.output.format: Unsupported value"),
+        ({"batchRows": 0}, "spec.output.batchRows: Invalid value"),
+        ({"batchSeconds": 7200}, "spec.output.batchSeconds: Invalid value"),
+        ({"prefix": "a/../b"}, "may not contain '.' or '..' segments"),
+        ({"prefix": "/abs"}, "spec.output.prefix: Invalid value"),
+    ],
+)
+def test_the_api_server_refuses_an_output_the_operator_could_not_write(
+    kubectl: Kubectl, namespace: str, output: dict[str, Any], message: str
+) -> None:
+    manifest = scrapejob("refused", url="https://shop.example.com/", output=output)
+    manifest["metadata"]["namespace"] = namespace
+    result = kubectl.apply(manifest, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_the_output_of_a_scrapejob_cannot_change_once_created(
+    kubectl: Kubectl, namespace: str
+) -> None:
+    manifest = scrapejob("fixed", url="https://shop.example.com/", output={"format": "jsonl"})
+    manifest["metadata"]["namespace"] = namespace
+    kubectl.apply(manifest)
+    manifest["spec"]["output"] = {"format": "csv"}
+    result = kubectl.apply(manifest, check=False)
+    assert result.returncode != 0
+    assert "spec is immutable" in result.stderr
