@@ -11,6 +11,7 @@ operator against a real kube-apiserver in tests/e2e/operator/test_output.py.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import hashlib
 import io
@@ -523,3 +524,66 @@ async def test_more_outputs_than_a_round_takes_each_get_their_turn(
             output.owner_uid for output in await outputs.outputs_due(async_connection, limit=2)
         ]
     assert set(seen) == {f"uid-turn-{number}" for number in range(5)}
+
+
+class StallingStore:
+    """A store whose uploads never finish: the uploader is stopped in the middle of one."""
+
+    def __init__(self, bucket: str) -> None:
+        self.bucket = bucket
+        self.started = asyncio.Event()
+
+    async def put(self, key: str, data: bytes, *, content_type: str) -> WrittenObject:
+        self.started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_an_uploader_stopped_mid_upload_leaves_its_batch_to_the_next_one_which_writes_it_once(
+    async_connection: Connection,
+    database_url: str,
+    s3_credentials: LocalS3Server,
+    closing: list[OperatorRuntime],
+) -> None:
+    stalling = StallingStore(S3_BUCKET)
+    first = await harness_for(
+        async_connection,
+        database_url,
+        s3_credentials,
+        "uid-stopped",
+        OutputSettings(batch_rows=4),
+        store=cast(OutputStore, stalling),
+    )
+    closing.append(first.runtime)
+    await enqueue(async_connection, first.uid, 8)
+    await finish(async_connection, 4)
+    first.runtime.spawn("output", first.uploader.run())
+    await asyncio.wait_for(stalling.started.wait(), timeout=20)
+    await first.runtime.close()  # the operator stops while the batch is being written
+    closing.remove(first.runtime)
+    state = await outputs.output_state(async_connection, first.uid)
+    assert state is not None
+    assert state.batches_cut == 1
+    assert len(await undelivered_ids(async_connection, first.uid)) == 8
+
+    settings = settings_for(database_url, s3_credentials)
+    runtime = OperatorRuntime(settings, cast(Any, StatusAndEvents()))
+    await runtime.open()
+    closing.append(runtime)
+    second = OutputUploader(settings, runtime, OutputStore(settings))
+    await finish(async_connection, 4)
+    await outputs.mark_output_ended(async_connection, first.uid)
+    await eventually(
+        second.upload_round,
+        until=lambda _: first.manifest() is not None,
+        within=20,
+        what="the manifest from the next uploader",
+    )
+
+    ids = [line["id"] for line in first.lines()]
+    assert sorted(ids) == await all_ids(async_connection, first.uid)
+    assert len(ids) == len(set(ids)) == 8
+    assert first.batch_keys() == [
+        f"{first.prefix}/batch-000001.jsonl",
+        f"{first.prefix}/batch-000002.jsonl",
+    ]
