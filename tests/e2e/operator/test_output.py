@@ -49,8 +49,8 @@ def _has_rows(database_url: str, uid: str, count: int) -> bool:
     return owner_progress(database_url, uid).total == count
 
 
-def _status_output(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
-    status = kubectl.get("scrapejob", "exported", namespace).get("status") or {}
+def _status_output(kubectl: Kubectl, namespace: str, name: str = "exported") -> dict[str, Any]:
+    status = kubectl.get("scrapejob", name, namespace).get("status") or {}
     return dict(status.get("output") or {})
 
 
@@ -197,3 +197,68 @@ def test_the_output_of_a_scrapejob_cannot_change_once_created(
     result = kubectl.apply(manifest, check=False)
     assert result.returncode != 0
     assert "spec is immutable" in result.stderr
+
+
+def test_an_operator_killed_mid_run_loses_and_duplicates_no_row_of_the_output(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+    s3_server: LocalS3Server,
+) -> None:
+    environment = _store_environment(s3_server, namespace)
+    first = operator_factory(empty_database_url, environment=environment)
+    with loopback_site(lambda path: (PAGES.get(path) or "").encode() or None) as url:
+        manifest = scrapejob(
+            "survivor",
+            urls=[url + path for path in PAGES],
+            render=False,
+            output={"batchRows": 2, "batchSeconds": 1},
+        )
+        manifest["metadata"]["namespace"] = namespace
+        kubectl.apply(manifest)
+        uid = kubectl.get("scrapejob", "survivor", namespace)["metadata"]["uid"]
+        eventually_blocking(
+            partial(_has_rows, empty_database_url, uid, len(PAGES)), within=30, what="the rows"
+        )
+        folder = s3_server.object_path(
+            S3_BUCKET, f"e2e-{namespace}/output/{namespace}/survivor/{uid}"
+        )
+        worker = subprocess.Popen(
+            worker_command("--burst"),
+            cwd=REPOSITORY_ROOT,
+            env={**os.environ, "DATABASE_URL": empty_database_url},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            eventually_blocking(
+                lambda: folder.exists() and any(folder.iterdir()),
+                within=60,
+                what="the first batch",
+            )
+            assert first.process is not None
+            first.process.kill()  # no shutdown of any kind
+            first.process.wait(timeout=30)
+            first.process = None
+            assert worker.wait(timeout=90) == 0
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(timeout=30)
+
+    operator_factory(empty_database_url, environment=environment)
+    shown = eventually_blocking(
+        partial(_status_output, kubectl, namespace, "survivor"),
+        until=lambda output: "manifest" in output,
+        within=60,
+        what="the manifest after the restart",
+    )
+    document = json.loads(s3_server.object_path(S3_BUCKET, shown["manifest"]).read_text())
+    ids = [
+        json.loads(line)["id"]
+        for batch in document["batches"]
+        for line in s3_server.object_path(S3_BUCKET, batch["key"]).read_text().splitlines()
+    ]
+    assert len(ids) == len(set(ids)) == len(PAGES)
+    assert document["counts"]["completed"] == len(PAGES)
