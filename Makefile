@@ -12,7 +12,7 @@ PYTEST_ARGS ?= --durations=30
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
 	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \
-	bench-fleet bench-soak \
+	bench-fleet bench-soak bench-output \
 	generate clean
 
 help:
@@ -32,6 +32,7 @@ help:
 	@echo "make bench-cluster   helm install, scale from zero and pages/s on real Pods"
 	@echo "make bench-fleet     500 simulated worker pods on one PostgreSQL, direct and through PgBouncer"
 	@echo "make bench-soak      a million rows with 10 KB results through the queue, retention on"
+	@echo "make bench-output    output delivery lag and PostgreSQL bytes per row, real S3 server"
 
 # As root (CI, the demo's usual case) also what the local node and images need; elsewhere the
 # node cannot run anyway, and the demo says so and uses local processes.
@@ -120,6 +121,10 @@ bench-fleet: setup
 
 bench-soak: setup
 	@$(PY) -m benchmarks.soak $(BENCH_ARGS)
+
+# BENCH_ARGS passes options through, e.g. BENCH_ARGS="--rows 2000 --rate 100".
+bench-output: setup
+	@$(PY) -m benchmarks.output_delivery $(BENCH_ARGS)
 
 # Regenerate every copied or rendered file from its single source (see scripts/generate.py).
 generate: venv

@@ -522,6 +522,22 @@ $$;
 
 
 --
+-- Name: scrapeq_mark_undelivered(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_mark_undelivered() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM scrapeq_outputs WHERE owner_uid = NEW.owner_uid) THEN
+        NEW.undelivered := true;
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+
+--
 -- Name: scrapeq_notify_finished(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1108,6 +1124,148 @@ COMMENT ON COLUMN public.scrapeq_hosts.breaker_trips IS 'How many times in a row
 
 
 --
+-- Name: scrapeq_output_batches; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_output_batches (
+    owner_uid text NOT NULL,
+    sequence integer NOT NULL,
+    row_ids bigint[] NOT NULL,
+    state text DEFAULT 'cut'::text NOT NULL,
+    object_key text,
+    lines integer,
+    skipped integer,
+    bytes bigint,
+    sha256 text,
+    counts jsonb,
+    cut_at timestamp with time zone DEFAULT now() NOT NULL,
+    uploaded_at timestamp with time zone,
+    CONSTRAINT scrapeq_output_batches_bytes_check CHECK ((bytes >= 0)),
+    CONSTRAINT scrapeq_output_batches_check CHECK (((state = 'cut'::text) OR ((object_key IS NOT NULL) AND (sha256 IS NOT NULL)))),
+    CONSTRAINT scrapeq_output_batches_lines_check CHECK ((lines >= 0)),
+    CONSTRAINT scrapeq_output_batches_sequence_check CHECK ((sequence >= 1)),
+    CONSTRAINT scrapeq_output_batches_sha256_check CHECK ((length(sha256) = 64)),
+    CONSTRAINT scrapeq_output_batches_skipped_check CHECK ((skipped >= 0)),
+    CONSTRAINT scrapeq_output_batches_state_check CHECK ((state = ANY (ARRAY['cut'::text, 'uploaded'::text])))
+);
+
+
+--
+-- Name: TABLE scrapeq_output_batches; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_output_batches IS 'A numbered batch of finished rows of one output: cut (rows assigned) until its object is uploaded.';
+
+
+--
+-- Name: COLUMN scrapeq_output_batches.row_ids; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_output_batches.row_ids IS 'The rows in this batch; each finished row of the output is in exactly one batch.';
+
+
+--
+-- Name: COLUMN scrapeq_output_batches.lines; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_output_batches.lines IS 'Rows written to the object (row_ids minus the ones changesOnly skipped).';
+
+
+--
+-- Name: COLUMN scrapeq_output_batches.counts; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_output_batches.counts IS 'Rows of the batch by state: {"completed": n, "failed": n, "cancelled": n}.';
+
+
+--
+-- Name: scrapeq_outputs; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_outputs (
+    owner_uid text NOT NULL,
+    owner_namespace text NOT NULL,
+    owner_name text NOT NULL,
+    format text NOT NULL,
+    batch_rows integer NOT NULL,
+    batch_seconds double precision NOT NULL,
+    key_prefix text NOT NULL,
+    changes_only boolean DEFAULT false NOT NULL,
+    batches_cut integer DEFAULT 0 NOT NULL,
+    job_ended_at timestamp with time zone,
+    manifest_key text,
+    finished_at timestamp with time zone,
+    next_attempt_at timestamp with time zone DEFAULT now() NOT NULL,
+    failures integer DEFAULT 0 NOT NULL,
+    last_error text,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT scrapeq_outputs_batch_rows_check CHECK (((batch_rows >= 1) AND (batch_rows <= 100000))),
+    CONSTRAINT scrapeq_outputs_batch_seconds_check CHECK (((batch_seconds > (0)::double precision) AND (batch_seconds <= (3600)::double precision))),
+    CONSTRAINT scrapeq_outputs_batches_cut_check CHECK ((batches_cut >= 0)),
+    CONSTRAINT scrapeq_outputs_failures_check CHECK ((failures >= 0)),
+    CONSTRAINT scrapeq_outputs_format_check CHECK ((format = ANY (ARRAY['jsonl'::text, 'csv'::text]))),
+    CONSTRAINT scrapeq_outputs_key_prefix_check CHECK ((length(key_prefix) <= 1024)),
+    CONSTRAINT scrapeq_outputs_last_error_check CHECK ((length(last_error) <= 1000))
+);
+
+
+--
+-- Name: TABLE scrapeq_outputs; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_outputs IS 'Object-storage output of a ScrapeJob (spec.output): its settings, how many batches were cut, and its manifest once written.';
+
+
+--
+-- Name: COLUMN scrapeq_outputs.key_prefix; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_outputs.key_prefix IS 'Every object key of this output starts with it: <prefix>/<namespace>/<name>/<uid>.';
+
+
+--
+-- Name: COLUMN scrapeq_outputs.changes_only; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_outputs.changes_only IS 'Rows whose result says "changed": false are counted but not written.';
+
+
+--
+-- Name: COLUMN scrapeq_outputs.batches_cut; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_outputs.batches_cut IS 'The number of the last batch cut; the next one is batches_cut + 1.';
+
+
+--
+-- Name: COLUMN scrapeq_outputs.job_ended_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_outputs.job_ended_at IS 'When the ScrapeJob ended (Succeeded, Failed, or deleted): the last batch and the manifest follow.';
+
+
+--
+-- Name: COLUMN scrapeq_outputs.finished_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_outputs.finished_at IS 'When the manifest was uploaded; nothing more is written.';
+
+
+--
+-- Name: COLUMN scrapeq_outputs.next_attempt_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_outputs.next_attempt_at IS 'When the uploader looks at this output again after a failed upload.';
+
+
+--
+-- Name: COLUMN scrapeq_outputs.failures; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_outputs.failures IS 'Failed uploads in a row; 0 after a success.';
+
+
+--
 -- Name: scrapeq_queue_counters; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1565,6 +1723,22 @@ COMMENT ON CONSTRAINT scrapeq_jobs_payload_is_object ON public.scraping_jobs IS 
 
 
 --
+-- Name: scrapeq_output_batches scrapeq_output_batches_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_output_batches
+    ADD CONSTRAINT scrapeq_output_batches_pkey PRIMARY KEY (owner_uid, sequence);
+
+
+--
+-- Name: scrapeq_outputs scrapeq_outputs_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_outputs
+    ADD CONSTRAINT scrapeq_outputs_pkey PRIMARY KEY (owner_uid);
+
+
+--
 -- Name: scrapeq_queue_counters scrapeq_queue_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1713,6 +1887,27 @@ CREATE INDEX scrapeq_jobs_processing_idx ON public.scraping_jobs USING btree (ho
 
 
 --
+-- Name: scrapeq_jobs_undelivered_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_jobs_undelivered_idx ON public.scraping_jobs USING btree (owner_uid, id) WHERE (undelivered AND (owner_uid IS NOT NULL));
+
+
+--
+-- Name: scrapeq_output_batches_open; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_output_batches_open ON public.scrapeq_output_batches USING btree (owner_uid) WHERE (state = 'cut'::text);
+
+
+--
+-- Name: scrapeq_outputs_active; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_outputs_active ON public.scrapeq_outputs USING btree (next_attempt_at) WHERE (finished_at IS NULL);
+
+
+--
 -- Name: scrapeq_webhook_events_due; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -1741,6 +1936,13 @@ CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status, run_at, pri
 
 
 --
+-- Name: scraping_jobs scrapeq_jobs_mark_undelivered; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_mark_undelivered BEFORE INSERT ON public.scraping_jobs FOR EACH ROW WHEN (((new.owner_uid IS NOT NULL) AND (NOT new.undelivered))) EXECUTE FUNCTION public.scrapeq_mark_undelivered();
+
+
+--
 -- Name: scraping_jobs scrapeq_jobs_notify_finished; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -1760,6 +1962,14 @@ CREATE TRIGGER scrapeq_jobs_notify_on_insert AFTER INSERT ON public.scraping_job
 
 ALTER TABLE ONLY public.scrapeq_attempts
     ADD CONSTRAINT scrapeq_attempts_job_id_fkey FOREIGN KEY (job_id) REFERENCES public.scraping_jobs(id) ON DELETE CASCADE;
+
+
+--
+-- Name: scrapeq_output_batches scrapeq_output_batches_owner_uid_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_output_batches
+    ADD CONSTRAINT scrapeq_output_batches_owner_uid_fkey FOREIGN KEY (owner_uid) REFERENCES public.scrapeq_outputs(owner_uid) ON DELETE CASCADE;
 
 
 --
@@ -1784,4 +1994,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0006_published_parsers'),
     ('0007_webhook_outbox'),
     ('0008_retention_and_finished_signal'),
-    ('0009_server_error_rate');
+    ('0009_server_error_rate'),
+    ('0010_output_batches');

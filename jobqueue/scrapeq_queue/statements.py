@@ -977,3 +977,167 @@ FROM scrapeq_webhook_events
 WHERE owner_uid = %(owner_uid)s
 ORDER BY id
 """
+
+# --- object-storage output (docs/architecture.md, record 12; output_batches.py) ---------------
+
+# Registers a ScrapeJob's output before its first row is inserted (rows inserted afterwards are
+# undelivered, sql/output_rows.sql); a second registration keeps the first's settings.
+OUTPUT_REGISTER: Final = """
+INSERT INTO scrapeq_outputs (owner_uid, owner_namespace, owner_name, format, batch_rows,
+                             batch_seconds, key_prefix, changes_only)
+VALUES (%(owner_uid)s, %(owner_namespace)s, %(owner_name)s, %(format)s, %(batch_rows)s,
+        %(batch_seconds)s, %(key_prefix)s, %(changes_only)s)
+ON CONFLICT (owner_uid) DO NOTHING
+"""
+
+# The ScrapeJob ended (a terminal phase, or deleted): the uploader writes the last batch and the
+# manifest. The first end counts.
+OUTPUT_MARK_ENDED: Final = """
+UPDATE scrapeq_outputs SET job_ended_at = coalesce(job_ended_at, now())
+WHERE owner_uid = %(owner_uid)s
+RETURNING owner_uid
+"""
+
+# Outputs with work for the uploader: no manifest yet and not waiting after a failure, the
+# longest-waiting first. Taking one moves it to the back (next_attempt_at = now()), so with more
+# outputs than `limit` every one gets its turn; SKIP LOCKED lets two uploaders share the work.
+OUTPUTS_DUE: Final = """
+UPDATE scrapeq_outputs AS outputs SET next_attempt_at = now()
+FROM (
+    SELECT owner_uid FROM scrapeq_outputs
+    WHERE finished_at IS NULL AND next_attempt_at <= now()
+    ORDER BY next_attempt_at, owner_uid
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS due
+WHERE outputs.owner_uid = due.owner_uid
+RETURNING outputs.owner_uid, outputs.owner_namespace, outputs.owner_name, outputs.format,
+          outputs.batch_rows, outputs.batch_seconds, outputs.key_prefix, outputs.changes_only,
+          outputs.job_ended_at IS NOT NULL, outputs.failures
+"""
+
+# What an output waits for: its finished undelivered rows that no open batch holds (how many,
+# and how long the oldest has waited), its open batches, and whether any of its rows is still
+# unfinished.
+OUTPUT_PROGRESS: Final = """
+WITH open_rows AS (
+    SELECT unnest(row_ids) AS id FROM scrapeq_output_batches
+    WHERE owner_uid = %(owner_uid)s AND state = 'cut'
+)
+SELECT
+    (SELECT count(*) FROM scraping_jobs AS jobs
+     WHERE jobs.owner_uid = %(owner_uid)s AND jobs.undelivered
+       AND jobs.status IN ('completed', 'failed', 'cancelled')
+       AND jobs.id NOT IN (SELECT id FROM open_rows)),
+    (SELECT extract(epoch FROM now() - min(jobs.finished_at)) FROM scraping_jobs AS jobs
+     WHERE jobs.owner_uid = %(owner_uid)s AND jobs.undelivered
+       AND jobs.status IN ('completed', 'failed', 'cancelled')
+       AND jobs.id NOT IN (SELECT id FROM open_rows)),
+    (SELECT count(*) FROM scrapeq_output_batches
+     WHERE owner_uid = %(owner_uid)s AND state = 'cut'),
+    EXISTS (SELECT 1 FROM scraping_jobs AS jobs
+            WHERE jobs.owner_uid = %(owner_uid)s AND jobs.status IN ('pending', 'processing'))
+"""
+
+# Locks the output while a batch is cut, so two uploaders never cut the same rows or number.
+OUTPUT_LOCK: Final = """
+SELECT batches_cut FROM scrapeq_outputs WHERE owner_uid = %(owner_uid)s FOR UPDATE
+"""
+
+# Cuts the next batch: up to `limit` finished undelivered rows no open batch holds, oldest
+# finish first, numbered batches_cut + 1. Runs under OUTPUT_LOCK in one transaction.
+OUTPUT_BATCH_CUT: Final = """
+WITH open_rows AS (
+    SELECT unnest(row_ids) AS id FROM scrapeq_output_batches
+    WHERE owner_uid = %(owner_uid)s AND state = 'cut'
+), ready AS (
+    SELECT jobs.id FROM scraping_jobs AS jobs
+    WHERE jobs.owner_uid = %(owner_uid)s AND jobs.undelivered
+      AND jobs.status IN ('completed', 'failed', 'cancelled')
+      AND jobs.id NOT IN (SELECT id FROM open_rows)
+    ORDER BY jobs.finished_at, jobs.id
+    LIMIT %(limit)s
+), numbered AS (
+    UPDATE scrapeq_outputs SET batches_cut = batches_cut + 1
+    WHERE owner_uid = %(owner_uid)s AND EXISTS (SELECT 1 FROM ready)
+    RETURNING batches_cut
+)
+INSERT INTO scrapeq_output_batches (owner_uid, sequence, row_ids)
+SELECT %(owner_uid)s, numbered.batches_cut, (SELECT array_agg(id ORDER BY id) FROM ready)
+FROM numbered
+RETURNING sequence, row_ids, cut_at
+"""
+
+# The batches cut but not uploaded yet (after a crash or a failed upload: upload them again).
+OUTPUT_BATCHES_OPEN: Final = """
+SELECT sequence, row_ids, cut_at FROM scrapeq_output_batches
+WHERE owner_uid = %(owner_uid)s AND state = 'cut'
+ORDER BY sequence
+"""
+
+# What a batch's object holds for each of its rows, in id order.
+OUTPUT_BATCH_ROWS: Final = """
+SELECT id, url_to_scrape, status, result, last_error, finished_at
+FROM scraping_jobs
+WHERE id = ANY(%(row_ids)s) AND owner_uid = %(owner_uid)s
+ORDER BY id
+"""
+
+# Marks a batch uploaded (its object, size and digest) and clears `undelivered` on its rows, in
+# one transaction; a batch already uploaded stays as it was (RETURNING nothing).
+OUTPUT_BATCH_MARK_UPLOADED: Final = """
+WITH batch AS (
+    UPDATE scrapeq_output_batches
+    SET state = 'uploaded', object_key = %(object_key)s, lines = %(lines)s,
+        skipped = %(skipped)s, bytes = %(bytes)s, sha256 = %(sha256)s, counts = %(counts)s,
+        uploaded_at = now()
+    WHERE owner_uid = %(owner_uid)s AND sequence = %(sequence)s AND state = 'cut'
+    RETURNING row_ids
+), delivered AS (
+    UPDATE scraping_jobs AS jobs SET undelivered = false
+    FROM (SELECT unnest(row_ids) AS id FROM batch) AS delivered_rows
+    WHERE jobs.id = delivered_rows.id AND jobs.owner_uid = %(owner_uid)s
+    RETURNING jobs.id
+)
+SELECT count(*) FROM delivered
+"""
+
+# Every uploaded batch of an output, in order: the manifest's list.
+OUTPUT_BATCHES_UPLOADED: Final = """
+SELECT sequence, object_key, cardinality(row_ids), lines, skipped, bytes, sha256, counts,
+       uploaded_at
+FROM scrapeq_output_batches
+WHERE owner_uid = %(owner_uid)s AND state = 'uploaded'
+ORDER BY sequence
+"""
+
+# The manifest is uploaded: the output is finished.
+OUTPUT_MARK_FINISHED: Final = """
+UPDATE scrapeq_outputs
+SET finished_at = now(), manifest_key = %(manifest_key)s, failures = 0, last_error = NULL
+WHERE owner_uid = %(owner_uid)s AND finished_at IS NULL
+RETURNING owner_uid
+"""
+
+# An upload failed: look at this output again after `delay_seconds`; returns the failures in a
+# row, counting this one.
+OUTPUT_RECORD_FAILURE: Final = """
+UPDATE scrapeq_outputs
+SET failures = failures + 1, last_error = left(%(error)s, 1000),
+    next_attempt_at = now() + make_interval(secs => %(delay_seconds)s)
+WHERE owner_uid = %(owner_uid)s
+RETURNING failures
+"""
+
+# An upload succeeded after failures: the output is healthy again.
+OUTPUT_RECORD_SUCCESS: Final = """
+UPDATE scrapeq_outputs SET failures = 0, last_error = NULL
+WHERE owner_uid = %(owner_uid)s AND failures > 0
+RETURNING owner_uid
+"""
+
+# One output as the table holds it (inspection, tests).
+OUTPUT_OF_OWNER: Final = """
+SELECT batches_cut, job_ended_at, manifest_key, finished_at, failures, last_error
+FROM scrapeq_outputs WHERE owner_uid = %(owner_uid)s
+"""

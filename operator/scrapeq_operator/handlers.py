@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 import scrapeq_queue
 from scrapeq_queue import Connection, DatabaseUnavailable
+from scrapeq_queue.output_batches import mark_output_ended, register_output
 from scrapeq_queue.payload import validate_payload
 from scrapeq_queue.result_urls import urls_from_results
 from scrapeq_queue.rows import Owner
@@ -48,6 +49,9 @@ from scrapeq_operator.job_status import (
     merge_conditions,
     summarize,
 )
+from scrapeq_operator.output_spec import job_output
+from scrapeq_operator.output_store import OutputStore
+from scrapeq_operator.output_uploader import OutputUploader
 from scrapeq_operator.parser_coverage import named_parser, unknown_parser
 from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import OperatorRuntime
@@ -97,6 +101,8 @@ async def start_operator(
     )
     runtime.spawn("webhooks", delivery.run())
     runtime.spawn("retention", Retention(config, runtime).run())
+    if config.object_store_bucket is not None:
+        runtime.spawn("output", OutputUploader(config, runtime, OutputStore(config)).run())
     if config.autoscaler_enabled:
         runtime.spawn("autoscaler", Autoscaler(config, runtime).run())
     logger.info(
@@ -317,6 +323,20 @@ async def enqueue_scrapejob(
             database=runtime.connection,
             dependencies=dependencies,
         )
+        output = job_output(
+            spec,
+            settings.output_default,
+            store_prefix=settings.object_store_prefix,
+            namespace=namespace,
+            name=name,
+            uid=uid,
+        )
+        if output is not None and settings.object_store_bucket is None:
+            raise JobNotRunnableError(
+                "NoObjectStore",
+                "spec.output needs the operator's object store (SCRAPEQ_OBJECT_STORE_BUCKET, "
+                "chart value workers.objectStore.bucket)",
+            )
         sealed = await sealed_credentials(
             spec, namespace, urls, runtime.cluster.read_secret_data, settings.sealing_keys
         )
@@ -343,6 +363,15 @@ async def enqueue_scrapejob(
 
     try:
         async with runtime.connection() as connection:
+            if output is not None:
+                # Before the first row: every row of the job is then inserted undelivered.
+                await register_output(
+                    connection,
+                    owner_uid=uid,
+                    owner_namespace=namespace,
+                    owner_name=name,
+                    settings=output,
+                )
             inserted = await scrapeq_queue.enqueue_for_owner(
                 connection,
                 Owner(uid=uid, namespace=namespace, name=name),
@@ -496,6 +525,8 @@ async def cancel_scrapejob_rows(
     try:
         async with runtime.connection() as connection:
             cancelled = await scrapeq_queue.cancel_owner(connection, uid)
+            # Its output gets its last batch (the cancelled rows) and its manifest.
+            await mark_output_ended(connection, uid)
     except DatabaseUnavailable as error:
         forced = str(meta.get("annotations", {}).get(FORCE_DELETE_ANNOTATION, "")).lower()
         if forced == "true":

@@ -8,7 +8,7 @@ of the queue table (one URL to scrape), as in the worker's metrics; a ScrapeJob 
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -97,6 +97,35 @@ WEBHOOK_DELIVERIES_TOTAL = Counter(
     "scrapeq_operator_webhook_deliveries_total",
     "Webhook delivery attempts by outcome (delivered, retry, refused, dead).",
     ["outcome"],
+    registry=REGISTRY,
+)
+
+OUTPUT_BATCHES_TOTAL = Counter(
+    "scrapeq_operator_output_batches_total",
+    "Output batch uploads by outcome: uploaded (a batch's object is in the bucket and its rows "
+    "delivered) or failed (the store did not take it; the batch is tried again).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+OUTPUT_ROWS_DELIVERED_TOTAL = Counter(
+    "scrapeq_operator_output_rows_delivered_total",
+    "Finished rows put into an uploaded output batch (each row once).",
+    registry=REGISTRY,
+)
+OUTPUT_MANIFESTS_TOTAL = Counter(
+    "scrapeq_operator_output_manifests_total",
+    "Output manifests written (one per ScrapeJob with spec.output, after its last batch).",
+    registry=REGISTRY,
+)
+OUTPUT_FAILING = Gauge(
+    "scrapeq_operator_output_failing_outputs",
+    "ScrapeJob outputs whose last upload failed (the store unreachable or refusing).",
+    registry=REGISTRY,
+)
+OUTPUT_DELIVERY_LAG_SECONDS = Histogram(
+    "scrapeq_operator_output_delivery_lag_seconds",
+    "From a batch being cut to its object being in the bucket and its rows delivered.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
     registry=REGISTRY,
 )
 

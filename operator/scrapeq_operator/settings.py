@@ -9,10 +9,12 @@ declarations (`make generate`). Nothing else in the package reads the environmen
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from scrapeq_queue import options
 from scrapeq_queue.addresses import IPNetwork, parse_networks
@@ -39,6 +41,38 @@ PREFIX = "SCRAPEQ_OPERATOR_"
 def parse_sealing_keys(text: str) -> SealingKeys | None:
     """SCRAPEQ_SEALING_KEY: a key ring (SealingError, a ValueError, names what is wrong)."""
     return SealingKeys.from_text(text.strip()) if text.strip() else None
+
+
+def parse_bucket_name(text: str) -> str:
+    """An S3 bucket name: 3-63 letters, digits, '.' and '-'."""
+    bucket = text.strip()
+    if not (3 <= len(bucket) <= 63) or not all(c.isalnum() or c in ".-" for c in bucket):
+        raise ValueError(
+            f"must be an S3 bucket name (3-63 letters, digits, '.' and '-'), got {text!r}"
+        )
+    return bucket
+
+
+def parse_endpoint_url(text: str) -> str:
+    """An http:// or https:// URL with a host, without a trailing slash."""
+    url = text.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL with a host, got {text!r}")
+    return url
+
+
+def parse_output_default(text: str) -> dict[str, Any] | None:
+    """SCRAPEQ_OPERATOR_OUTPUT_DEFAULT: a JSON object with spec.output's fields (or empty)."""
+    if not text.strip():
+        return None
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError("must be a JSON object with spec.output's fields")
+    unknown = set(value) - {"format", "batchRows", "batchSeconds", "prefix", "changesOnly"}
+    if unknown:
+        raise ValueError(f"unknown spec.output fields: {', '.join(sorted(unknown))}")
+    return value
 
 
 def _env(name: str) -> str:
@@ -409,6 +443,77 @@ class OperatorSettings:
         env=_env("webhook_max_age_seconds"),
         parse=parse_positive_float,
         help="How long a webhook event is retried before it is given up (WebhookUndelivered).",
+    )
+    # Object-storage output (output_uploader.py, docs/operator.md "Output to object storage"):
+    # the same bucket settings as the workers' (and the same environment variables, so one
+    # chart value serves both). Credentials are never options: the S3 client reads
+    # AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (the chart fills them from the workers' Secret)
+    # and otherwise its default chain (a web identity token as IRSA mounts it, instance
+    # metadata). Without a bucket, ScrapeJobs with spec.output wait with Ready=False NoObjectStore.
+    object_store_bucket: str | None = option(
+        None,
+        env="SCRAPEQ_OBJECT_STORE_BUCKET",
+        parse=parse_bucket_name,
+        help="S3 bucket the output of ScrapeJobs with spec.output is written to (unset: none).",
+        shown_default="none",
+    )
+    object_store_endpoint: str | None = option(
+        None,
+        env="SCRAPEQ_OBJECT_STORE_ENDPOINT",
+        parse=parse_endpoint_url,
+        help="URL of an S3-compatible endpoint; unset: AWS S3 of the region.",
+        shown_default="none",
+    )
+    object_store_region: str | None = option(
+        None,
+        env="SCRAPEQ_OBJECT_STORE_REGION",
+        parse=str,
+        help="Region the object store signs requests for (unset: AWS_REGION, else us-east-1).",
+        shown_default="none",
+    )
+    # The workers' prefix too: one bucket holds artifacts and outputs under one folder.
+    object_store_prefix: str = option(
+        "scrapeq",
+        env="SCRAPEQ_OBJECT_STORE_PREFIX",
+        parse=lambda text: text.strip("/"),
+        help="Key prefix of every object; outputs go to <prefix>/<output prefix>/...",
+    )
+    object_store_path_style: bool = option(
+        False,
+        env="SCRAPEQ_OBJECT_STORE_PATH_STYLE",
+        parse=parse_bool,
+        help="Address the bucket as ENDPOINT/BUCKET/KEY instead of BUCKET.ENDPOINT/KEY.",
+    )
+    # How often the uploader looks at outputs: with a job's batchSeconds, the longest a
+    # finished row waits before its batch is cut.
+    output_poll_seconds: float = option(
+        1.0,
+        env=_env("output_poll_seconds"),
+        parse=parse_positive_float,
+        help="How often the output uploader looks for rows to put into batches.",
+    )
+    # A store that fails is tried again after this, doubling up to the maximum: an outage of
+    # minutes is caught up within a minute of its end.
+    output_retry_base_seconds: float = option(
+        2.0,
+        env=_env("output_retry_base_seconds"),
+        parse=parse_positive_float,
+        help="Delay before an output's upload is tried again after a failure (doubling).",
+    )
+    output_retry_max_seconds: float = option(
+        60.0,
+        env=_env("output_retry_max_seconds"),
+        parse=parse_positive_float,
+        help="Longest delay between two tries of an output's upload.",
+    )
+    # The pool's default spec.output (chart: operator.outputDefault), as JSON: a ScrapeJob
+    # without spec.output gets this one; spec.output fields win, `enabled: false` opts out.
+    output_default: dict[str, Any] | None = option(  # noqa: RUF009 - a field declaration, not a shared default
+        None,
+        env=_env("output_default"),
+        parse=parse_output_default,
+        help="JSON object: the spec.output of ScrapeJobs that have none (unset: no default).",
+        shown_default="none",
     )
     # The key ring that seals spec.credentials into rows, shared with the workers; without it
     # ScrapeJobs with credentials wait with Ready=False NoSealingKey.

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import scrapeq_queue
 from scrapeq_queue import DatabaseUnavailable, WebhookEventType, inspection, notifications
+from scrapeq_queue.output_batches import mark_output_ended
 
 from scrapeq_operator import metrics
 from scrapeq_operator.cluster import ObjectRef, is_conflict, is_not_found
@@ -335,6 +336,7 @@ class StatusSync:
                     # Before the status shows the phase: once it does, the sync never looks
                     # at the job again, so an event not recorded by then would be lost.
                     await self._record_webhook_events(ref, wanted["phase"], counts)
+                    await self._end_output(ref, wanted["phase"])
                     await self.runtime.cluster.patch_scrapejob_status(
                         ref.namespace,
                         ref.name,
@@ -379,6 +381,15 @@ class StatusSync:
 
         results = await asyncio.gather(*(patch_one(ref) for ref in refs))
         return sum(results)
+
+    async def _end_output(self, ref: JobRef, phase: str) -> None:
+        """Mark the job's output ended when the job just reached a terminal phase (a job
+        without one is left alone): its uploader writes the last batch and the manifest. Like
+        the webhook events, before the status shows the phase."""
+        if phase == ref.phase or not Phase(phase).terminal:
+            return
+        async with self.runtime.connection() as connection:
+            await mark_output_ended(connection, ref.uid)
 
     async def _record_webhook_events(self, ref: JobRef, phase: str, counts: Any) -> None:
         """Put the event of `phase` in the outbox for each webhook that asked for it, when the
