@@ -976,6 +976,33 @@ def _keep_problems(payload: Mapping[str, Any]) -> list[str]:
 
 
 # option name -> validator returning the problems with its value.
+# What a source row's URL is (payload `source`, docs/queue.md "Source rows"): a sitemap (or a
+# sitemap index), or a site's robots.txt whose `Sitemap:` lines name its sitemaps.
+SOURCE_KINDS: Final = ("sitemap", "robots")
+SOURCE_KEYS: Final = frozenset({"kind", "lastmodAfter"})
+# An RFC 3339 date-time with a zone (the CRD's `date-time` format), or a W3C date.
+_SOURCE_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:[Zz]|[+-]\d{2}:\d{2}))?"
+)
+
+
+def _check_source(value: object) -> list[str]:
+    if not isinstance(value, Mapping):
+        return ["source must be an object with kind (" + ", ".join(SOURCE_KINDS) + ")"]
+    problems: list[str] = []
+    unknown = sorted(str(key) for key in set(value) - SOURCE_KEYS)
+    if unknown:
+        problems.append(f"source has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    if value.get("kind") not in SOURCE_KINDS:
+        problems.append("source.kind must be one of " + ", ".join(SOURCE_KINDS))
+    after = value.get("lastmodAfter")
+    if after is not None and not (isinstance(after, str) and _SOURCE_TIME.fullmatch(after)):
+        problems.append(
+            "source.lastmodAfter must be an RFC 3339 date-time, e.g. 2026-01-31T00:00:00Z"
+        )
+    return problems
+
+
 PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "render": _check_render,
     "waitFor": _check_selector("waitFor"),
@@ -1000,6 +1027,7 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "session": lambda value: [],
     # Its render condition is checked with the payload around it (_keep_problems).
     "keep": lambda value: check_artifact_kinds("keep", value),
+    "source": _check_source,
 }
 
 
