@@ -56,6 +56,8 @@ class SitemapEntry:
     url: str
     is_sitemap: bool
     lastmod: datetime | None = None
+    # The entry's place in its document (1 for the first entry, skipped ones counted).
+    position: int = 0
 
 
 def parse_lastmod(text: str) -> datetime | None:
@@ -95,13 +97,23 @@ class SitemapReader:
 
     `robots`: the document is a robots.txt, whose `Sitemap:` lines are its entries (as
     sitemaps). `lastmod_after`: entries whose `lastmod` is at or before it are skipped (entries
-    without one are kept: nothing says they did not change). Raises PermanentFailure (reason
-    invalid_sitemap) for what is not a sitemap.
+    without one are kept: nothing says they did not change). `start_after`: the first entries
+    of the document already handled by an earlier attempt, counted in `entries` but neither
+    returned nor counted as skipped. Raises PermanentFailure (reason invalid_sitemap) for what
+    is not a sitemap.
     """
 
-    def __init__(self, *, robots: bool = False, lastmod_after: datetime | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        robots: bool = False,
+        lastmod_after: datetime | None = None,
+        start_after: int = 0,
+    ) -> None:
         self.kind: DocumentKind | None = "robots" if robots else None
         self.lastmod_after = lastmod_after
+        self.start_after = start_after
+        # Entries read (in document order, skipped ones included) and entries left out.
         self.entries = 0
         self.skipped = 0
         self.truncated = False
@@ -209,6 +221,12 @@ class SitemapReader:
             line = raw.strip()
             if not line or line.startswith(b"#"):
                 continue
+            if self.kind == "text" and self.entries == 0 and _usable_url(line.decode()) is None:
+                raise PermanentFailure(
+                    "not a sitemap: the document is neither XML nor a list of URLs (its first "
+                    f"line is {line[:60].decode('utf-8', 'replace')!r})",
+                    reason=INVALID_REASON,
+                )
             entry = self._entry(line.decode("utf-8", "replace"), self.kind == "robots", None)
             if entry is not None:
                 yield entry
@@ -291,8 +309,8 @@ class SitemapReader:
             elif name == "lastmod":
                 lastmod = parse_lastmod(child.text or "")
         if is_sitemap != (self.kind == "sitemapindex"):
-            self.skipped += 1  # a <url> in an index or a <sitemap> in a urlset
-            return None
+            # A <url> in an index or a <sitemap> in a urlset: read as what the root says.
+            is_sitemap = self.kind == "sitemapindex"
         return self._entry(loc, is_sitemap, lastmod)
 
     def _entry(self, text: str, is_sitemap: bool, lastmod: datetime | None) -> SitemapEntry | None:
@@ -301,6 +319,8 @@ class SitemapReader:
             self._done = True
             return None
         self.entries += 1
+        if self.entries <= self.start_after:
+            return None
         url = _usable_url(text)
         if url is None:
             self.skipped += 1
@@ -308,4 +328,4 @@ class SitemapReader:
         if self.lastmod_after is not None and lastmod is not None and lastmod <= self.lastmod_after:
             self.skipped += 1
             return None
-        return SitemapEntry(url=url, is_sitemap=is_sitemap, lastmod=lastmod)
+        return SitemapEntry(url, is_sitemap, lastmod, position=self.entries)

@@ -62,6 +62,7 @@ from .rescuer import Rescuer
 from .robots import MAX_ROBOTS_BYTES, ROBOTS_TIMEOUT_SECONDS, RobotsRules, respects_robots
 from .scraper import Scraper, ScrapeResult
 from .settings import WorkerSettings
+from .url_sources import SourceExpansion, is_source_row
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +189,8 @@ class Worker:
             stopping=self._stopping,
             reconnect_delay=reconnect_delay,
         )
+        # Source rows (a sitemap, a robots.txt) stream through the plain-HTTP engine into rows.
+        self.sources = SourceExpansion(self.http, self.gateway)
         self.outcomes = OutcomeReporter(
             self.gateway,
             self.metrics,
@@ -415,7 +418,10 @@ class Worker:
                         default_block_markers=self.settings.block_markers,
                     )
                     await self._obey_robots_txt(job, options)
-                    scraped = await self._scrape(job, options)
+                    if is_source_row(job.payload):
+                        scraped = await self.sources.expand(job, options)
+                    else:
+                        scraped = await self._scrape(job, options)
                 except WorkerError as error:
                     failure = error
                 except asyncio.CancelledError:

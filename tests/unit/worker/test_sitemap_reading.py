@@ -50,8 +50,8 @@ def test_a_urlset_yields_its_pages_with_their_lastmod() -> None:
         urlset(url("https://shop.test/a", "2026-03-01"), url("https://shop.test/b"))
     )
     assert found == [
-        SitemapEntry("https://shop.test/a", False, datetime(2026, 3, 1, tzinfo=UTC)),
-        SitemapEntry("https://shop.test/b", False),
+        SitemapEntry("https://shop.test/a", False, datetime(2026, 3, 1, tzinfo=UTC), position=1),
+        SitemapEntry("https://shop.test/b", False, position=2),
     ]
     assert reader.kind == "urlset"
     assert (reader.entries, reader.skipped, reader.truncated) == (2, 0, False)
@@ -91,7 +91,7 @@ def test_entries_modified_at_or_before_lastmod_after_are_skipped_and_undated_one
 
 
 def test_a_plain_text_sitemap_and_robots_txt_sitemap_lines_are_read() -> None:
-    _, pages = read(b"https://shop.test/a\n\n# a comment\nnot a url\nhttps://shop.test/b")
+    _, pages = read(b"# a comment\nhttps://shop.test/a\n\nnot a url\nhttps://shop.test/b")
     assert [entry.url for entry in pages] == ["https://shop.test/a", "https://shop.test/b"]
     robots = b"User-agent: *\nDisallow: /cart\nSitemap: https://shop.test/s.xml\nsitemap:https://shop.test/t.xml\r\n"
     _, sitemaps = read(robots, robots=True)
@@ -139,6 +139,7 @@ def test_a_sitemap_over_the_protocols_entry_bound_is_cut_there() -> None:
         (b"\x1f\x8b\x08\x00garbage that is not deflate", "not a valid gzip archive"),
         (gzip.compress(urlset(url("https://shop.test/a")))[:-12], "cut short"),
         (b"", "empty"),
+        (b"Hello, this is not a sitemap\nhttps://shop.test/a", "neither XML nor a list of URLs"),
     ],
 )
 def test_a_document_that_is_not_a_sitemap_is_refused_with_its_reason(
@@ -172,6 +173,14 @@ def test_a_gzip_bomb_is_read_only_up_to_the_protocols_size_bound() -> None:
     assert reader.bytes_read == MAX_DOCUMENT_BYTES
     # Never the whole bomb in memory (ru_maxrss is in KiB).
     assert peak_after - peak_before < 100 * 1024
+
+
+def test_a_reader_that_resumes_skips_the_entries_already_handled_without_counting_them() -> None:
+    document = urlset(*(url(f"https://shop.test/{n}") for n in range(10)))
+    reader, found = read(document, start_after=6)
+    assert [entry.url for entry in found] == [f"https://shop.test/{n}" for n in range(6, 10)]
+    assert [entry.position for entry in found] == [7, 8, 9, 10]
+    assert (reader.entries, reader.skipped) == (10, 0)
 
 
 def test_lastmod_accepts_w3c_dates_and_date_times_and_refuses_the_rest() -> None:
