@@ -1057,11 +1057,15 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
         if size > MAX_PAYLOAD_BYTES:
             return [_size_problem(size)]
     problems: list[str] = []
+    # The known options are listed once: a payload of many unknown names gets a message that
+    # stays short as the vocabulary grows.
+    listed = False
     for name, value in payload.items():
         check = PAYLOAD_OPTIONS.get(name)
         if check is None:
-            known = ", ".join(PAYLOAD_OPTIONS)
-            problems.append(f"unknown payload option {_quoted(name)} (known options: {known})")
+            known = "" if listed else f" (known options: {', '.join(PAYLOAD_OPTIONS)})"
+            listed = True
+            problems.append(f"unknown payload option {_quoted(name)}{known}")
             continue
         problems.extend(check(value))
     if "steps" in payload:
