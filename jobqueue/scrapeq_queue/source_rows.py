@@ -18,7 +18,7 @@ import psycopg
 
 from scrapeq_queue import statements
 from scrapeq_queue.errors import translate_database_errors
-from scrapeq_queue.hosts import host_key_of
+from scrapeq_queue.hosts import host_key_of, host_name_of
 from scrapeq_queue.rows import ClaimedJob
 from scrapeq_queue.urls import normalise_url
 
@@ -110,7 +110,7 @@ async def enqueue_expanded(
         "urls": [entry.url for entry in entries],
         "is_source": [entry.is_sitemap for entry in entries],
         "dedup_keys": [dedup_key_of(entry) for entry in entries],
-        "host_keys": [host_key_of(entry.url) for entry in entries],
+        "host_keys": _host_keys(entries),
         "entries": entries_done,
         "skipped": skipped,
     }
@@ -121,3 +121,17 @@ async def enqueue_expanded(
     if row is None:
         return None
     return ExpandedBatch(pages=int(row[0]), sitemaps=int(row[1]))
+
+
+def _host_keys(entries: Sequence[ExpandedEntry]) -> list[str]:
+    """Each entry's host key; the registrable domain is looked up once per host (a sitemap's
+    URLs are mostly of one host, and the look-up costs more than the rest of a row)."""
+    by_host: dict[str, str] = {}
+    keys: list[str] = []
+    for entry in entries:
+        host = host_name_of(entry.url)
+        key = by_host.get(host)
+        if key is None:
+            key = by_host[host] = host_key_of(entry.url)
+        keys.append(key)
+    return keys

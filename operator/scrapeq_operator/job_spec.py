@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 from scrapeq_queue import RowOptions
 from scrapeq_queue.payload import DECLARATIVE_PARSER
+from scrapeq_queue.source_rows import SITEMAP_KEY_PREFIX
+from scrapeq_queue.urls import normalise_url
 
 from scrapeq_operator.errors import JobNotRunnableError
 
@@ -62,9 +64,41 @@ class ScrapeJobField:
     field: str
 
 
-def url_source(spec: Mapping[str, Any]) -> list[str] | ConfigMapKey | ScrapeJobField:
-    """The job's URLs as given inline, or where they are kept (a ConfigMap key, or a field of
-    another ScrapeJob's results)."""
+@dataclass(frozen=True)
+class SitemapSource:
+    """A urlsFrom job's sitemap (or site's robots.txt): one source row that workers expand
+    into the job's rows (docs/scrapejob.md, "Sitemaps")."""
+
+    url: str
+    kind: str  # "sitemap" or "robots" (scrapeq_queue.payload.SOURCE_KINDS)
+    lastmod_after: str | None = None
+
+    @property
+    def dedup_key(self) -> str:
+        """The source row's key per owner: the one a sitemap row of an index gets."""
+        return SITEMAP_KEY_PREFIX + normalise_url(self.url)
+
+    def payload(self) -> dict[str, Any]:
+        """The row payload's `source` option."""
+        source: dict[str, Any] = {"kind": self.kind}
+        if self.lastmod_after is not None:
+            source["lastmodAfter"] = self.lastmod_after
+        return source
+
+
+def robots_txt_url(site: str) -> str:
+    """The robots.txt of the site of `site` (a URL of the site, or of its robots.txt)."""
+    parts = urlsplit(site)
+    if parts.path.endswith("/robots.txt"):
+        return site
+    return f"{parts.scheme}://{parts.netloc}/robots.txt"
+
+
+def url_source(
+    spec: Mapping[str, Any],
+) -> list[str] | ConfigMapKey | ScrapeJobField | SitemapSource:
+    """The job's URLs as given inline, or where they are kept (a ConfigMap key, a field of
+    another ScrapeJob's results, a sitemap or a site's robots.txt)."""
     if spec.get("url"):
         return [str(spec["url"])]
     if spec.get("urls"):
@@ -74,6 +108,12 @@ def url_source(spec: Mapping[str, Any]) -> list[str] | ConfigMapKey | ScrapeJobF
         return ScrapeJobField(
             name=str(urls_from["scrapeJob"]), field=str(urls_from.get("field") or "links")
         )
+    lastmod_after = urls_from.get("lastmodAfter")
+    lastmod_after = str(lastmod_after) if lastmod_after else None
+    if urls_from.get("sitemap"):
+        return SitemapSource(str(urls_from["sitemap"]), "sitemap", lastmod_after)
+    if urls_from.get("robots"):
+        return SitemapSource(robots_txt_url(str(urls_from["robots"])), "robots", lastmod_after)
     source = urls_from.get("configMapKeyRef") or {}
     if source.get("name") and source.get("key"):
         return ConfigMapKey(name=str(source["name"]), key=str(source["key"]))

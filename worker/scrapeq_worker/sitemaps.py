@@ -124,6 +124,9 @@ class SitemapReader:
         self._text_tail = b""
         self._parser: etree.XMLPullParser | None = None
         self._done = False
+        # Element tags seen, by their local name (a tag repeats on every entry).
+        self._names: dict[str, str] = {}
+        self._root_name: str | None = None
 
     @property
     def done(self) -> bool:
@@ -245,7 +248,7 @@ class SitemapReader:
         self._carried = scanned[-_CARRIED_BYTES:]
         if self._parser is None:
             self._parser = etree.XMLPullParser(
-                events=("start", "end"),
+                events=("end",),
                 resolve_entities=False,
                 load_dtd=False,
                 no_network=True,
@@ -264,21 +267,27 @@ class SitemapReader:
     def _events(self) -> list[SitemapEntry]:
         assert self._parser is not None
         found: list[SitemapEntry] = []
-        for event, element in self._parser.read_events():
+        for _, element in self._parser.read_events():
             if self._done:
                 break
-            name = etree.QName(element).localname if isinstance(element.tag, str) else ""
-            if event == "start":
-                if element.getparent() is None:
-                    self._root(name)
+            tag = element.tag
+            if not isinstance(tag, str):
                 continue
+            name = self._names.get(tag)
+            if name is None:
+                name = self._names[tag] = etree.QName(tag).localname
+            if self._root_name is None:
+                root = element.getroottree().getroot()
+                self._root_name = etree.QName(root).localname
+                self._root(self._root_name)
+            if name != "url" and name != "sitemap":
+                continue  # an entry's child (read with its entry), or the root
             parent = element.getparent()
             if parent is None or parent.getparent() is not None:
-                continue  # the root itself, or a child of an entry (read with its entry)
-            if name in ("url", "sitemap"):
-                entry = self._xml_entry(element, is_sitemap=name == "sitemap")
-                if entry is not None:
-                    found.append(entry)
+                continue  # a <url> nested deeper than an entry
+            entry = self._xml_entry(element, is_sitemap=name == "sitemap")
+            if entry is not None:
+                found.append(entry)
             # Drop what was read: the tree never holds more than the entry being read.
             element.clear()
             while element.getprevious() is not None:
@@ -301,12 +310,16 @@ class SitemapReader:
         loc = ""
         lastmod: datetime | None = None
         for child in element:
-            if not isinstance(child.tag, str):
+            tag = child.tag
+            if not isinstance(tag, str):
                 continue
-            name = etree.QName(child).localname
+            name = self._names.get(tag)
+            if name is None:
+                name = self._names[tag] = etree.QName(tag).localname
             if name == "loc":
                 loc = child.text or ""
-            elif name == "lastmod":
+            elif name == "lastmod" and self.lastmod_after is not None:
+                # Read only where it decides something.
                 lastmod = parse_lastmod(child.text or "")
         if is_sitemap != (self.kind == "sitemapindex"):
             # A <url> in an index or a <sitemap> in a urlset: read as what the root says.

@@ -46,8 +46,10 @@ def read(
 
 
 def test_a_urlset_yields_its_pages_with_their_lastmod() -> None:
+    # lastmod is read where a filter needs it.
     reader, found = read(
-        urlset(url("https://shop.test/a", "2026-03-01"), url("https://shop.test/b"))
+        urlset(url("https://shop.test/a", "2026-03-01"), url("https://shop.test/b")),
+        lastmod_after=datetime(2000, 1, 1, tzinfo=UTC),
     )
     assert found == [
         SitemapEntry("https://shop.test/a", False, datetime(2026, 3, 1, tzinfo=UTC), position=1),
