@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -281,3 +282,76 @@ async def test_deleting_the_job_mid_expansion_stops_it_and_leaves_no_live_rows(
     statuses = [status for _, _, status, _, _ in await owner_rows(connection)]
     assert len(statuses) == 1001
     assert set(statuses) == {"cancelled"}
+
+
+class CountingRows:
+    """A queue that counts what it is given and keeps nothing: the expansion's own memory."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.peak_rss_kib = 0
+
+    async def source_progress(self, job: queue.ClaimedJob) -> SourceProgress | None:
+        return SourceProgress()
+
+    async def enqueue_expanded(
+        self,
+        job: queue.ClaimedJob,
+        entries: Sequence[ExpandedEntry],
+        *,
+        entries_done: int,
+        skipped: int,
+    ) -> ExpandedBatch | None:
+        self.rows += len(entries)
+        self.peak_rss_kib = max(self.peak_rss_kib, current_rss_kib())
+        return ExpandedBatch(pages=len(entries), sitemaps=0)
+
+
+def current_rss_kib() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def source_job(url: str, job_id: int) -> queue.ClaimedJob:
+    now = datetime.now(UTC)
+    return queue.ClaimedJob(
+        id=job_id,
+        attempt=1,
+        url=url,
+        parser_type="default",
+        payload={**PAGE_OPTIONS, "source": {"kind": "sitemap"}},
+        queue="default",
+        priority=0,
+        retry_count=0,
+        max_retries=3,
+        depth=0,
+        parent_id=None,
+        owner_uid=OWNER.uid,
+        owner_namespace=OWNER.namespace,
+        owner_name=OWNER.name,
+        run_at=now,
+        claimed_at=now,
+        lease_expires_at=now,
+    )
+
+
+@pytest.mark.timeout(600)
+async def test_sitemaps_of_the_protocols_largest_size_stream_with_bounded_memory(
+    sitemap_site: SitemapSite, engine: HttpEngine
+) -> None:
+    # Ten sitemaps of 50,000 URLs (4.6 MB each as XML; every other one gzip-compressed), read
+    # one after the other as a worker reads an index's: memory stays near one batch.
+    sitemaps, urls = 10, 50_000
+    rows = CountingRows()
+    baseline = current_rss_kib()
+    for number in range(sitemaps):
+        job = source_job(f"{sitemap_site.base}/sitemaps/{number}.xml?m={urls}", number + 1)
+        scraped = await SourceExpansion(engine, rows).expand(job, options())
+        assert scraped.result["source"]["entries"] == urls
+    assert rows.rows == sitemaps * urls
+    grown_mib = (rows.peak_rss_kib - baseline) / 1024
+    print(f"RSS: baseline {baseline / 1024:.0f} MiB, peak growth {grown_mib:.1f} MiB")
+    assert grown_mib < 40
