@@ -191,6 +191,11 @@ class SitemapReader:
         found += self._events()
         return found
 
+    def release(self) -> None:
+        """Drop the parser and what it holds (call it in the thread that fed the reader)."""
+        self._parser = None
+        self._done = True
+
     def _read(self, data: bytes) -> list[SitemapEntry]:
         if not data:
             return []

@@ -12,6 +12,7 @@ ScrapeJob was deleted, or rescued by another worker) stops the expansion at once
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -88,9 +89,30 @@ class SourceExpansion:
         )
         batches = _Batches(job, self._rows, reader, self._batch_entries)
         timeout = options.timeout_seconds * SOURCE_TIMEOUT_FACTOR
+        # One thread for the reader, for the whole document: an lxml parser must only be used
+        # in the thread that created it (its names live in a per-thread dictionary).
+        parsing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sitemap-reader")
+        try:
+            return await self._expand(job, options, reader, batches, progress, timeout, parsing)
+        finally:
+            # The parser is freed in its own thread too, after whatever chunk it still reads.
+            parsing.submit(reader.release)
+            parsing.shutdown(wait=False)
+
+    async def _expand(
+        self,
+        job: ClaimedJob,
+        options: JobOptions,
+        reader: SitemapReader,
+        batches: _Batches,
+        progress: SourceProgress,
+        stream_seconds: float,
+        parsing: concurrent.futures.ThreadPoolExecutor,
+    ) -> ScrapeResult:
+        loop = asyncio.get_running_loop()
         async with self._http.stream(
             job.url,
-            timeout_seconds=timeout,
+            timeout_seconds=stream_seconds,
             upstream_proxies=options.upstream_proxies,
             accept=SITEMAP_ACCEPT,
         ) as response:
@@ -99,10 +121,10 @@ class SourceExpansion:
             try:
                 async for chunk in response.chunks:
                     # Parsing is CPU work: off the event loop, a chunk at a time.
-                    await batches.add(await asyncio.to_thread(reader.feed, chunk))
+                    await batches.add(await loop.run_in_executor(parsing, reader.feed, chunk))
                     if reader.done:
                         break
-                await batches.add(await asyncio.to_thread(reader.finish))
+                await batches.add(await loop.run_in_executor(parsing, reader.finish))
             except PermanentFailure as error:
                 raise PermanentFailure(
                     f"{error.message} (from {response.url}, Content-Type {content_type[:100]})",
