@@ -977,9 +977,13 @@ def _keep_problems(payload: Mapping[str, Any]) -> list[str]:
 
 # option name -> validator returning the problems with its value.
 # What a source row's URL is (payload `source`, docs/queue.md "Source rows"): a sitemap (or a
-# sitemap index), or a site's robots.txt whose `Sitemap:` lines name its sitemaps.
-SOURCE_KINDS: Final = ("sitemap", "robots")
-SOURCE_KEYS: Final = frozenset({"kind", "lastmodAfter"})
+# sitemap index), a site's robots.txt whose `Sitemap:` lines name its sitemaps, or a URL list
+# in the worker pool's object store (`key`, `format`; the row's URL is OBJECT_SOURCE_URL + key).
+SOURCE_KINDS: Final = ("sitemap", "robots", "object")
+SOURCE_KEYS: Final = frozenset({"kind", "lastmodAfter", "key", "format"})
+OBJECT_LIST_FORMATS: Final = ("lines", "jsonl")
+OBJECT_SOURCE_URL: Final = "object://source/"
+MAX_OBJECT_KEY_CHARS: Final = 1024
 # An RFC 3339 date-time with a zone (the CRD's `date-time` format), or a W3C date.
 _SOURCE_TIME = re.compile(
     r"\d{4}-\d{2}-\d{2}(?:[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:[Zz]|[+-]\d{2}:\d{2}))?"
@@ -995,6 +999,16 @@ def _check_source(value: object) -> list[str]:
         problems.append(f"source has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
     if value.get("kind") not in SOURCE_KINDS:
         problems.append("source.kind must be one of " + ", ".join(SOURCE_KINDS))
+    if value.get("kind") == "object":
+        key = value.get("key")
+        if not (isinstance(key, str) and 0 < len(key) <= MAX_OBJECT_KEY_CHARS):
+            problems.append(
+                f"source.key must be an object key of 1-{MAX_OBJECT_KEY_CHARS} characters"
+            )
+        if value.get("format", "lines") not in OBJECT_LIST_FORMATS:
+            problems.append("source.format must be one of " + ", ".join(OBJECT_LIST_FORMATS))
+    elif "key" in value or "format" in value:
+        problems.append("source.key and source.format go with kind object")
     after = value.get("lastmodAfter")
     if after is not None and not (isinstance(after, str) and _SOURCE_TIME.fullmatch(after)):
         problems.append(

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapeq_queue import RowOptions
-from scrapeq_queue.payload import DECLARATIVE_PARSER
+from scrapeq_queue.payload import DECLARATIVE_PARSER, OBJECT_SOURCE_URL
 from scrapeq_queue.source_rows import SITEMAP_KEY_PREFIX
 from scrapeq_queue.urls import normalise_url
 
@@ -70,8 +70,11 @@ class SitemapSource:
     into the job's rows (docs/scrapejob.md, "Sitemaps")."""
 
     url: str
-    kind: str  # "sitemap" or "robots" (scrapeq_queue.payload.SOURCE_KINDS)
+    kind: str  # "sitemap", "robots" or "object" (scrapeq_queue.payload.SOURCE_KINDS)
     lastmod_after: str | None = None
+    # A URL list in the worker pool's object store (kind object): its key and format.
+    key: str | None = None
+    list_format: str | None = None
 
     @property
     def dedup_key(self) -> str:
@@ -81,6 +84,9 @@ class SitemapSource:
     def payload(self) -> dict[str, Any]:
         """The row payload's `source` option."""
         source: dict[str, Any] = {"kind": self.kind}
+        if self.key is not None:
+            source["key"] = self.key
+            source["format"] = self.list_format or "lines"
         if self.lastmod_after is not None:
             source["lastmodAfter"] = self.lastmod_after
         return source
@@ -114,6 +120,15 @@ def url_source(
         return SitemapSource(str(urls_from["sitemap"]), "sitemap", lastmod_after)
     if urls_from.get("robots"):
         return SitemapSource(robots_txt_url(str(urls_from["robots"])), "robots", lastmod_after)
+    listed = urls_from.get("object") or {}
+    if listed.get("key"):
+        key = str(listed["key"])
+        return SitemapSource(
+            OBJECT_SOURCE_URL + key,
+            "object",
+            key=key,
+            list_format=str(listed.get("format") or "lines"),
+        )
     source = urls_from.get("configMapKeyRef") or {}
     if source.get("name") and source.get("key"):
         return ConfigMapKey(name=str(source["name"]), key=str(source["key"]))

@@ -16,6 +16,7 @@ reader stops and says `truncated`: the entries before the bound stand.
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Iterator
@@ -33,6 +34,8 @@ MAX_ENTRIES: Final = 50_000
 MAX_DOCUMENT_BYTES: Final = 50 * 1024 * 1024
 # The protocol's bound on a URL's length.
 MAX_URL_CHARS: Final = 2048
+# A line of a URL list longer than this is no URL (nor a JSON Lines entry worth reading).
+_MAX_LINE_BYTES: Final = 64 * 1024
 # A robots.txt is read up to this size (Google reads 500 KiB of it).
 MAX_ROBOTS_BYTES: Final = 500 * 1024
 GZIP_MAGIC: Final = b"\x1f\x8b"
@@ -45,7 +48,9 @@ _CARRIED_BYTES: Final = max(len(markup) for markup in _FORBIDDEN_MARKUP) - 1
 _SITEMAP_LINE: Final = re.compile(rb"^\s*sitemap\s*:\s*(\S+)\s*$", re.IGNORECASE)
 _W3C_DATE: Final = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 
-DocumentKind = Literal["urlset", "sitemapindex", "text", "robots"]
+DocumentKind = Literal["urlset", "sitemapindex", "text", "robots", "lines", "jsonl"]
+# A URL list of the object store: one URL per line, or JSON Lines (a string, or {"url": ...}).
+ListFormat = Literal["lines", "jsonl"]
 INVALID_REASON: Final = "invalid_sitemap"
 
 
@@ -79,6 +84,17 @@ def parse_lastmod(text: str) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
+def _json_line_url(line: bytes) -> bytes:
+    """The URL of a JSON Lines entry (a string, or an object's "url"); b"" when it has none."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return b""
+    if isinstance(value, dict):
+        value = value.get("url")
+    return value.encode() if isinstance(value, str) else b""
+
+
 def _usable_url(text: str) -> str | None:
     url = text.strip()
     if not url or len(url) > MAX_URL_CHARS:
@@ -96,8 +112,10 @@ class SitemapReader:
     """Turns the chunks of one document into entries; feed() each chunk, then finish().
 
     `robots`: the document is a robots.txt, whose `Sitemap:` lines are its entries (as
-    sitemaps). `lastmod_after`: entries whose `lastmod` is at or before it are skipped (entries
-    without one are kept: nothing says they did not change). `start_after`: the first entries
+    sitemaps). `url_list`: the document is a URL list of that format (lines, jsonl), read
+    whole whatever its size; lines that are not URLs are skipped and counted. `lastmod_after`:
+    entries whose `lastmod` is at or before it are skipped (entries without one are kept:
+    nothing says they did not change). `start_after`: the first entries
     of the document already handled by an earlier attempt, counted in `entries` but neither
     returned nor counted as skipped. Raises PermanentFailure (reason invalid_sitemap) for what
     is not a sitemap.
@@ -107,10 +125,13 @@ class SitemapReader:
         self,
         *,
         robots: bool = False,
+        url_list: ListFormat | None = None,
         lastmod_after: datetime | None = None,
         start_after: int = 0,
     ) -> None:
-        self.kind: DocumentKind | None = "robots" if robots else None
+        self.kind: DocumentKind | None = "robots" if robots else url_list
+        # A URL list is no sitemap: neither the protocol's bounds nor its first-line rule apply.
+        self.bounded = url_list is None
         self.lastmod_after = lastmod_after
         self.start_after = start_after
         # Entries read (in document order, skipped ones included) and entries left out.
@@ -126,6 +147,8 @@ class SitemapReader:
         self._done = False
         # Element tags seen, by their local name (a tag repeats on every entry).
         self._names: dict[str, str] = {}
+        # The line being read is too long for a URL: the rest of it is dropped.
+        self._overlong = False
         self._root_name: str | None = None
 
     @property
@@ -177,7 +200,7 @@ class SitemapReader:
         if self._done:
             return found
         self._done = True
-        if self.kind in ("text", "robots"):
+        if self.kind in ("text", "robots", "lines", "jsonl"):
             found += list(self._lines(self._text_tail, final=True))
             return found
         if self._parser is None:
@@ -200,7 +223,7 @@ class SitemapReader:
         if not data:
             return []
         limit = MAX_ROBOTS_BYTES if self.kind == "robots" else MAX_DOCUMENT_BYTES
-        if self.bytes_read + len(data) > limit:
+        if self.bounded and self.bytes_read + len(data) > limit:
             data = data[: max(0, limit - self.bytes_read)]
             self.truncated = True
         self.bytes_read += len(data)
@@ -209,7 +232,7 @@ class SitemapReader:
             if not start:
                 return []
             self.kind = "urlset" if start == b"<" or data.startswith(b"\xef\xbb\xbf") else "text"
-        if self.kind in ("text", "robots"):
+        if self.kind in ("text", "robots", "lines", "jsonl"):
             found = list(self._lines(self._text_tail + data, final=False))
         else:
             found = self._xml(data)
@@ -218,8 +241,20 @@ class SitemapReader:
         return found
 
     def _lines(self, data: bytes, *, final: bool) -> Iterator[SitemapEntry]:
+        if self._overlong:
+            # The rest of a line too long to be a URL: dropped up to its end.
+            end = data.find(b"\n")
+            if end < 0:
+                return
+            data = data[end + 1 :]
+            self._overlong = False
         lines = data.split(b"\n")
         self._text_tail = b"" if final else lines.pop()
+        if len(self._text_tail) > _MAX_LINE_BYTES:
+            self._text_tail = b""
+            self._overlong = True
+            self.entries += 1
+            self.skipped += 1
         for raw in lines:
             if self.kind == "robots":
                 matched = _SITEMAP_LINE.match(raw)
@@ -229,7 +264,10 @@ class SitemapReader:
             line = raw.strip()
             if not line or line.startswith(b"#"):
                 continue
-            if self.kind == "text" and self.entries == 0 and _usable_url(line.decode()) is None:
+            if self.kind == "jsonl":
+                line = _json_line_url(line)
+            first = line.decode("utf-8", "replace")
+            if self.kind == "text" and self.entries == 0 and _usable_url(first) is None:
                 raise PermanentFailure(
                     "not a sitemap: the document is neither XML nor a list of URLs (its first "
                     f"line is {line[:60].decode('utf-8', 'replace')!r})",
@@ -332,7 +370,7 @@ class SitemapReader:
         return self._entry(loc, is_sitemap, lastmod)
 
     def _entry(self, text: str, is_sitemap: bool, lastmod: datetime | None) -> SitemapEntry | None:
-        if self.entries >= MAX_ENTRIES:
+        if self.bounded and self.entries >= MAX_ENTRIES:
             self.truncated = True
             self._done = True
             return None

@@ -25,8 +25,9 @@ from .errors import PermanentFailure, RetryLater
 from .http_engine import HttpEngine
 from .http_status import check_status
 from .job_options import JobOptions
+from .object_store import ObjectStore
 from .scraper import ScrapeResult
-from .sitemaps import SitemapEntry, SitemapReader, parse_lastmod
+from .sitemaps import ListFormat, SitemapEntry, SitemapReader, parse_lastmod
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +36,8 @@ BATCH_ENTRIES: Final = 5_000
 # A source document may take this many times a page's timeout to stream (a 50 MB sitemap on
 # a slow site, and its batches): 30 s pages give sources 10 minutes.
 SOURCE_TIMEOUT_FACTOR: Final = 20
+# A URL list is read from the object store in pieces of about this size.
+OBJECT_CHUNK_BYTES: Final = 256 * 1024
 # What a sitemap fetch asks for (servers that negotiate send XML, then anything).
 SITEMAP_ACCEPT: Final = "application/xml,text/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
 
@@ -60,14 +63,27 @@ def is_source_row(payload: Mapping[str, Any]) -> bool:
     return isinstance(payload.get("source"), Mapping)
 
 
+def is_object_source(payload: Mapping[str, Any]) -> bool:
+    """True for a source row whose URL list is in the pool's object store."""
+    source = payload.get("source")
+    return isinstance(source, Mapping) and source.get("kind") == "object"
+
+
 class SourceExpansion:
     """Expands source rows through one HTTP engine into one queue."""
 
     def __init__(
-        self, http: HttpEngine, rows: SourceRows, *, batch_entries: int = BATCH_ENTRIES
+        self,
+        http: HttpEngine,
+        rows: SourceRows,
+        *,
+        object_store: ObjectStore | None = None,
+        batch_entries: int = BATCH_ENTRIES,
     ) -> None:
+        """`object_store`: the pool's, where URL lists (source kind object) are read."""
         self._http = http
         self._rows = rows
+        self._object_store = object_store
         self._batch_entries = batch_entries
 
     async def expand(self, job: ClaimedJob, options: JobOptions) -> ScrapeResult:
@@ -82,8 +98,13 @@ class SourceExpansion:
         if progress is None:
             raise _stopped(job)
         lastmod_after = _lastmod_after(source)
+        kind = source.get("kind")
+        url_list: ListFormat | None = None
+        if kind == "object":
+            url_list = "jsonl" if source.get("format") == "jsonl" else "lines"
         reader = SitemapReader(
-            robots=source.get("kind") == "robots",
+            robots=kind == "robots",
+            url_list=url_list,
             lastmod_after=lastmod_after,
             start_after=progress.entries,
         )
@@ -110,6 +131,8 @@ class SourceExpansion:
         parsing: concurrent.futures.ThreadPoolExecutor,
     ) -> ScrapeResult:
         loop = asyncio.get_running_loop()
+        if reader.kind in ("lines", "jsonl"):
+            return await self._expand_object(job, reader, batches, progress, parsing)
         async with self._http.stream(
             job.url,
             timeout_seconds=stream_seconds,
@@ -132,6 +155,16 @@ class SourceExpansion:
                 ) from error
             final_url = response.url
         await batches.flush()
+        return self._result(job, final_url, reader, batches, progress)
+
+    @staticmethod
+    def _result(
+        job: ClaimedJob,
+        final_url: str,
+        reader: SitemapReader,
+        batches: _Batches,
+        progress: SourceProgress,
+    ) -> ScrapeResult:
         enqueued = progress.enqueued + batches.pages
         sitemaps = progress.sitemaps + batches.sitemaps
         logger.info(
@@ -157,6 +190,30 @@ class SourceExpansion:
             },
             follow_urls=(),
         )
+
+    async def _expand_object(
+        self,
+        job: ClaimedJob,
+        reader: SitemapReader,
+        batches: _Batches,
+        progress: SourceProgress,
+        parsing: concurrent.futures.ThreadPoolExecutor,
+    ) -> ScrapeResult:
+        """Stream a URL list from the pool's object store (source kind object)."""
+        key = str(job.payload["source"].get("key", ""))
+        if self._object_store is None:
+            raise PermanentFailure(
+                f"the URL list {key} is in object storage, and this worker pool has none "
+                "(--object-store-bucket)",
+                reason="source_needs_object_store",
+            )
+        loop = asyncio.get_running_loop()
+        async with self._object_store.stream(key, chunk_bytes=OBJECT_CHUNK_BYTES) as chunks:
+            async for chunk in chunks:
+                await batches.add(await loop.run_in_executor(parsing, reader.feed, chunk))
+            await batches.add(await loop.run_in_executor(parsing, reader.finish))
+        await batches.flush()
+        return self._result(job, job.url, reader, batches, progress)
 
 
 class _Batches:

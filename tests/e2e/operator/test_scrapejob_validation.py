@@ -121,8 +121,8 @@ pytestmark = pytest.mark.controlplane
                     "scrapeJob": "upstream",
                 }
             },
-            "exactly one of urlsFrom.configMapKeyRef, urlsFrom.scrapeJob, urlsFrom.sitemap or "
-            "urlsFrom.robots must be set",
+            "exactly one of urlsFrom.configMapKeyRef, urlsFrom.scrapeJob, urlsFrom.sitemap, "
+            "urlsFrom.robots or urlsFrom.object must be set",
         ),
         (
             {
@@ -131,8 +131,8 @@ pytestmark = pytest.mark.controlplane
                     "robots": "https://a.example.com/",
                 }
             },
-            "exactly one of urlsFrom.configMapKeyRef, urlsFrom.scrapeJob, urlsFrom.sitemap or "
-            "urlsFrom.robots must be set",
+            "exactly one of urlsFrom.configMapKeyRef, urlsFrom.scrapeJob, urlsFrom.sitemap, "
+            "urlsFrom.robots or urlsFrom.object must be set",
         ),
         ({"urlsFrom": {"sitemap": "ftp://a.example.com/s.xml"}}, "must be an http:// or https://"),
         (
