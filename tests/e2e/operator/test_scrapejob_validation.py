@@ -144,6 +144,16 @@ pytestmark = pytest.mark.controlplane
             "urlsFrom.lastmodAfter goes with urlsFrom.sitemap or urlsFrom.robots",
         ),
         (
+            {
+                "urlsFrom": {
+                    "sitemap": "https://a.example.com/s.xml",
+                    "changedSincePreviousRun": True,
+                }
+            },
+            "spec.urlsFrom.changedSincePreviousRun needs spec.schedule",
+        ),
+        ({"urlsFrom": {"object": {"key": "l", "format": "csv"}}}, "spec.urlsFrom.object.format"),
+        (
             {"urlsFrom": {"configMapKeyRef": {"name": "l", "key": "u"}, "field": "links"}},
             "urlsFrom.field goes with urlsFrom.scrapeJob",
         ),
