@@ -12,7 +12,7 @@ PYTEST_ARGS ?= --durations=30
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
 	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \
-	bench-fleet bench-soak bench-output \
+	bench-fleet bench-soak bench-output bench-sources \
 	generate clean
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make bench-fleet     500 simulated worker pods on one PostgreSQL, direct and through PgBouncer"
 	@echo "make bench-soak      a million rows with 10 KB results through the queue, retention on"
 	@echo "make bench-output    output delivery lag and PostgreSQL bytes per row, real S3 server"
+	@echo "make bench-sources   a sitemap index of 1,000,000 URLs expanded into rows: rows/s, peak RSS"
 
 # As root (CI, the demo's usual case) also what the local node and images need; elsewhere the
 # node cannot run anyway, and the demo says so and uses local processes.
@@ -111,6 +112,10 @@ endif
 
 bench-operator: setup
 	@$(PY) -m benchmarks.operator_scale
+
+# A sitemap index of 20 x 50,000 URLs expanded into rows: rows/s and the expanders' peak RSS.
+bench-sources: setup
+	@$(PY) -m benchmarks.sitemap_sources $(BENCH_ARGS)
 
 bench-cluster: setup
 	@$(PY) -m benchmarks.cluster_pods

@@ -976,6 +976,47 @@ def _keep_problems(payload: Mapping[str, Any]) -> list[str]:
 
 
 # option name -> validator returning the problems with its value.
+# What a source row's URL is (payload `source`, docs/queue.md "Source rows"): a sitemap (or a
+# sitemap index), a site's robots.txt whose `Sitemap:` lines name its sitemaps, or a URL list
+# in the worker pool's object store (`key`, `format`; the row's URL is OBJECT_SOURCE_URL + key).
+SOURCE_KINDS: Final = ("sitemap", "robots", "object")
+SOURCE_KEYS: Final = frozenset({"kind", "lastmodAfter", "key", "format"})
+OBJECT_LIST_FORMATS: Final = ("lines", "jsonl")
+OBJECT_SOURCE_URL: Final = "object://source/"
+MAX_OBJECT_KEY_CHARS: Final = 1024
+# An RFC 3339 date-time with a zone (the CRD's `date-time` format), or a W3C date.
+_SOURCE_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}(?:[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:[Zz]|[+-]\d{2}:\d{2}))?"
+)
+
+
+def _check_source(value: object) -> list[str]:
+    if not isinstance(value, Mapping):
+        return ["source must be an object with kind (" + ", ".join(SOURCE_KINDS) + ")"]
+    problems: list[str] = []
+    unknown = sorted(str(key) for key in set(value) - SOURCE_KEYS)
+    if unknown:
+        problems.append(f"source has unknown keys: {', '.join(_shown(k) for k in unknown[:5])}")
+    if value.get("kind") not in SOURCE_KINDS:
+        problems.append("source.kind must be one of " + ", ".join(SOURCE_KINDS))
+    if value.get("kind") == "object":
+        key = value.get("key")
+        if not (isinstance(key, str) and 0 < len(key) <= MAX_OBJECT_KEY_CHARS):
+            problems.append(
+                f"source.key must be an object key of 1-{MAX_OBJECT_KEY_CHARS} characters"
+            )
+        if value.get("format", "lines") not in OBJECT_LIST_FORMATS:
+            problems.append("source.format must be one of " + ", ".join(OBJECT_LIST_FORMATS))
+    elif "key" in value or "format" in value:
+        problems.append("source.key and source.format go with kind object")
+    after = value.get("lastmodAfter")
+    if after is not None and not (isinstance(after, str) and _SOURCE_TIME.fullmatch(after)):
+        problems.append(
+            "source.lastmodAfter must be an RFC 3339 date-time, e.g. 2026-01-31T00:00:00Z"
+        )
+    return problems
+
+
 PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "render": _check_render,
     "waitFor": _check_selector("waitFor"),
@@ -1000,6 +1041,7 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     "session": lambda value: [],
     # Its render condition is checked with the payload around it (_keep_problems).
     "keep": lambda value: check_artifact_kinds("keep", value),
+    "source": _check_source,
 }
 
 
@@ -1029,11 +1071,15 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
         if size > MAX_PAYLOAD_BYTES:
             return [_size_problem(size)]
     problems: list[str] = []
+    # The known options are listed once: a payload of many unknown names gets a message that
+    # stays short as the vocabulary grows.
+    listed = False
     for name, value in payload.items():
         check = PAYLOAD_OPTIONS.get(name)
         if check is None:
-            known = ", ".join(PAYLOAD_OPTIONS)
-            problems.append(f"unknown payload option {_quoted(name)} (known options: {known})")
+            known = "" if listed else f" (known options: {', '.join(PAYLOAD_OPTIONS)})"
+            listed = True
+            problems.append(f"unknown payload option {_quoted(name)}{known}")
             continue
         problems.extend(check(value))
     if "steps" in payload:

@@ -192,8 +192,12 @@ async def cancel_owner(connection: psycopg.AsyncConnection[Any], owner_uid: str)
     A worker still rendering a cancelled row is fenced out: its complete/retry/fail changes
     nothing, and its next renew_leases no longer returns the id.
     """
-    cursor = await connection.execute(statements.OWNER_CANCEL, {"owner_uid": owner_uid})
-    row = await cursor.fetchone()
+    async with connection.transaction():
+        # In a statement of its own: the cancel's snapshot then includes every batch of
+        # followed links or source entries committed before the lock.
+        await connection.execute(statements.OWNER_ROWS_LOCK, {"owner_uid": owner_uid})
+        cursor = await connection.execute(statements.OWNER_CANCEL, {"owner_uid": owner_uid})
+        row = await cursor.fetchone()
     return int(row[0]) if row else 0
 
 

@@ -1583,6 +1583,7 @@ CREATE TABLE public.scraping_jobs (
     retain_for interval,
     undelivered boolean DEFAULT false NOT NULL,
     notify_finished boolean DEFAULT false NOT NULL,
+    source_progress jsonb,
     CONSTRAINT scrapeq_jobs_attempt_valid CHECK ((attempt >= 0)),
     CONSTRAINT scrapeq_jobs_backoff_valid CHECK ((retry_backoff_seconds >= (0)::double precision)),
     CONSTRAINT scrapeq_jobs_depth_valid CHECK ((depth >= 0)),
@@ -1595,6 +1596,7 @@ CREATE TABLE public.scraping_jobs (
     CONSTRAINT scrapeq_jobs_queue_not_blank CHECK (((length(queue) >= 1) AND (length(queue) <= 100))),
     CONSTRAINT scrapeq_jobs_retain_for_valid CHECK ((retain_for >= '00:00:00'::interval)),
     CONSTRAINT scrapeq_jobs_retry_count_valid CHECK ((retry_count >= 0)),
+    CONSTRAINT scrapeq_jobs_source_progress_valid CHECK (((source_progress IS NULL) OR (jsonb_typeof(source_progress) = 'object'::text))),
     CONSTRAINT scrapeq_jobs_url_not_blank CHECK ((length(btrim(url_to_scrape)) > 0))
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', fillfactor='90');
@@ -1633,6 +1635,13 @@ COMMENT ON COLUMN public.scraping_jobs.undelivered IS 'scrapeq: true while a con
 --
 
 COMMENT ON COLUMN public.scraping_jobs.notify_finished IS 'scrapeq: when true, the row''s finishing (completed, failed, cancelled) sends NOTIFY scrapeq_finished with {"id", "queue", "state"}.';
+
+
+--
+-- Name: COLUMN scraping_jobs.source_progress; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scraping_jobs.source_progress IS 'scrapeq: a source row''s expansion so far, written with each batch: entries (how many entries of the document were handled, in document order), enqueued (rows it inserted), sitemaps (sitemap rows it inserted), skipped (entries left out by a filter, a bad URL or a bound). NULL for page rows and for sources not started.';
 
 
 --
@@ -1995,4 +2004,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0007_webhook_outbox'),
     ('0008_retention_and_finished_signal'),
     ('0009_server_error_rate'),
-    ('0010_output_batches');
+    ('0010_output_batches'),
+    ('0011_source_rows');

@@ -259,6 +259,72 @@ FROM dropped
 WHERE jobs.id = %(parent_id)s AND dropped.links > 0 AND jsonb_typeof(jobs.result) = 'object'
 """
 
+# --- source rows (docs/queue.md, "Source rows") --------------------------------------------------
+
+# How far a source row's expansion got, read by the attempt that holds it (fenced): NULL when
+# nothing was recorded yet, no row when the attempt is no longer current.
+JOB_SOURCE_PROGRESS: Final = """
+SELECT source_progress FROM scraping_jobs
+WHERE id = %(id)s AND attempt = %(attempt)s AND status = 'processing'
+"""
+
+# One batch of a source row's expansion, fenced by the source's id + attempt + processing (a
+# cancelled or rescued source inserts nothing and returns no row). Each entry becomes a page row
+# (%(is_source)s false: the source's payload without `source`) or a sitemap row (true: the
+# source's payload with source.kind = sitemap), with the source's queue, priority, retries,
+# owner, retention and delivery flags, at depth 0, deduplicated per owner by the given keys
+# (ON CONFLICT on the dedup index: an entry already queued, by this attempt or an earlier one,
+# inserts nothing). The source's progress becomes %(entries)s entries handled, and its counts
+# grow by what this batch inserted and %(skipped)s. Returns (pages inserted, sitemaps inserted).
+# The caller holds the owner's lock (JOB_FOLLOW_LOCK) in the same transaction.
+JOB_INSERT_EXPANDED: Final = """
+WITH source AS (
+    SELECT id, parser_type, payload, queue, priority, max_retries, retry_backoff_seconds,
+           owner_uid, owner_namespace, owner_name, retain_for, undelivered, notify_finished,
+           coalesce(source_progress, '{}'::jsonb) AS progress
+    FROM scraping_jobs
+    WHERE id = %(id)s AND attempt = %(attempt)s AND status = 'processing'
+    FOR UPDATE
+),
+inserted AS (
+    INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
+                               retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
+                               dedup_key, depth, host_key, retain_for, undelivered,
+                               notify_finished)
+    SELECT entry.url, source.parser_type,
+           CASE WHEN entry.is_source
+                THEN jsonb_set(source.payload, '{source,kind}', '"sitemap"')
+                ELSE source.payload - 'source' END,
+           source.queue, source.priority, source.max_retries, source.retry_backoff_seconds,
+           source.owner_uid, source.owner_namespace, source.owner_name,
+           CASE WHEN source.owner_uid IS NULL THEN NULL ELSE entry.dedup_key END,
+           0, entry.host_key, source.retain_for, source.undelivered, source.notify_finished
+    FROM source,
+         unnest(%(urls)s::text[], %(is_source)s::boolean[], %(dedup_keys)s::text[],
+                %(host_keys)s::text[]) AS entry(url, is_source, dedup_key, host_key)
+    ON CONFLICT (owner_uid, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+    RETURNING payload ? 'source' AS is_source
+),
+counted AS (
+    SELECT count(*) FILTER (WHERE NOT is_source) AS pages,
+           count(*) FILTER (WHERE is_source) AS sitemaps
+    FROM inserted
+),
+progressed AS (
+    UPDATE scraping_jobs AS jobs
+    SET source_progress = jsonb_build_object(
+            'entries', greatest(%(entries)s::bigint,
+                                coalesce((source.progress ->> 'entries')::bigint, 0)),
+            'enqueued', coalesce((source.progress ->> 'enqueued')::bigint, 0) + counted.pages,
+            'sitemaps', coalesce((source.progress ->> 'sitemaps')::bigint, 0) + counted.sitemaps,
+            'skipped', coalesce((source.progress ->> 'skipped')::bigint, 0) + %(skipped)s::bigint)
+    FROM source, counted
+    WHERE jobs.id = source.id
+    RETURNING counted.pages, counted.sitemaps
+)
+SELECT pages, sitemaps FROM progressed
+"""
+
 # Records a failed attempt that may be retried: if retries remain the row goes back to pending
 # with run_at = now + delay, where delay = Retry-After when given, else
 # retry_backoff_seconds * 2^retry_count * jitter, both capped; otherwise it fails for good.
@@ -487,6 +553,13 @@ FROM unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
      AS new(url, parser_type, payload, priority, dedup_key, host_key)
 ON CONFLICT (owner_uid, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
 RETURNING id
+"""
+
+# The owner's rows lock of JOB_FOLLOW_LOCK, by owner: a cancel takes it before it reads the
+# owner's rows, so that no batch of followed links or of a source's expansion commits between
+# the cancel's snapshot and its end (such rows would stay pending).
+OWNER_ROWS_LOCK: Final = """
+SELECT pg_advisory_xact_lock(hashtextextended('scrapeq-follow:' || %(owner_uid)s, 0))
 """
 
 # Cancels every pending or in-flight row of an owner; an in-flight worker's later write is

@@ -24,7 +24,7 @@ from scrapeq_queue import Connection, DatabaseUnavailable
 from scrapeq_queue.output_batches import mark_output_ended, register_output
 from scrapeq_queue.payload import validate_payload
 from scrapeq_queue.result_urls import urls_from_results
-from scrapeq_queue.rows import Owner
+from scrapeq_queue.rows import NewJob, Owner
 
 from scrapeq_operator import metrics
 from scrapeq_operator.autoscaler import Autoscaler
@@ -35,6 +35,7 @@ from scrapeq_operator.errors import JobBlockedError, JobNotRunnableError
 from scrapeq_operator.job_spec import (
     ConfigMapKey,
     ScrapeJobField,
+    SitemapSource,
     decode_url_list,
     dependency_names,
     first_url,
@@ -216,6 +217,9 @@ async def resolve_urls(
         if uid is None or database is None:
             raise JobBlockedError(f"waiting for {source.name} to succeed")
         return await _urls_from_scrapejob(source, uid, database, settings)
+    if isinstance(source, SitemapSource):
+        # Workers read it (decision record 13): the operator queues the one source row.
+        return [source.url]
     if not isinstance(source, ConfigMapKey):
         return source
     configmap = await cluster.read_configmap(namespace, source.name)
@@ -362,6 +366,8 @@ async def enqueue_scrapejob(
         raise kopf.TemporaryError(error.message, delay=delay) from error
 
     try:
+        owner = Owner(uid=uid, namespace=namespace, name=name)
+        source = url_source(spec)
         async with runtime.connection() as connection:
             if output is not None:
                 # Before the first row: every row of the job is then inserted undelivered.
@@ -372,12 +378,20 @@ async def enqueue_scrapejob(
                     owner_name=name,
                     settings=output,
                 )
-            inserted = await scrapeq_queue.enqueue_for_owner(
-                connection,
-                Owner(uid=uid, namespace=namespace, name=name),
-                urls,
-                **options,
-            )
+            if isinstance(source, SitemapSource):
+                # One source row; workers queue its URLs as they read it.
+                sitemap_row = NewJob(
+                    url=source.url,
+                    dedup_key=source.dedup_key,
+                    payload={**(options.get("payload") or {}), "source": source.payload()},
+                )
+                inserted = len(
+                    await scrapeq_queue.enqueue_many(
+                        connection, [sitemap_row], owner=owner, **options
+                    )
+                )
+            else:
+                inserted = await scrapeq_queue.enqueue_for_owner(connection, owner, urls, **options)
     except DatabaseUnavailable as error:
         raise await runtime.retry_later(
             error,

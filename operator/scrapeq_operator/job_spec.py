@@ -14,7 +14,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapeq_queue import RowOptions
-from scrapeq_queue.payload import DECLARATIVE_PARSER
+from scrapeq_queue.payload import DECLARATIVE_PARSER, OBJECT_SOURCE_URL
+from scrapeq_queue.source_rows import SITEMAP_KEY_PREFIX
+from scrapeq_queue.urls import normalise_url
 
 from scrapeq_operator.errors import JobNotRunnableError
 
@@ -62,9 +64,47 @@ class ScrapeJobField:
     field: str
 
 
-def url_source(spec: Mapping[str, Any]) -> list[str] | ConfigMapKey | ScrapeJobField:
-    """The job's URLs as given inline, or where they are kept (a ConfigMap key, or a field of
-    another ScrapeJob's results)."""
+@dataclass(frozen=True)
+class SitemapSource:
+    """A urlsFrom job's sitemap (or site's robots.txt): one source row that workers expand
+    into the job's rows (docs/scrapejob.md, "Sitemaps")."""
+
+    url: str
+    kind: str  # "sitemap", "robots" or "object" (scrapeq_queue.payload.SOURCE_KINDS)
+    lastmod_after: str | None = None
+    # A URL list in the worker pool's object store (kind object): its key and format.
+    key: str | None = None
+    list_format: str | None = None
+
+    @property
+    def dedup_key(self) -> str:
+        """The source row's key per owner: the one a sitemap row of an index gets."""
+        return SITEMAP_KEY_PREFIX + normalise_url(self.url)
+
+    def payload(self) -> dict[str, Any]:
+        """The row payload's `source` option."""
+        source: dict[str, Any] = {"kind": self.kind}
+        if self.key is not None:
+            source["key"] = self.key
+            source["format"] = self.list_format or "lines"
+        if self.lastmod_after is not None:
+            source["lastmodAfter"] = self.lastmod_after
+        return source
+
+
+def robots_txt_url(site: str) -> str:
+    """The robots.txt of the site of `site` (a URL of the site, or of its robots.txt)."""
+    parts = urlsplit(site)
+    if parts.path.endswith("/robots.txt"):
+        return site
+    return f"{parts.scheme}://{parts.netloc}/robots.txt"
+
+
+def url_source(
+    spec: Mapping[str, Any],
+) -> list[str] | ConfigMapKey | ScrapeJobField | SitemapSource:
+    """The job's URLs as given inline, or where they are kept (a ConfigMap key, a field of
+    another ScrapeJob's results, a sitemap or a site's robots.txt)."""
     if spec.get("url"):
         return [str(spec["url"])]
     if spec.get("urls"):
@@ -73,6 +113,21 @@ def url_source(spec: Mapping[str, Any]) -> list[str] | ConfigMapKey | ScrapeJobF
     if urls_from.get("scrapeJob"):
         return ScrapeJobField(
             name=str(urls_from["scrapeJob"]), field=str(urls_from.get("field") or "links")
+        )
+    lastmod_after = urls_from.get("lastmodAfter")
+    lastmod_after = str(lastmod_after) if lastmod_after else None
+    if urls_from.get("sitemap"):
+        return SitemapSource(str(urls_from["sitemap"]), "sitemap", lastmod_after)
+    if urls_from.get("robots"):
+        return SitemapSource(robots_txt_url(str(urls_from["robots"])), "robots", lastmod_after)
+    listed = urls_from.get("object") or {}
+    if listed.get("key"):
+        key = str(listed["key"])
+        return SitemapSource(
+            OBJECT_SOURCE_URL + key,
+            "object",
+            key=key,
+            list_format=str(listed.get("format") or "lines"),
         )
     source = urls_from.get("configMapKeyRef") or {}
     if source.get("name") and source.get("key"):

@@ -65,6 +65,9 @@ SCHEDULE_STATUS_KEYS: Final = (
     "message",
 )
 
+# urlsFrom's switch that gives each run of a schedule the previous successful run's fire time
+# as its sitemap's lastmodAfter (the run's spec holds the time, not the switch).
+CHANGED_SINCE_PREVIOUS_RUN: Final = "changedSincePreviousRun"
 _FINISHED_PHASES: Final = {Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.CANCELLED.value}
 
 
@@ -116,6 +119,16 @@ class Plan:
     prune: tuple[Run, ...]
     # The anchor after this check: the fire time of the latest run started (for @every too).
     last_schedule_time: datetime
+
+
+def previous_success(runs: Sequence[Run], *, before: datetime) -> datetime | None:
+    """The fire time of the latest run before `before` that succeeded (None: there is none)."""
+    times = [
+        run.scheduled_at
+        for run in runs
+        if run.succeeded and run.scheduled_at is not None and run.scheduled_at < before
+    ]
+    return max(times, default=None)
 
 
 def run_name(parent: str, fire_time: datetime) -> str:
@@ -255,16 +268,28 @@ def plan_check(
     return Plan(due, replace, None, (), prune, due)
 
 
-def run_manifest(parent: Mapping[str, Any], fire_time: datetime) -> dict[str, Any]:
+def run_manifest(
+    parent: Mapping[str, Any], fire_time: datetime, runs: Sequence[Run] = ()
+) -> dict[str, Any]:
     """The child ScrapeJob for one fire time: the parent's spec without the schedule fields,
     labelled with the parent's name and controlled by it (a cluster's garbage collector then
-    deletes runs with their parent)."""
+    deletes runs with their parent).
+
+    With `urlsFrom.changedSincePreviousRun`, the run's sitemap source gets `lastmodAfter`: the
+    fire time of the latest run in `runs` that succeeded (none: the run reads everything)."""
     meta = parent.get("metadata") or {}
     spec = {
         key: value
         for key, value in (parent.get("spec") or {}).items()
         if key not in SCHEDULE_FIELDS
     }
+    urls_from = spec.get("urlsFrom")
+    if isinstance(urls_from, Mapping) and CHANGED_SINCE_PREVIOUS_RUN in urls_from:
+        source = {k: v for k, v in urls_from.items() if k != CHANGED_SINCE_PREVIOUS_RUN}
+        previous = previous_success(runs, before=fire_time)
+        if urls_from[CHANGED_SINCE_PREVIOUS_RUN] and previous is not None:
+            source["lastmodAfter"] = format_time(previous)
+        spec["urlsFrom"] = source
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "ScrapeJob",

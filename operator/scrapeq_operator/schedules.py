@@ -220,7 +220,7 @@ async def _act(
         )
     started: list[Run] = []
     if plan.start is not None:
-        manifest = run_manifest(body, plan.start)
+        manifest = run_manifest(body, plan.start, runs)
         created = await runtime.cluster.create_scrapejob(namespace, manifest)
         started.append(
             Run(

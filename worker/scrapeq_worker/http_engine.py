@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urljoin
 
@@ -49,6 +50,18 @@ MAX_REDIRECTS: Final = 10
 # Up to this many distinct selectors are checked on the event loop before the request (about
 # 40 µs each, and cached); more are checked in an extraction process.
 _SELECTORS_CHECKED_ON_LOOP: Final = 100
+# The body of a streamed response arrives in pieces of at most this size.
+STREAM_CHUNK_BYTES: Final = 64 * 1024
+
+
+@dataclass(frozen=True)
+class StreamedResponse:
+    """A response whose body is read as it arrives (HttpEngine.stream)."""
+
+    url: str  # the final URL, after redirects
+    status: int
+    headers: Mapping[str, str]  # lower-case names
+    chunks: AsyncIterator[bytes]
 
 
 class HttpEngine:
@@ -224,6 +237,38 @@ class HttpEngine:
                     break
             charset = charset_of(response.headers.get("Content-Type"))
             return response.status, _decode(bytes(body[:max_bytes]), charset)
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self,
+        url: str,
+        *,
+        timeout_seconds: float,
+        upstream_proxies: tuple[UpstreamProxy, ...] = (),
+        accept: str = "*/*",
+    ) -> AsyncIterator[StreamedResponse]:
+        """GET `url` like `fetch` (guard, redirects, a job's own `upstream_proxies`) and yield
+        its final response with its body as chunks, never held whole: for documents of any
+        size that the worker reads itself (a source row's sitemap). No status is an error
+        here; errors while the caller reads the chunks are translated as in `fetch`, and the
+        whole exchange, reading included, ends within `timeout_seconds`."""
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        headers = {"User-Agent": self.user_agent, "Accept": accept}
+        async with (
+            self._proxy_for(upstream_proxies) as proxy_url,
+            self._response(self._session, url, headers, timeout_seconds, None, proxy_url) as (
+                final_url,
+                response,
+            ),
+        ):
+            yield StreamedResponse(
+                url=final_url,
+                status=response.status,
+                headers={name.lower(): value for name, value in response.headers.items()},
+                chunks=response.content.iter_chunked(STREAM_CHUNK_BYTES),
+            )
 
     @contextlib.asynccontextmanager
     async def _response(

@@ -15,16 +15,19 @@ object rather than adding another.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
 
 import obstore
 from obstore.exceptions import BaseError as ObjectStoreError
+from obstore.exceptions import NotFoundError
 from obstore.store import S3Store
 
-from .errors import RetryLater
+from .errors import PermanentFailure, RetryLater
 
 # One upload's bounds. Artifacts are at most a few MiB (docs/worker.md, "Artifacts"): 30 s
 # covers a slow store; a store that does not accept a connection within 5 s is down.
@@ -141,6 +144,36 @@ class ObjectStore:
                 f"the object store could not return {key}: {_first_line(error)}",
                 reason="storage_unavailable",
             ) from error
+
+    @contextlib.asynccontextmanager
+    async def stream(self, key: str, *, chunk_bytes: int) -> AsyncIterator[AsyncIterator[bytes]]:
+        """The bytes of object `key` as they arrive, in chunks of about `chunk_bytes`, never
+        held whole (a source row's URL list). Raises PermanentFailure (object_not_found) for a
+        key the bucket does not hold, RetryLater (storage_unavailable) when the store cannot
+        answer, also while the chunks are read."""
+        try:
+            result = await obstore.get_async(self._store, key)
+        except (FileNotFoundError, NotFoundError) as error:
+            raise PermanentFailure(
+                f"the object store holds no object {key}", reason="object_not_found"
+            ) from error
+        except ObjectStoreError as error:
+            raise RetryLater(
+                f"the object store could not return {key}: {_first_line(error)}",
+                reason="storage_unavailable",
+            ) from error
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in result.stream(min_chunk_size=chunk_bytes):
+                    yield bytes(chunk)
+            except ObjectStoreError as error:
+                raise RetryLater(
+                    f"the object store stopped sending {key}: {_first_line(error)}",
+                    reason="storage_unavailable",
+                ) from error
+
+        yield chunks()
 
 
 def _first_line(error: BaseException) -> str:

@@ -43,7 +43,9 @@ from scrapeq_queue import (
     RobotsCopy,
     SchemaOutOfDate,
     SitePoliteness,
+    source_rows,
 )
+from scrapeq_queue.source_rows import ExpandedBatch, ExpandedEntry, SourceProgress
 
 from .background import wait_for_event
 from .metrics import WorkerMetrics
@@ -116,6 +118,17 @@ class QueueBackend(Protocol):
     async def rescue_expired_leases(self) -> int: ...
 
     async def set_crawl_delay(self, host_key: str, crawl_delay_seconds: float) -> None: ...
+
+    async def source_progress(self, job: ClaimedJob) -> SourceProgress | None: ...
+
+    async def enqueue_expanded(
+        self,
+        job: ClaimedJob,
+        entries: Sequence[ExpandedEntry],
+        *,
+        entries_done: int,
+        skipped: int,
+    ) -> ExpandedBatch | None: ...
 
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy: ...
 
@@ -328,6 +341,25 @@ class PostgresBackend:
 
     async def rescue_expired_leases(self) -> int:
         return await self._writes.run(scrapeq_queue.rescue_expired_leases)
+
+    async def source_progress(self, job: ClaimedJob) -> SourceProgress | None:
+        return await self._writes.run(
+            lambda connection: source_rows.source_progress(connection, job)
+        )
+
+    async def enqueue_expanded(
+        self,
+        job: ClaimedJob,
+        entries: Sequence[ExpandedEntry],
+        *,
+        entries_done: int,
+        skipped: int,
+    ) -> ExpandedBatch | None:
+        return await self._writes.run(
+            lambda connection: source_rows.enqueue_expanded(
+                connection, job, entries, entries_done=entries_done, skipped=skipped
+            )
+        )
 
     async def set_crawl_delay(self, host_key: str, crawl_delay_seconds: float) -> None:
         await self._writes.run(
@@ -582,6 +614,33 @@ class QueueGateway:
         if self._answering_since is None:
             return 0.0
         return self._clock() - self._answering_since
+
+    # --- source rows ---------------------------------------------------------------------------
+
+    async def source_progress(self, job: ClaimedJob) -> SourceProgress | None:
+        """How far the source row `job` got in earlier attempts; None when the row is no
+        longer this attempt's or the database failed (the expansion should not start)."""
+        return await self._run(
+            lambda backend: backend.source_progress(job),
+            what=f"read the progress of source row {job.id}",
+        )
+
+    async def enqueue_expanded(
+        self,
+        job: ClaimedJob,
+        entries: Sequence[ExpandedEntry],
+        *,
+        entries_done: int,
+        skipped: int,
+    ) -> ExpandedBatch | None:
+        """Insert one batch of the source row `job`'s entries; None when the row is no longer
+        this attempt's (cancelled, rescued) or the database failed (the expansion stops)."""
+        return await self._run(
+            lambda backend: backend.enqueue_expanded(
+                job, entries, entries_done=entries_done, skipped=skipped
+            ),
+            what=f"enqueue the entries of source row {job.id}",
+        )
 
     # --- sites ---------------------------------------------------------------------------------
 

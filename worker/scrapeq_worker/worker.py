@@ -62,6 +62,7 @@ from .rescuer import Rescuer
 from .robots import MAX_ROBOTS_BYTES, ROBOTS_TIMEOUT_SECONDS, RobotsRules, respects_robots
 from .scraper import Scraper, ScrapeResult
 from .settings import WorkerSettings
+from .url_sources import SourceExpansion, is_object_source, is_source_row
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +189,8 @@ class Worker:
             stopping=self._stopping,
             reconnect_delay=reconnect_delay,
         )
+        # Source rows (a sitemap, a robots.txt) stream through the plain-HTTP engine into rows.
+        self.sources = SourceExpansion(self.http, self.gateway, object_store=self.object_store)
         self.outcomes = OutcomeReporter(
             self.gateway,
             self.metrics,
@@ -416,7 +419,10 @@ class Worker:
                         loaded=True,
                     )
                     await self._obey_robots_txt(job, options)
-                    scraped = await self._scrape(job, options)
+                    if is_source_row(job.payload):
+                        scraped = await self.sources.expand(job, options)
+                    else:
+                        scraped = await self._scrape(job, options)
                 except WorkerError as error:
                     failure = error
                 except asyncio.CancelledError:
@@ -499,6 +505,8 @@ class Worker:
         file is fetched the way the job's page is: through the job's own upstream proxies."""
         if not respects_robots(job.payload, self.settings.respect_robots_txt):
             return
+        if is_object_source(job.payload):
+            return  # read from the pool's own object store, not from a site
         fetch = None
         if options.upstream_proxies:
             proxies = options.upstream_proxies

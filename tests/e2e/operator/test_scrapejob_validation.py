@@ -121,8 +121,38 @@ pytestmark = pytest.mark.controlplane
                     "scrapeJob": "upstream",
                 }
             },
-            "exactly one of urlsFrom.configMapKeyRef or urlsFrom.scrapeJob must be set",
+            "exactly one of urlsFrom.configMapKeyRef, urlsFrom.scrapeJob, urlsFrom.sitemap, "
+            "urlsFrom.robots or urlsFrom.object must be set",
         ),
+        (
+            {
+                "urlsFrom": {
+                    "sitemap": "https://a.example.com/sitemap.xml",
+                    "robots": "https://a.example.com/",
+                }
+            },
+            "exactly one of urlsFrom.configMapKeyRef, urlsFrom.scrapeJob, urlsFrom.sitemap, "
+            "urlsFrom.robots or urlsFrom.object must be set",
+        ),
+        ({"urlsFrom": {"sitemap": "ftp://a.example.com/s.xml"}}, "must be an http:// or https://"),
+        (
+            {"urlsFrom": {"robots": "https://a.example.com/", "lastmodAfter": "yesterday"}},
+            "spec.urlsFrom.lastmodAfter",
+        ),
+        (
+            {"urlsFrom": {"scrapeJob": "upstream", "lastmodAfter": "2026-01-01T00:00:00Z"}},
+            "urlsFrom.lastmodAfter goes with urlsFrom.sitemap or urlsFrom.robots",
+        ),
+        (
+            {
+                "urlsFrom": {
+                    "sitemap": "https://a.example.com/s.xml",
+                    "changedSincePreviousRun": True,
+                }
+            },
+            "spec.urlsFrom.changedSincePreviousRun needs spec.schedule",
+        ),
+        ({"urlsFrom": {"object": {"key": "l", "format": "csv"}}}, "spec.urlsFrom.object.format"),
         (
             {"urlsFrom": {"configMapKeyRef": {"name": "l", "key": "u"}, "field": "links"}},
             "urlsFrom.field goes with urlsFrom.scrapeJob",

@@ -10,6 +10,7 @@ from scrapeq_operator.errors import JobNotRunnableError
 from scrapeq_operator.job_spec import (
     MAX_DECOMPRESSED_BYTES,
     ConfigMapKey,
+    SitemapSource,
     decode_url_list,
     first_url,
     parse_url_list,
@@ -162,3 +163,25 @@ def test_spec_retention_becomes_the_rows_retain_for_and_its_absence_none() -> No
     spec = {"url": "https://a.example/", "retention": {"days": 1.5}}
     assert row_options(spec)["retain_for"] == timedelta(hours=36)
     assert row_options({"url": "https://a.example/"})["retain_for"] is None
+
+
+@pytest.mark.timeout(10)
+def test_a_sitemap_a_sites_robots_txt_or_an_object_list_is_one_source_row() -> None:
+    sitemap = url_source(
+        {
+            "urlsFrom": {
+                "sitemap": "https://Shop.example/s.xml",
+                "lastmodAfter": "2026-01-01T00:00:00Z",
+            }
+        }
+    )
+    assert sitemap == SitemapSource("https://Shop.example/s.xml", "sitemap", "2026-01-01T00:00:00Z")
+    assert isinstance(sitemap, SitemapSource)
+    assert sitemap.dedup_key == "sitemap:https://shop.example/s.xml"
+    assert sitemap.payload() == {"kind": "sitemap", "lastmodAfter": "2026-01-01T00:00:00Z"}
+    robots = url_source({"urlsFrom": {"robots": "https://shop.example/catalogue?x=1"}})
+    assert robots == SitemapSource("https://shop.example/robots.txt", "robots")
+    listed = url_source({"urlsFrom": {"object": {"key": "lists/a.jsonl", "format": "jsonl"}}})
+    assert isinstance(listed, SitemapSource)
+    assert listed.url == "object://source/lists/a.jsonl"
+    assert listed.payload() == {"kind": "object", "key": "lists/a.jsonl", "format": "jsonl"}

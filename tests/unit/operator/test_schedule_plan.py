@@ -208,6 +208,29 @@ def test_a_run_gets_the_spec_without_the_schedule_fields_and_points_to_its_paren
     assert manifest["spec"] == {"url": "https://shop.example.com/", "render": False}
 
 
+def test_a_run_of_a_changed_since_schedule_reads_the_sitemap_after_the_last_successful_run() -> (
+    None
+):
+    sitemap = "https://shop.example.com/sitemap.xml"
+    parent = {
+        "metadata": {"name": "nightly", "namespace": "shop", "uid": "parent-uid"},
+        "spec": {
+            "urlsFrom": {"sitemap": sitemap, "changedSincePreviousRun": True},
+            "schedule": "@daily",
+        },
+    }
+    runs = [run(0, "Succeeded"), run(10, "Succeeded"), run(20, "Failed"), run(30)]
+
+    first = run_manifest(parent, T0, [])
+    later = run_manifest(parent, T0 + timedelta(minutes=40), runs)
+
+    assert first["spec"] == {"urlsFrom": {"sitemap": sitemap}}
+    assert later["spec"] == {
+        "urlsFrom": {"sitemap": sitemap, "lastmodAfter": "2026-03-01T10:10:00Z"}
+    }
+    assert parent["spec"]["urlsFrom"] == {"sitemap": sitemap, "changedSincePreviousRun": True}
+
+
 def status_after(plan: Any, runs_after: list[Run], **overrides: Any) -> dict[str, Any]:
     arguments: dict[str, Any] = {
         "previous": {},

@@ -54,6 +54,7 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             }
         },
         "keep": ["html", "text", "screenshot", "pdf"],
+        "source": {"kind": "sitemap", "lastmodAfter": "2026-01-31T00:00:00Z"},
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
@@ -268,7 +269,7 @@ def test_a_payload_with_thousands_of_problems_names_a_bounded_number_of_them() -
     assert len(problems) == 21
     assert problems[-1] == "and 4980 more problems"
     (long_name,) = validate_payload({"x" * 100_000: 1})
-    assert len(long_name) < 300
+    assert len(long_name) < 320
 
 
 @pytest.mark.parametrize(
@@ -541,3 +542,18 @@ def test_screenshot_and_pdf_need_a_rendered_page_and_html_and_text_do_not() -> N
         "keep: screenshot and pdf need a rendered page: remove them or set render to true"
     ]
     assert validate_payload({"keep": ["screenshot", "pdf"]}) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("sitemap", "source must be an object"),
+        ({"kind": "feed"}, "source.kind must be one of sitemap, robots"),
+        ({"kind": "sitemap", "lastmodAfter": "yesterday"}, "source.lastmodAfter must be"),
+        ({"kind": "robots", "depth": 2}, "source has unknown keys"),
+    ],
+)
+def test_a_bad_source_option_is_reported_with_what_it_takes(source: object, problem: str) -> None:
+    problems = validate_payload({"source": source})
+    assert len(problems) == 1
+    assert problems[0].startswith(problem)
