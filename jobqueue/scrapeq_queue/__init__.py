@@ -17,6 +17,16 @@ from scrapeq_queue.connections import (
     describe_conninfo,
     reconnect_delay,
 )
+from scrapeq_queue.crawl_memory import (
+    PageMemory,
+    PageVisit,
+    forget_crawl,
+    named_crawl_key,
+    prune_crawl_memory,
+    read_page_memory,
+    remember_page,
+    schedule_crawl_key,
+)
 from scrapeq_queue.dead_jobs import failed_jobs, retry_failed
 from scrapeq_queue.errors import DatabaseUnavailable, InvalidJob, QueueError, SchemaOutOfDate
 from scrapeq_queue.exports import (
@@ -228,4 +238,12 @@ __all__ = [
     "webhook_events_of",
     "write_csv",
     "write_jsonl",
+    "PageMemory",
+    "PageVisit",
+    "forget_crawl",
+    "named_crawl_key",
+    "prune_crawl_memory",
+    "read_page_memory",
+    "remember_page",
+    "schedule_crawl_key",
 ]

@@ -798,6 +798,71 @@ deleted AS (
 SELECT count(*) FROM deleted
 """
 
+# --- crawl memory (decision record 14) ----------------------------------------------------------
+
+# What a crawl remembers of one URL, with its age by the database's clock: one primary-key look-up.
+CRAWL_MEMORY_READ: Final = """
+SELECT etag, last_modified, content_hash, result_hash, fetched_at, changed_at,
+       extract(epoch FROM now() - fetched_at)::double precision
+FROM scrapeq_crawl_memory
+WHERE crawl_key = %(crawl_key)s AND url_hash = %(url_hash)s
+"""
+
+# Records one fetch of a URL in one upsert (atomic per URL: a concurrent writer of the same URL
+# waits for this row and then applies its own whole). A fetch older than the remembered one
+# changes nothing (no row returned). A 304 (`not_modified`) keeps the remembered hashes and any
+# validator it did not send again; otherwise changed_at moves when the result's hash differs.
+CRAWL_MEMORY_WRITE: Final = """
+INSERT INTO scrapeq_crawl_memory AS memory
+    (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash, fetched_at,
+     changed_at)
+VALUES (%(crawl_key)s, %(url_hash)s, %(url)s, %(etag)s, %(last_modified)s, %(content_hash)s,
+        %(result_hash)s, coalesce(%(fetched_at)s::timestamptz, now()),
+        coalesce(%(fetched_at)s::timestamptz, now()))
+ON CONFLICT (crawl_key, url_hash) DO UPDATE SET
+    etag = CASE WHEN %(not_modified)s::boolean THEN coalesce(excluded.etag, memory.etag)
+                ELSE excluded.etag END,
+    last_modified = CASE WHEN %(not_modified)s::boolean
+                         THEN coalesce(excluded.last_modified, memory.last_modified)
+                         ELSE excluded.last_modified END,
+    content_hash = CASE WHEN %(not_modified)s::boolean THEN memory.content_hash
+                        ELSE excluded.content_hash END,
+    result_hash = CASE WHEN %(not_modified)s::boolean THEN memory.result_hash
+                       ELSE excluded.result_hash END,
+    fetched_at = excluded.fetched_at,
+    changed_at = CASE WHEN NOT %(not_modified)s::boolean
+                           AND excluded.result_hash IS DISTINCT FROM memory.result_hash
+                      THEN excluded.fetched_at ELSE memory.changed_at END
+    WHERE memory.fetched_at <= excluded.fetched_at
+RETURNING 1
+"""
+
+# Deletes up to `batch` URLs of one crawl (its schedule was deleted).
+CRAWL_MEMORY_FORGET_BATCH: Final = """
+WITH deleted AS (
+    DELETE FROM scrapeq_crawl_memory AS memory
+    WHERE (memory.crawl_key, memory.url_hash) IN (
+        SELECT crawl_key, url_hash FROM scrapeq_crawl_memory
+        WHERE crawl_key = %(crawl_key)s LIMIT %(batch)s
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM deleted
+"""
+
+# Deletes up to `batch` URLs fetched before `fetched_before`, oldest first (the age bound).
+CRAWL_MEMORY_PRUNE_BATCH: Final = """
+WITH deleted AS (
+    DELETE FROM scrapeq_crawl_memory AS memory
+    WHERE (memory.crawl_key, memory.url_hash) IN (
+        SELECT crawl_key, url_hash FROM scrapeq_crawl_memory
+        WHERE fetched_at < %(fetched_before)s ORDER BY fetched_at LIMIT %(batch)s
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM deleted
+"""
+
 # --- dead jobs and export -----------------------------------------------------------------------
 
 # Failed rows, newest first, optionally narrowed to a queue and/or an owner (namespace, name);

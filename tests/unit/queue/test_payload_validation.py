@@ -54,6 +54,8 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
             }
         },
         "keep": ["html", "text", "screenshot", "pdf"],
+        "crawlKey": "prices/shop.example",
+        "recrawlAfterSeconds": 3600,
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
@@ -268,7 +270,8 @@ def test_a_payload_with_thousands_of_problems_names_a_bounded_number_of_them() -
     assert len(problems) == 21
     assert problems[-1] == "and 4980 more problems"
     (long_name,) = validate_payload({"x" * 100_000: 1})
-    assert len(long_name) < 300
+    # The name is cut short; the list of known options grows with the vocabulary.
+    assert len(long_name) < 120 + len(", ".join(PAYLOAD_OPTIONS))
 
 
 @pytest.mark.parametrize(
@@ -541,3 +544,19 @@ def test_screenshot_and_pdf_need_a_rendered_page_and_html_and_text_do_not() -> N
         "keep: screenshot and pdf need a rendered page: remove them or set render to true"
     ]
     assert validate_payload({"keep": ["screenshot", "pdf"]}) == []
+
+
+def test_a_crawl_key_is_a_bounded_string_and_recrawl_after_needs_one() -> None:
+    assert validate_payload({"crawlKey": "prices", "recrawlAfterSeconds": 0.5}) == []
+    assert validate_payload({"crawlKey": ""}) == [
+        "crawlKey must be a string of 1 to 512 characters"
+    ]
+    assert validate_payload({"crawlKey": "k" * 513}) == [
+        "crawlKey must be a string of 1 to 512 characters"
+    ]
+    assert validate_payload({"recrawlAfterSeconds": 60}) == [
+        "recrawlAfterSeconds needs a crawlKey: the crawl whose fetches it counts"
+    ]
+    assert validate_payload({"crawlKey": "prices", "recrawlAfterSeconds": 0}) == [
+        "recrawlAfterSeconds must be a number of seconds above 0 and at most 31,536,000"
+    ]
