@@ -1049,11 +1049,14 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
         if size > MAX_PAYLOAD_BYTES:
             return [_size_problem(size)]
     problems: list[str] = []
+    listed_known = False
     for name, value in payload.items():
         check = PAYLOAD_OPTIONS.get(name)
         if check is None:
-            known = ", ".join(PAYLOAD_OPTIONS)
-            problems.append(f"unknown payload option {_quoted(name)} (known options: {known})")
+            # The known options are listed once: the message stays bounded as they grow.
+            known = "" if listed_known else f" (known options: {', '.join(PAYLOAD_OPTIONS)})"
+            listed_known = True
+            problems.append(f"unknown payload option {_quoted(name)}{known}")
             continue
         problems.extend(check(value))
     if "steps" in payload:

@@ -104,6 +104,14 @@ class OutcomeReporter:
                 duration,
             )
             return
+        if current and scraped.recrawl is not None:
+            self._metrics.recrawl_pages.labels(job.queue, scraped.recrawl).inc()
+        crawl_key = job.payload.get("crawlKey")
+        if current and scraped.visit is not None and isinstance(crawl_key, str):
+            # After the completion committed: a crash in between leaves the memory of the run
+            # before, so the page says changed once more rather than unchanged without a
+            # stored result (decision record 14).
+            await self._gateway.remember_page(crawl_key, job.url, scraped.visit)
         if current:
             self._metrics.jobs_completed.labels(job.queue).inc()
             self._metrics.job_duration.labels(job.queue, "completed").observe(duration)

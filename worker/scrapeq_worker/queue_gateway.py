@@ -37,6 +37,8 @@ from scrapeq_queue import (
     Connection,
     DatabaseUnavailable,
     FollowUrl,
+    PageMemory,
+    PageVisit,
     QueueBacklog,
     QueueError,
     RetryOutcome,
@@ -118,6 +120,10 @@ class QueueBackend(Protocol):
     async def set_crawl_delay(self, host_key: str, crawl_delay_seconds: float) -> None: ...
 
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy: ...
+
+    async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None: ...
+
+    async def remember_page(self, crawl_key: str, url: str, visit: PageVisit) -> bool: ...
 
     async def store_robots_copy(
         self,
@@ -341,6 +347,16 @@ class PostgresBackend:
             lambda connection: scrapeq_queue.robots_copy(
                 connection, origin, lease_seconds=lease_seconds
             )
+        )
+
+    async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
+        return await self._claims.run(
+            lambda connection: scrapeq_queue.read_page_memory(connection, crawl_key, url)
+        )
+
+    async def remember_page(self, crawl_key: str, url: str, visit: PageVisit) -> bool:
+        return await self._writes.run(
+            lambda connection: scrapeq_queue.remember_page(connection, crawl_key, url, visit)
         )
 
     async def store_robots_copy(
@@ -610,6 +626,24 @@ class QueueGateway:
                 ttl_seconds=ttl_seconds,
             ),
             what=f"store the robots.txt of {origin}",
+        )
+
+    # --- crawl memory --------------------------------------------------------------------------
+
+    async def page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
+        """What the crawl remembers of `url`; None when it never fetched it or when the
+        database failed (the page is then fetched in full, and its result says changed)."""
+        return await self._run(
+            lambda backend: backend.read_page_memory(crawl_key, url),
+            what=f"read the crawl memory of {url}",
+        )
+
+    async def remember_page(self, crawl_key: str, url: str, visit: PageVisit) -> None:
+        """Record what a fetch of `url` saw for its crawl (after the row's completion); a
+        failure is logged and the crawl's next run fetches the page in full."""
+        await self._run(
+            lambda backend: backend.remember_page(crawl_key, url, visit),
+            what=f"write the crawl memory of {url}",
         )
 
     # --- parsers -------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ async def test_a_crawl_remembers_what_it_fetched_and_only_for_its_own_key(
 
     memory = await queue.read_page_memory(async_connection, KEY, URL)
     assert memory is not None
-    assert memory.etag == '"v1"' and memory.has_validators
+    assert memory.etag == '"v1"'
+    assert memory.has_validators
     assert memory.result_hash == digest("result 1")
     assert memory.changed_at == memory.fetched_at
     assert 0 <= memory.age_seconds < 60
@@ -55,9 +56,7 @@ async def test_a_304_keeps_the_hashes_and_changed_at_and_a_new_result_moves_chan
     async_connection: Connection,
 ) -> None:
     first = datetime(2026, 1, 1, tzinfo=UTC)
-    await queue.remember_page(
-        async_connection, KEY, URL, visit("1", etag='"v1"'), fetched_at=first
-    )
+    await queue.remember_page(async_connection, KEY, URL, visit("1", etag='"v1"'), fetched_at=first)
     await queue.remember_page(
         async_connection,
         KEY,
@@ -77,7 +76,8 @@ async def test_a_304_keeps_the_hashes_and_changed_at_and_a_new_result_moves_chan
         async_connection, KEY, URL, same_result, fetched_at=first + timedelta(hours=2)
     )
     memory = await queue.read_page_memory(async_connection, KEY, URL)
-    assert memory is not None and memory.changed_at == first
+    assert memory is not None
+    assert memory.changed_at == first
     assert memory.etag is None  # the site stopped sending one: no conditional request next
 
     await queue.remember_page(
@@ -98,7 +98,8 @@ async def test_an_older_fetch_written_late_does_not_replace_a_newer_one(
         async_connection, KEY, URL, visit("old"), fetched_at=now - timedelta(minutes=5)
     )
     memory = await queue.read_page_memory(async_connection, KEY, URL)
-    assert memory is not None and memory.result_hash == digest("result new")
+    assert memory is not None
+    assert memory.result_hash == digest("result new")
 
 
 async def test_two_runs_writing_one_crawl_at_once_leave_every_url_whole(

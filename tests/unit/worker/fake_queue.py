@@ -21,6 +21,8 @@ from scrapeq_queue import (
     Completion,
     DatabaseUnavailable,
     FollowUrl,
+    PageMemory,
+    PageVisit,
     QueueBacklog,
     RetryOutcome,
     RobotsCopy,
@@ -74,6 +76,8 @@ class FakeQueue:
         self.now = 0.0
         self._ids = itertools.count(1)
         self._robots: dict[str, _RobotsEntry] = {}
+        # (crawl key, URL) -> what the crawl remembers (the fake's clock as its time).
+        self.memory: dict[tuple[str, str], PageMemory] = {}
         # queue -> the parsers a worker last published for it (publish_parsers).
         self.published_parsers: dict[str, tuple[str, ...]] = {}
         self._wakes: list[Callable[[], None]] = []
@@ -366,6 +370,55 @@ class FakeQueue:
 
     async def set_crawl_delay(self, host_key: str, crawl_delay_seconds: float) -> None:
         self._enter("set_crawl_delay")
+
+    def _clock(self) -> datetime:
+        return _EPOCH + timedelta(seconds=self.now)
+
+    async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
+        self._enter("read_page_memory")
+        memory = self.memory.get((crawl_key, url))
+        if memory is None:
+            return None
+        age = (self._clock() - memory.fetched_at).total_seconds()
+        return PageMemory(
+            memory.etag,
+            memory.last_modified,
+            memory.content_hash,
+            memory.result_hash,
+            memory.fetched_at,
+            memory.changed_at,
+            max(0.0, age),
+        )
+
+    async def remember_page(self, crawl_key: str, url: str, visit: PageVisit) -> bool:
+        self._enter("remember_page")
+        now = self._clock()
+        before = self.memory.get((crawl_key, url))
+        if before is not None and before.fetched_at > now:
+            return False
+        if visit.not_modified and before is not None:
+            remembered = PageMemory(
+                visit.etag or before.etag,
+                visit.last_modified or before.last_modified,
+                before.content_hash,
+                before.result_hash,
+                now,
+                before.changed_at,
+                0.0,
+            )
+        else:
+            changed = before is None or before.result_hash != visit.result_hash
+            remembered = PageMemory(
+                visit.etag,
+                visit.last_modified,
+                visit.content_hash,
+                visit.result_hash,
+                now,
+                now if changed or before is None else before.changed_at,
+                0.0,
+            )
+        self.memory[(crawl_key, url)] = remembered
+        return True
 
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy:
         self._enter("robots_copy")
