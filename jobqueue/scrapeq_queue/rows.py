@@ -132,6 +132,13 @@ class OwnerProgress:
     first_started_at: datetime | None = None
     last_finished_at: datetime | None = None
     preview: tuple[ResultPreview, ...] = field(default=())
+    # Completed rows with a crawl key (payload crawlKey): results that changed, that did not
+    # (a 304, an equal result, or skipped), fetched from a site that sent no validators, and
+    # skipped without a request (recrawlAfterSeconds; counted in `unchanged` too).
+    changed: int = 0
+    unchanged: int = 0
+    without_validators: int = 0
+    skipped: int = 0
 
     @property
     def finished(self) -> bool:

@@ -543,7 +543,14 @@ SELECT owner_uid,
        count(*) FILTER (WHERE status = 'failed') AS failed,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        min(processing_started_at) AS first_started_at,
-       max(finished_at) AS last_finished_at
+       max(finished_at) AS last_finished_at,
+       -- Rows with a crawl key (their results say "changed"; docs/worker.md).
+       count(*) FILTER (WHERE status = 'completed' AND result->'changed' = 'true') AS changed,
+       count(*) FILTER (WHERE status = 'completed' AND result->'changed' = 'false')
+           AS unchanged,
+       count(*) FILTER (WHERE status = 'completed' AND result->'validators' = 'false')
+           AS without_validators,
+       count(*) FILTER (WHERE status = 'completed' AND result ? 'skipped') AS skipped
 FROM scraping_jobs
 WHERE owner_uid = ANY(%(owner_uids)s::text[])
 GROUP BY owner_uid
