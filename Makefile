@@ -110,6 +110,10 @@ endif
 bench-operator: setup
 	@$(PY) -m benchmarks.operator_scale
 
+# A recurring crawl's second run (1 % of 1,000 rendered pages changed) against its first.
+bench-recrawl: setup
+	@$(PY) -m benchmarks.recrawl $(BENCH_ARGS)
+
 bench-cluster: setup
 	@$(PY) -m benchmarks.cluster_pods
 
