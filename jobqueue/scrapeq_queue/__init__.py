@@ -20,6 +20,7 @@ from scrapeq_queue.connections import (
 from scrapeq_queue.crawl_memory import (
     PageMemory,
     PageVisit,
+    PageWrite,
     forget_crawl,
     named_crawl_key,
     prune_crawl_memory,
@@ -164,6 +165,7 @@ __all__ = [
     "OwnerProgress",
     "PageMemory",
     "PageVisit",
+    "PageWrite",
     "QueueBacklog",
     "QueueError",
     "QueueParsers",

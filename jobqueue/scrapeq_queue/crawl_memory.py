@@ -11,6 +11,7 @@ and writes it back with one upsert after the page (decision record 14).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -70,8 +71,8 @@ class PageMemory:
 
 @dataclass(frozen=True)
 class PageVisit:
-    """What one fetch of a URL saw, to remember. `result_hash` None with `not_modified`: the
-    site answered 304, and the remembered hashes stay."""
+    """What one fetch of a URL saw, to remember. `not_modified`: the site answered 304, and
+    the remembered hashes stay (the visit's own are ignored)."""
 
     etag: str | None
     last_modified: str | None
@@ -115,6 +116,15 @@ async def read_page_memory(
     )
 
 
+@dataclass(frozen=True)
+class PageWrite:
+    """One fetch to remember: the crawl, the URL and what the fetch saw."""
+
+    crawl_key: str
+    url: str
+    visit: PageVisit
+
+
 @translate_database_errors
 async def remember_page(
     connection: psycopg.AsyncConnection[Any],
@@ -127,26 +137,45 @@ async def remember_page(
     """Record `visit` as the crawl's memory of `url`; False when a later fetch of the URL was
     already recorded (the memory keeps the latest fetch, whichever run wrote first).
 
-    One upsert, atomic per URL: two runs of one crawl writing the same URL at once leave the
-    memory of one of them whole, never a mix. `changed_at` moves only when the result's hash
-    differs from the remembered one. `fetched_at` defaults to the database's now().
+    Atomic per URL: two runs of one crawl writing the same URL at once leave the memory of one
+    of them whole, never a mix. `changed_at` moves only when the result's hash differs from the
+    remembered one. `fetched_at` defaults to the database's now().
     """
-    _check_key(crawl_key)
+    return await write_pages(connection, [PageWrite(crawl_key, url, visit)], fetched_at) == 1
+
+
+async def write_pages(
+    connection: psycopg.AsyncConnection[Any],
+    writes: Sequence[PageWrite],
+    fetched_at: datetime | None = None,
+) -> int:
+    """Record several fetches in one statement (in the caller's transaction, if any); return
+    how many were recorded. Of two writes of one (crawl key, URL), the last given wins."""
+    latest: dict[tuple[str, bytes], PageWrite] = {}
+    for write in writes:
+        _check_key(write.crawl_key)
+        latest[(write.crawl_key, url_hash(write.url))] = write
+    if not latest:
+        return 0
+    pages = list(latest.items())
     cursor = await connection.execute(
         statements.CRAWL_MEMORY_WRITE,
         {
-            "crawl_key": crawl_key,
-            "url_hash": url_hash(url),
-            "url": url,
-            "etag": _kept_validator(visit.etag),
-            "last_modified": _kept_validator(visit.last_modified),
-            "content_hash": visit.content_hash,
-            "result_hash": visit.result_hash,
-            "not_modified": visit.not_modified,
+            "crawl_keys": [key for (key, _), _ in pages],
+            "url_hashes": [digest for (_, digest), _ in pages],
+            "urls": [write.url for _, write in pages],
+            "etags": [_kept_validator(write.visit.etag) for _, write in pages],
+            "last_modifieds": [_kept_validator(write.visit.last_modified) for _, write in pages],
+            "content_hashes": [
+                None if write.visit.not_modified else write.visit.content_hash for _, write in pages
+            ],
+            "result_hashes": [
+                None if write.visit.not_modified else write.visit.result_hash for _, write in pages
+            ],
             "fetched_at": fetched_at,
         },
     )
-    return await cursor.fetchone() is not None
+    return len(await cursor.fetchall())
 
 
 @translate_database_errors
@@ -195,6 +224,7 @@ __all__ = [
     "MAX_VALIDATOR_CHARS",
     "PageMemory",
     "PageVisit",
+    "PageWrite",
     "forget_crawl",
     "named_crawl_key",
     "prune_crawl_memory",
@@ -202,4 +232,5 @@ __all__ = [
     "remember_page",
     "schedule_crawl_key",
     "url_hash",
+    "write_pages",
 ]

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
+from scrapeq_queue.crawl_memory import PageWrite
+
 
 @dataclass(frozen=True)
 class Owner:
@@ -100,6 +102,9 @@ class Completion:
     attempt: int
     result: dict[str, Any]
     duration_seconds: float
+    # A row with a crawl key: what its crawl remembers of the fetch, written in the
+    # completion's transaction when the completion is current (docs/queue.md, "Crawl memory").
+    memory: PageWrite | None = None
 
 
 @dataclass(frozen=True)

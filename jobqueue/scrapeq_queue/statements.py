@@ -815,29 +815,33 @@ FROM scrapeq_crawl_memory
 WHERE crawl_key = %(crawl_key)s AND url_hash = %(url_hash)s
 """
 
-# Records one fetch of a URL in one upsert (atomic per URL: a concurrent writer of the same URL
-# waits for this row and then applies its own whole). A fetch older than the remembered one
-# changes nothing (no row returned). A 304 (`not_modified`) keeps the remembered hashes and any
-# validator it did not send again; otherwise changed_at moves when the result's hash differs.
+# Records fetches of URLs, one row each (the caller passes each (crawl key, URL) once): one
+# upsert, atomic per URL (a concurrent writer of the same URL waits for its row and then applies
+# its own whole). A fetch older than the remembered one changes nothing (no row returned). A 304
+# (a NULL result_hash) keeps the remembered hashes and any validator it did not send again;
+# otherwise changed_at moves when the result's hash differs.
 CRAWL_MEMORY_WRITE: Final = """
 INSERT INTO scrapeq_crawl_memory AS memory
     (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash, fetched_at,
      changed_at)
-VALUES (%(crawl_key)s, %(url_hash)s, %(url)s, %(etag)s, %(last_modified)s, %(content_hash)s,
-        %(result_hash)s, coalesce(%(fetched_at)s::timestamptz, now()),
-        coalesce(%(fetched_at)s::timestamptz, now()))
+SELECT page.crawl_key, page.url_hash, page.url, page.etag, page.last_modified,
+       page.content_hash, page.result_hash, coalesce(%(fetched_at)s::timestamptz, now()),
+       coalesce(%(fetched_at)s::timestamptz, now())
+FROM unnest(%(crawl_keys)s::text[], %(url_hashes)s::bytea[], %(urls)s::text[],
+            %(etags)s::text[], %(last_modifieds)s::text[], %(content_hashes)s::bytea[],
+            %(result_hashes)s::bytea[])
+     AS page (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash)
 ON CONFLICT (crawl_key, url_hash) DO UPDATE SET
-    etag = CASE WHEN %(not_modified)s::boolean THEN coalesce(excluded.etag, memory.etag)
+    etag = CASE WHEN excluded.result_hash IS NULL THEN coalesce(excluded.etag, memory.etag)
                 ELSE excluded.etag END,
-    last_modified = CASE WHEN %(not_modified)s::boolean
+    last_modified = CASE WHEN excluded.result_hash IS NULL
                          THEN coalesce(excluded.last_modified, memory.last_modified)
                          ELSE excluded.last_modified END,
-    content_hash = CASE WHEN %(not_modified)s::boolean THEN memory.content_hash
+    content_hash = CASE WHEN excluded.result_hash IS NULL THEN memory.content_hash
                         ELSE excluded.content_hash END,
-    result_hash = CASE WHEN %(not_modified)s::boolean THEN memory.result_hash
-                       ELSE excluded.result_hash END,
+    result_hash = coalesce(excluded.result_hash, memory.result_hash),
     fetched_at = excluded.fetched_at,
-    changed_at = CASE WHEN NOT %(not_modified)s::boolean
+    changed_at = CASE WHEN excluded.result_hash IS NOT NULL
                            AND excluded.result_hash IS DISTINCT FROM memory.result_hash
                       THEN excluded.fetched_at ELSE memory.changed_at END
     WHERE memory.fetched_at <= excluded.fetched_at

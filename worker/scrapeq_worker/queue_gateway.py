@@ -38,7 +38,7 @@ from scrapeq_queue import (
     DatabaseUnavailable,
     FollowUrl,
     PageMemory,
-    PageVisit,
+    PageWrite,
     QueueBacklog,
     QueueError,
     RetryOutcome,
@@ -89,6 +89,7 @@ class QueueBackend(Protocol):
         duration_seconds: float,
         follow_urls: Sequence[FollowUrl],
         follow_limit: int | None,
+        memory: PageWrite | None = None,
     ) -> bool: ...
 
     async def retry_job(
@@ -122,8 +123,6 @@ class QueueBackend(Protocol):
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy: ...
 
     async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None: ...
-
-    async def remember_page(self, crawl_key: str, url: str, visit: PageVisit) -> bool: ...
 
     async def store_robots_copy(
         self,
@@ -261,6 +260,7 @@ class PostgresBackend:
         duration_seconds: float,
         follow_urls: Sequence[FollowUrl],
         follow_limit: int | None,
+        memory: PageWrite | None = None,
     ) -> bool:
         return await self._writes.run(
             lambda connection: scrapeq_queue.complete_job(
@@ -271,6 +271,7 @@ class PostgresBackend:
                 duration_seconds=duration_seconds,
                 follow_urls=follow_urls,
                 follow_limit=follow_limit,
+                memory=memory,
             )
         )
 
@@ -352,11 +353,6 @@ class PostgresBackend:
     async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
         return await self._claims.run(
             lambda connection: scrapeq_queue.read_page_memory(connection, crawl_key, url)
-        )
-
-    async def remember_page(self, crawl_key: str, url: str, visit: PageVisit) -> bool:
-        return await self._writes.run(
-            lambda connection: scrapeq_queue.remember_page(connection, crawl_key, url, visit)
         )
 
     async def store_robots_copy(
@@ -502,6 +498,7 @@ class QueueGateway:
         duration_seconds: float,
         follow_urls: Sequence[FollowUrl],
         follow_limit: int | None,
+        memory: PageWrite | None = None,
     ) -> bool | None:
         return await self._run(
             lambda backend: backend.complete_job(
@@ -511,6 +508,7 @@ class QueueGateway:
                 duration_seconds=duration_seconds,
                 follow_urls=follow_urls,
                 follow_limit=follow_limit,
+                memory=memory,
             ),
             what=f"complete job {job.id}",
             persistent=True,
@@ -636,14 +634,6 @@ class QueueGateway:
         return await self._run(
             lambda backend: backend.read_page_memory(crawl_key, url),
             what=f"read the crawl memory of {url}",
-        )
-
-    async def remember_page(self, crawl_key: str, url: str, visit: PageVisit) -> None:
-        """Record what a fetch of `url` saw for its crawl (after the row's completion); a
-        failure is logged and the crawl's next run fetches the page in full."""
-        await self._run(
-            lambda backend: backend.remember_page(crawl_key, url, visit),
-            what=f"write the crawl memory of {url}",
         )
 
     # --- parsers -------------------------------------------------------------------------------

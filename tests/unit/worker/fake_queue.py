@@ -22,7 +22,7 @@ from scrapeq_queue import (
     DatabaseUnavailable,
     FollowUrl,
     PageMemory,
-    PageVisit,
+    PageWrite,
     QueueBacklog,
     RetryOutcome,
     RobotsCopy,
@@ -245,6 +245,8 @@ class FakeQueue:
             if row is not None:
                 self._complete(row, completion.result)
                 done.add(row.id)
+                if completion.memory is not None:
+                    self._remember(completion.memory)
         return done
 
     def _complete(self, row: FakeRow, result: dict[str, Any]) -> None:
@@ -262,12 +264,15 @@ class FakeQueue:
         duration_seconds: float,
         follow_urls: Sequence[FollowUrl],
         follow_limit: int | None,
+        memory: PageWrite | None = None,
     ) -> bool:
         self._enter("complete_job")
         row = self._current(job_id, attempt)
         if row is None:
             return False
         self._complete(row, result)
+        if memory is not None:
+            self._remember(memory)
         known = {other.url for other in self.rows.values()}
         followed = [follow for follow in follow_urls if not follow.next_page]
         chained = [follow for follow in follow_urls if follow.next_page]
@@ -390,12 +395,12 @@ class FakeQueue:
             max(0.0, age),
         )
 
-    async def remember_page(self, crawl_key: str, url: str, visit: PageVisit) -> bool:
-        self._enter("remember_page")
+    def _remember(self, write: PageWrite) -> None:
+        crawl_key, url, visit = write.crawl_key, write.url, write.visit
         now = self._clock()
         before = self.memory.get((crawl_key, url))
         if before is not None and before.fetched_at > now:
-            return False
+            return
         if visit.not_modified and before is not None:
             remembered = PageMemory(
                 visit.etag or before.etag,
@@ -418,7 +423,6 @@ class FakeQueue:
                 0.0,
             )
         self.memory[(crawl_key, url)] = remembered
-        return True
 
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy:
         self._enter("robots_copy")
