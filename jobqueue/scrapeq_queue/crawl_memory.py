@@ -157,7 +157,9 @@ async def write_pages(
         latest[(write.crawl_key, url_hash(write.url))] = write
     if not latest:
         return 0
-    pages = list(latest.items())
+    # Key order: the lock order of every memory write, so two batches sharing URLs never
+    # wait for each other in a cycle.
+    pages = sorted(latest.items(), key=lambda item: item[0])
     cursor = await connection.execute(
         statements.CRAWL_MEMORY_WRITE,
         {

@@ -8,7 +8,8 @@ Two layers:
   one connection, outcome writes and lease renewals on another, each behind a lock, because a
   psycopg connection interleaves statements of concurrent tasks into each other's
   transactions, and a claim must never wait behind a batch of completions (each commit waits
-  for its WAL flush). The unit tests use an in-memory backend that a conformance test holds
+  for its WAL flush); reads of the crawl memory have a third, opened by the first row with a
+  crawl key. The unit tests use an in-memory backend that a conformance test holds
   to the same contract as this one.
 * the `QueueGateway` decides what a failure means. A lost database is retried on a fresh
   connection after `reconnect_delay` (at most about a second, so work resumes that soon after
@@ -210,6 +211,11 @@ class PostgresBackend:
         self._writes = _Channel(
             database_url, f"scrapeq-worker-writes {worker_id}", prepared_statements=not pooled
         )
+        # Crawl memory reads, one per row with a crawl key: on a connection of their own (opened
+        # by the first such row), so that they wait neither for claims nor for group commits.
+        self._memory = _Channel(
+            database_url, f"scrapeq-worker-memory {worker_id}", prepared_statements=not pooled
+        )
 
     async def claim_jobs(
         self,
@@ -351,7 +357,7 @@ class PostgresBackend:
         )
 
     async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
-        return await self._claims.run(
+        return await self._memory.run(
             lambda connection: scrapeq_queue.read_page_memory(connection, crawl_key, url)
         )
 
@@ -392,6 +398,7 @@ class PostgresBackend:
 
     async def close(self) -> None:
         await self._claims.drop()
+        await self._memory.drop()
         await self._writes.drop()
 
 
