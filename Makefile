@@ -12,7 +12,7 @@ PYTEST_ARGS ?= --durations=30
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
 	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \
-	bench-fleet bench-soak bench-output bench-sources \
+	bench-fleet bench-soak bench-output bench-sources bench-recrawl \
 	generate clean
 
 help:
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-soak      a million rows with 10 KB results through the queue, retention on"
 	@echo "make bench-output    output delivery lag and PostgreSQL bytes per row, real S3 server"
 	@echo "make bench-sources   a sitemap index of 1,000,000 URLs expanded into rows: rows/s, peak RSS"
+	@echo "make bench-recrawl   a recurring crawl's second run (1 % of 1,000 pages changed) against its first"
 
 # As root (CI, the demo's usual case) also what the local node and images need; elsewhere the
 # node cannot run anyway, and the demo says so and uses local processes.
@@ -116,6 +117,10 @@ bench-operator: setup
 # A sitemap index of 20 x 50,000 URLs expanded into rows: rows/s and the expanders' peak RSS.
 bench-sources: setup
 	@$(PY) -m benchmarks.sitemap_sources $(BENCH_ARGS)
+
+# A recurring crawl's second run (1 % of 1,000 rendered pages changed) against its first.
+bench-recrawl: setup
+	@$(PY) -m benchmarks.recrawl $(BENCH_ARGS)
 
 bench-cluster: setup
 	@$(PY) -m benchmarks.cluster_pods

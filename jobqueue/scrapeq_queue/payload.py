@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol
 
 import re2
 
+from scrapeq_queue.crawl_memory import MAX_CRAWL_KEY_CHARS, MAX_RECRAWL_AFTER_SECONDS
 from scrapeq_queue.page_steps import MAX_SETTLE_SECONDS, check_session, check_steps
 from scrapeq_queue.politeness import site_delay_problem, site_limit_problem
 from scrapeq_queue.sealed_credentials import SEALED_PREFIX, is_sealed_text
@@ -898,6 +899,21 @@ def _check_sealed(value: object) -> list[str]:
     return [f"sealed must be a sealed credentials text ({SEALED_PREFIX}...) made by the operator"]
 
 
+def _check_crawl_key(value: object) -> list[str]:
+    if isinstance(value, str) and 1 <= len(value) <= MAX_CRAWL_KEY_CHARS:
+        return []
+    return [f"crawlKey must be a string of 1 to {MAX_CRAWL_KEY_CHARS} characters"]
+
+
+def _check_recrawl_after(value: object) -> list[str]:
+    if _in_range(value, 0, MAX_RECRAWL_AFTER_SECONDS, low_open=True):
+        return []
+    return [
+        f"recrawlAfterSeconds must be a number of seconds above 0 and at most "
+        f"{MAX_RECRAWL_AFTER_SECONDS:,.0f}"
+    ]
+
+
 def _check_parser(value: object) -> list[str]:
     if isinstance(value, str) and _PARSER_NAME.fullmatch(value):
         return []
@@ -1042,6 +1058,10 @@ PAYLOAD_OPTIONS: Final[Mapping[str, Callable[[object], list[str]]]] = {
     # Its render condition is checked with the payload around it (_keep_problems).
     "keep": lambda value: check_artifact_kinds("keep", value),
     "source": _check_source,
+    # The crawl memory (crawl_memory.py): the crawl whose memory the row reads and writes, and
+    # how recently a fetch of the URL by that crawl lets the row skip the request.
+    "crawlKey": _check_crawl_key,
+    "recrawlAfterSeconds": _check_recrawl_after,
 }
 
 
@@ -1098,6 +1118,8 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
     problems.extend(_route_problems(payload))
     if "keep" in payload:
         problems.extend(_keep_problems(payload))
+    if "recrawlAfterSeconds" in payload and "crawlKey" not in payload:
+        problems.append("recrawlAfterSeconds needs a crawlKey: the crawl whose fetches it counts")
     if len(problems) > MAX_REPORTED_PROBLEMS:
         more = len(problems) - MAX_REPORTED_PROBLEMS
         problems = [*problems[:MAX_REPORTED_PROBLEMS], f"and {more} more problems"]

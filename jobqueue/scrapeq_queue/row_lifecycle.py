@@ -19,6 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from scrapeq_queue import statements
+from scrapeq_queue.crawl_memory import PageWrite, write_pages
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
@@ -257,17 +258,30 @@ async def complete_many(
         return set()
     # Id order: the lock order of every multi-row write here (no deadlock with a cancel).
     completions = sorted(completions, key=lambda completion: completion.job_id)
-    cursor = await connection.execute(
-        statements.JOB_COMPLETE_MANY,
-        {
-            "ids": [completion.job_id for completion in completions],
-            "attempts": [completion.attempt for completion in completions],
-            "results": Jsonb([completion.result for completion in completions]),
-            "durations": [float(completion.duration_seconds) for completion in completions],
-            "window": SERVER_ERROR_WINDOW,
-        },
-    )
-    done = {row[0] for row in await cursor.fetchall()}
+    params = {
+        "ids": [completion.job_id for completion in completions],
+        "attempts": [completion.attempt for completion in completions],
+        "results": Jsonb([completion.result for completion in completions]),
+        "durations": [float(completion.duration_seconds) for completion in completions],
+        "window": SERVER_ERROR_WINDOW,
+    }
+    if any(completion.memory is not None for completion in completions):
+        # The crawl memory of the current completions commits with them: one commit for the
+        # batch still, and no memory of a fetch whose result was not stored.
+        async with connection.transaction():
+            cursor = await connection.execute(statements.JOB_COMPLETE_MANY, params)
+            done = {row[0] for row in await cursor.fetchall()}
+            await write_pages(
+                connection,
+                [
+                    completion.memory
+                    for completion in completions
+                    if completion.memory is not None and completion.job_id in done
+                ],
+            )
+    else:
+        cursor = await connection.execute(statements.JOB_COMPLETE_MANY, params)
+        done = {row[0] for row in await cursor.fetchall()}
     for completion in completions:
         if completion.job_id not in done:
             logger.info(
@@ -288,8 +302,11 @@ async def complete_job(
     duration_seconds: float,
     follow_urls: Sequence[FollowUrl] = (),
     follow_limit: int | None = None,
+    memory: PageWrite | None = None,
 ) -> bool:
     """Store `result` and mark the job completed; False when the attempt was fenced out.
+
+    `memory` (a row with a crawl key) is written to the crawl memory in the same transaction.
 
     `follow_urls` become child rows (parent_id = job_id, depth + 1, the parent's queue,
     priority, retries and owner) in the same transaction, deduplicated per owner by normalised
@@ -323,6 +340,8 @@ async def complete_job(
         chained = [follow for follow in follow_urls if follow.next_page]
         if chained:
             await _insert_children(connection, job_id, chained, None, depth_step=0)
+        if memory is not None:
+            await write_pages(connection, [memory])
     return True
 
 

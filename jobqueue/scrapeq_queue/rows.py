@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
+from scrapeq_queue.crawl_memory import PageWrite
+
 
 @dataclass(frozen=True)
 class Owner:
@@ -100,6 +102,9 @@ class Completion:
     attempt: int
     result: dict[str, Any]
     duration_seconds: float
+    # A row with a crawl key: what its crawl remembers of the fetch, written in the
+    # completion's transaction when the completion is current (docs/queue.md, "Crawl memory").
+    memory: PageWrite | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,13 @@ class OwnerProgress:
     first_started_at: datetime | None = None
     last_finished_at: datetime | None = None
     preview: tuple[ResultPreview, ...] = field(default=())
+    # Completed rows with a crawl key (payload crawlKey): results that changed, that did not
+    # (a 304, an equal result, or skipped), fetched from a site that sent no validators, and
+    # skipped without a request (recrawlAfterSeconds; counted in `unchanged` too).
+    changed: int = 0
+    unchanged: int = 0
+    without_validators: int = 0
+    skipped: int = 0
 
     @property
     def finished(self) -> bool:

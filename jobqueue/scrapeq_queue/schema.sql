@@ -957,6 +957,63 @@ COMMENT ON SEQUENCE public.scrapeq_claim_turn_9 IS 'scrapeq: the id of the head 
 
 
 --
+-- Name: scrapeq_crawl_memory; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_crawl_memory (
+    crawl_key text NOT NULL,
+    url_hash bytea NOT NULL,
+    url text NOT NULL,
+    etag text,
+    last_modified text,
+    content_hash bytea,
+    result_hash bytea,
+    fetched_at timestamp with time zone NOT NULL,
+    changed_at timestamp with time zone NOT NULL,
+    CONSTRAINT scrapeq_crawl_memory_changed_valid CHECK ((changed_at <= fetched_at)),
+    CONSTRAINT scrapeq_crawl_memory_key_valid CHECK (((length(crawl_key) >= 1) AND (length(crawl_key) <= 512))),
+    CONSTRAINT scrapeq_crawl_memory_url_hash_valid CHECK ((length(url_hash) = 32)),
+    CONSTRAINT scrapeq_crawl_memory_validators_valid CHECK (((length(etag) <= 1024) AND (length(last_modified) <= 1024)))
+)
+WITH (autovacuum_vacuum_scale_factor='0.05');
+
+
+--
+-- Name: TABLE scrapeq_crawl_memory; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_crawl_memory IS 'What a crawl (a schedule''s runs, or every job naming one crawlKey) saw of each URL: its validators, the hashes of its content and of its extracted result, when it was last fetched and when its result last changed. Read and written by workers for rows with a crawlKey only.';
+
+
+--
+-- Name: COLUMN scrapeq_crawl_memory.crawl_key; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_crawl_memory.crawl_key IS 'The crawl: schedule/<namespace>/<name>/<uid> for a schedule''s runs, <namespace>/<key> for spec.recrawl.key, a SQL producer''s crawlKey as written.';
+
+
+--
+-- Name: COLUMN scrapeq_crawl_memory.content_hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_crawl_memory.content_hash IS 'SHA-256 of the page''s body (static engine) or of its rendered HTML; NULL for a page with no body read.';
+
+
+--
+-- Name: COLUMN scrapeq_crawl_memory.result_hash; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_crawl_memory.result_hash IS 'SHA-256 of the extracted part of the result (title, fields, items, structured data, a parser''s data): what "changed" compares.';
+
+
+--
+-- Name: COLUMN scrapeq_crawl_memory.changed_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_crawl_memory.changed_at IS 'When a fetch last found a result different from the one before (the first fetch counts).';
+
+
+--
 -- Name: scrapeq_host_queues; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1686,6 +1743,14 @@ ALTER TABLE ONLY public.scrapeq_attempts
 
 
 --
+-- Name: scrapeq_crawl_memory scrapeq_crawl_memory_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_crawl_memory
+    ADD CONSTRAINT scrapeq_crawl_memory_pkey PRIMARY KEY (crawl_key, url_hash);
+
+
+--
 -- Name: scrapeq_host_queues scrapeq_host_queues_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1809,6 +1874,13 @@ ALTER TABLE ONLY public.scrapeq_worker_parsers
 
 ALTER TABLE ONLY public.scraping_jobs
     ADD CONSTRAINT scraping_jobs_pkey PRIMARY KEY (id);
+
+
+--
+-- Name: scrapeq_crawl_memory_fetched_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_crawl_memory_fetched_idx ON public.scrapeq_crawl_memory USING btree (fetched_at);
 
 
 --
@@ -2005,4 +2077,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0008_retention_and_finished_signal'),
     ('0009_server_error_rate'),
     ('0010_output_batches'),
-    ('0011_source_rows');
+    ('0011_source_rows'),
+    ('0012_crawl_memory');

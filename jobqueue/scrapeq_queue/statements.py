@@ -616,7 +616,14 @@ SELECT owner_uid,
        count(*) FILTER (WHERE status = 'failed') AS failed,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        min(processing_started_at) AS first_started_at,
-       max(finished_at) AS last_finished_at
+       max(finished_at) AS last_finished_at,
+       -- Rows with a crawl key (their results say "changed"; docs/worker.md).
+       count(*) FILTER (WHERE status = 'completed' AND result->'changed' = 'true') AS changed,
+       count(*) FILTER (WHERE status = 'completed' AND result->'changed' = 'false')
+           AS unchanged,
+       count(*) FILTER (WHERE status = 'completed' AND result->'validators' = 'false')
+           AS without_validators,
+       count(*) FILTER (WHERE status = 'completed' AND result ? 'skipped') AS skipped
 FROM scraping_jobs
 WHERE owner_uid = ANY(%(owner_uids)s::text[])
 GROUP BY owner_uid
@@ -867,6 +874,75 @@ WITH doomed AS (
 deleted AS (
     DELETE FROM scrapeq_robots AS robots USING doomed WHERE robots.origin = doomed.origin
     RETURNING robots.origin
+)
+SELECT count(*) FROM deleted
+"""
+
+# --- crawl memory (decision record 14) ----------------------------------------------------------
+
+# What a crawl remembers of one URL, with its age by the database's clock: one primary-key look-up.
+CRAWL_MEMORY_READ: Final = """
+SELECT etag, last_modified, content_hash, result_hash, fetched_at, changed_at,
+       extract(epoch FROM now() - fetched_at)::double precision
+FROM scrapeq_crawl_memory
+WHERE crawl_key = %(crawl_key)s AND url_hash = %(url_hash)s
+"""
+
+# Records fetches of URLs, one row each (the caller passes each (crawl key, URL) once): one
+# upsert, atomic per URL (a concurrent writer of the same URL waits for its row and then applies
+# its own whole). A fetch older than the remembered one changes nothing (no row returned). A 304
+# (a NULL result_hash) keeps the remembered hashes and any validator it did not send again;
+# otherwise changed_at moves when the result's hash differs.
+CRAWL_MEMORY_WRITE: Final = """
+INSERT INTO scrapeq_crawl_memory AS memory
+    (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash, fetched_at,
+     changed_at)
+SELECT page.crawl_key, page.url_hash, page.url, page.etag, page.last_modified,
+       page.content_hash, page.result_hash, coalesce(%(fetched_at)s::timestamptz, now()),
+       coalesce(%(fetched_at)s::timestamptz, now())
+FROM unnest(%(crawl_keys)s::text[], %(url_hashes)s::bytea[], %(urls)s::text[],
+            %(etags)s::text[], %(last_modifieds)s::text[], %(content_hashes)s::bytea[],
+            %(result_hashes)s::bytea[])
+     AS page (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash)
+ON CONFLICT (crawl_key, url_hash) DO UPDATE SET
+    etag = CASE WHEN excluded.result_hash IS NULL THEN coalesce(excluded.etag, memory.etag)
+                ELSE excluded.etag END,
+    last_modified = CASE WHEN excluded.result_hash IS NULL
+                         THEN coalesce(excluded.last_modified, memory.last_modified)
+                         ELSE excluded.last_modified END,
+    content_hash = CASE WHEN excluded.result_hash IS NULL THEN memory.content_hash
+                        ELSE excluded.content_hash END,
+    result_hash = coalesce(excluded.result_hash, memory.result_hash),
+    fetched_at = excluded.fetched_at,
+    changed_at = CASE WHEN excluded.result_hash IS NOT NULL
+                           AND excluded.result_hash IS DISTINCT FROM memory.result_hash
+                      THEN excluded.fetched_at ELSE memory.changed_at END
+    WHERE memory.fetched_at <= excluded.fetched_at
+RETURNING 1
+"""
+
+# Deletes up to `batch` URLs of one crawl (its schedule was deleted).
+CRAWL_MEMORY_FORGET_BATCH: Final = """
+WITH deleted AS (
+    DELETE FROM scrapeq_crawl_memory AS memory
+    WHERE (memory.crawl_key, memory.url_hash) IN (
+        SELECT crawl_key, url_hash FROM scrapeq_crawl_memory
+        WHERE crawl_key = %(crawl_key)s LIMIT %(batch)s
+    )
+    RETURNING 1
+)
+SELECT count(*) FROM deleted
+"""
+
+# Deletes up to `batch` URLs fetched before `fetched_before`, oldest first (the age bound).
+CRAWL_MEMORY_PRUNE_BATCH: Final = """
+WITH deleted AS (
+    DELETE FROM scrapeq_crawl_memory AS memory
+    WHERE (memory.crawl_key, memory.url_hash) IN (
+        SELECT crawl_key, url_hash FROM scrapeq_crawl_memory
+        WHERE fetched_at < %(fetched_before)s ORDER BY fetched_at LIMIT %(batch)s
+    )
+    RETURNING 1
 )
 SELECT count(*) FROM deleted
 """

@@ -36,6 +36,7 @@ from scrapeq_operator.job_spec import (
     ConfigMapKey,
     ScrapeJobField,
     SitemapSource,
+    crawl_payload,
     decode_url_list,
     dependency_names,
     first_url,
@@ -308,8 +309,15 @@ async def enqueue_scrapejob(
             # Only the operator seals, from a Secret of the job's own namespace: a sealed text
             # copied from another job's rows would lend that job's credentials.
             problems.append("payload.sealed is written by the operator: use spec.credentials")
+        if "crawlKey" in (spec.get("payload") or {}):
+            # The operator namespaces crawl keys: a key written here could read another
+            # namespace's crawl memory.
+            problems.append("payload.crawlKey is written by the operator: use spec.recrawl.key")
         if problems:
             raise JobNotRunnableError("InvalidSpec", "; ".join(problems), permanent=True)
+        crawl = crawl_payload(spec, meta, namespace)
+        if crawl:
+            options["payload"] = {**(options["payload"] or {}), **crawl}
         parser = named_parser(options["payload"])
         if parser is not None:
             async with runtime.connection() as connection:

@@ -6,19 +6,21 @@ schema cannot see (the contents of a urlsFrom ConfigMap) and with shaping the ro
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
-from scrapeq_queue import RowOptions
+from scrapeq_queue import RowOptions, named_crawl_key, schedule_crawl_key
 from scrapeq_queue.payload import DECLARATIVE_PARSER, OBJECT_SOURCE_URL
 from scrapeq_queue.source_rows import SITEMAP_KEY_PREFIX
 from scrapeq_queue.urls import normalise_url
 
 from scrapeq_operator.errors import JobNotRunnableError
+from scrapeq_operator.schedule_plan import SCHEDULE_LABEL
 
 # Spec fields that become options in each row's payload (the worker's contract, see
 # scrapeq_queue.payload). spec.payload supplies further options and loses on a clash.
@@ -280,6 +282,65 @@ def row_options(spec: Mapping[str, Any]) -> RowOptions:
             timedelta(days=float(retention["days"])) if retention.get("days") is not None else None
         ),
     )
+
+
+# spec.recrawl.after: days, hours, minutes and seconds, each a whole number, in that order.
+_RECRAWL_AFTER: Final = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def recrawl_after_seconds(text: str) -> float:
+    """spec.recrawl.after (such as 30m, 6h or 1d12h) in seconds; raise JobNotRunnableError
+    for anything else."""
+    match = _RECRAWL_AFTER.match(text.strip().lower())
+    if not text.strip() or match is None or not any(match.groups()):
+        raise JobNotRunnableError(
+            "InvalidSpec",
+            f"spec.recrawl.after must be a duration such as 30m, 6h or 1d12h (whole days d, "
+            f"hours h, minutes m, seconds s), got {text[:60]!r}",
+            permanent=True,
+        )
+    days, hours, minutes, seconds = (int(group or 0) for group in match.groups())
+    return float(days * 86_400 + hours * 3_600 + minutes * 60 + seconds)
+
+
+def schedule_parent(meta: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(name, uid) of the scheduled ScrapeJob this one is a run of, or None."""
+    labels = meta.get("labels") or {}
+    if SCHEDULE_LABEL not in labels:
+        return None
+    for reference in meta.get("ownerReferences") or ():
+        if reference.get("kind") == "ScrapeJob" and reference.get("controller"):
+            return str(reference["name"]), str(reference["uid"])
+    return None
+
+
+def crawl_payload(
+    spec: Mapping[str, Any], meta: Mapping[str, Any], namespace: str
+) -> dict[str, Any]:
+    """The payload options of the job's crawl memory (docs/scrapejob.md, "Recurring crawls"):
+    `crawlKey` from spec.recrawl.key (namespaced), else the schedule the job is a run of;
+    `recrawlAfterSeconds` from spec.recrawl.after. Empty for a job that is neither."""
+    recrawl = spec.get("recrawl") or {}
+    key: str | None = None
+    if recrawl.get("key"):
+        key = named_crawl_key(namespace, str(recrawl["key"]))
+    else:
+        parent = schedule_parent(meta)
+        if parent is not None:
+            key = schedule_crawl_key(namespace, *parent)
+    payload: dict[str, Any] = {}
+    if key is not None:
+        payload["crawlKey"] = key
+    if recrawl.get("after") is not None:
+        if key is None:
+            raise JobNotRunnableError(
+                "InvalidSpec",
+                "spec.recrawl.after needs a crawl to remember: set spec.recrawl.key, or "
+                "spec.schedule (its runs share one)",
+                permanent=True,
+            )
+        payload["recrawlAfterSeconds"] = recrawl_after_seconds(str(recrawl["after"]))
+    return payload
 
 
 def _unique(urls: list[str]) -> list[str]:

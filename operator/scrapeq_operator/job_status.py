@@ -55,6 +55,7 @@ SYNCED_KEYS = (
     "completionTime",
     "lastError",
     "preview",
+    "recrawl",
     "observedGeneration",
     "conditions",
     "reason",
@@ -115,6 +116,14 @@ class RowCounts(Protocol):
     def last_finished_at(self) -> datetime | None: ...
     @property
     def preview(self) -> Sequence[PreviewItem]: ...
+    @property
+    def changed(self) -> int: ...
+    @property
+    def unchanged(self) -> int: ...
+    @property
+    def without_validators(self) -> int: ...
+    @property
+    def skipped(self) -> int: ...
 
 
 def decide_phase(counts: RowCounts, allowed_failure_percent: int) -> Phase:
@@ -262,6 +271,19 @@ def _preview(counts: RowCounts) -> list[dict[str, str]]:
     return items
 
 
+def _recrawl(counts: RowCounts) -> dict[str, int] | None:
+    """The pages of a recurring crawl by what its memory made of them; None for a job whose
+    rows name no crawl."""
+    if counts.changed + counts.unchanged == 0:
+        return None
+    return {
+        "changed": counts.changed,
+        "unchanged": counts.unchanged,
+        "withoutValidators": counts.without_validators,
+        "skipped": counts.skipped,
+    }
+
+
 def build_status(
     counts: RowCounts,
     *,
@@ -295,6 +317,7 @@ def build_status(
         "completionTime": _completion_time(counts, phase, previous, now),
         "lastError": (counts.last_error or "")[:LAST_ERROR_CHARS] or None,
         "preview": _preview(counts) or None,
+        "recrawl": _recrawl(counts),
     }
     updates: list[dict[str, Any]] = []
     remove: list[str] = []

@@ -88,6 +88,13 @@ RETENTION_PRUNED_SITES_TOTAL = Counter(
     registry=REGISTRY,
 )
 
+RETENTION_PRUNED_CRAWL_MEMORY_TOTAL = Counter(
+    "scrapeq_operator_retention_pruned_crawl_memory_total",
+    "URLs whose crawl memory (a row of scrapeq_crawl_memory) the periodic retention deleted "
+    "after no run fetched them for long.",
+    registry=REGISTRY,
+)
+
 WEBHOOK_EVENTS_RECORDED_TOTAL = Counter(
     "scrapeq_operator_webhook_events_recorded_total",
     "Webhook events written to the outbox (events already there are not counted).",

@@ -11,7 +11,8 @@ failed rows are a dead-letter queue keeping the newest `retain_failed_last` per 
 every one); other rows of SQL producers stay. Deleting rows of finished ScrapeJobs does not
 change their status: the status sync never looks at a finished job again. The same pass deletes
 the politeness state of sites idle for `retain_idle_sites_days`
-(`scrapeq_queue.prune_idle_sites`; 0 keeps them).
+(`scrapeq_queue.prune_idle_sites`; 0 keeps them), and the crawl memory of URLs no run fetched
+for `retain_crawl_memory_days` (`scrapeq_queue.prune_crawl_memory`; 0 keeps it).
 """
 
 from __future__ import annotations
@@ -88,6 +89,12 @@ class Retention:
                     connection, idle_longer_than=timedelta(days=idle_days)
                 )
                 metrics.RETENTION_PRUNED_SITES_TOTAL.inc(hosts)
+            memory_days = self.settings.retain_crawl_memory_days
+            if memory_days > 0:
+                urls = await scrapeq_queue.prune_crawl_memory(
+                    connection, older_than=timedelta(days=memory_days)
+                )
+                metrics.RETENTION_PRUNED_CRAWL_MEMORY_TOTAL.inc(urls)
         if deleted or hosts:
             logger.info(
                 "retention: deleted %d finished rows and the state of %d idle sites in %.2f s",

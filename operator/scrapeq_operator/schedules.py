@@ -310,3 +310,18 @@ async def delete_scheduled_runs(
             f"cannot delete the runs: {error}", delay=runtime.settings.database_retry_seconds
         ) from error
     logger.info("deleted %d runs", len(runs))
+    # The runs' crawl memory goes with its schedule (a job naming spec.recrawl.key keeps its
+    # own: other jobs may share it; the age bound takes it).
+    try:
+        async with runtime.connection() as connection:
+            forgotten = await scrapeq_queue.forget_crawl(
+                connection, scrapeq_queue.schedule_crawl_key(namespace, name, uid)
+            )
+    except DatabaseUnavailable as error:
+        metrics.RECONCILE_ERRORS_TOTAL.labels("schedule").inc()
+        raise kopf.TemporaryError(
+            f"cannot forget the schedule's crawl memory, database unavailable: {error}",
+            delay=runtime.settings.database_retry_seconds,
+        ) from error
+    if forgotten:
+        logger.info("forgot the crawl memory of %d URLs", forgotten)

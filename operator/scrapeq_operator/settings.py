@@ -395,6 +395,16 @@ class OperatorSettings:
         help="A site's politeness state is deleted after this many days idle (0 = keep every "
         "site's).",
     )
+    # A recurring crawl's memory of a URL (its validators and hashes, docs/queue.md "Crawl
+    # memory") is deleted once no run fetched the URL for this many days; 0 keeps it until its
+    # schedule is deleted. Three months outlasts any schedule that still runs.
+    retain_crawl_memory_days: float = option(
+        90.0,
+        env=_env("retain_crawl_memory_days"),
+        parse=parse_float,
+        help="A crawl's memory of a URL is deleted after this many days without a fetch (0 = "
+        "keep it until its schedule is deleted).",
+    )
     # Webhooks (webhook_delivery.py, docs/webhooks.md). An endpoint whose host resolves into a
     # loopback, private, link-local or cluster network is refused unless it lies inside one of
     # these networks: none by default, as the worker's SCRAPEQ_ALLOW_NETWORKS; tests and a demo
@@ -594,6 +604,9 @@ class OperatorSettings:
             "failed-row retention (SCRAPEQ_OPERATOR_RETAIN_FAILED_LAST)": self.retain_failed_last,
             "idle-site retention (SCRAPEQ_OPERATOR_RETAIN_IDLE_SITES_DAYS)": (
                 self.retain_idle_sites_days
+            ),
+            "crawl memory retention (SCRAPEQ_OPERATOR_RETAIN_CRAWL_MEMORY_DAYS)": (
+                self.retain_crawl_memory_days
             ),
             "unserved-queue grace (SCRAPEQ_OPERATOR_UNSERVED_QUEUE_GRACE_SECONDS)": (
                 self.unserved_queue_grace_seconds

@@ -282,6 +282,10 @@ class PageOutcome:
     # "pdf", each at most its cap (artifacts.py); one over its cap is named in `too_large`.
     captures: dict[str, bytes] = field(default_factory=dict)
     too_large: list[str] = field(default_factory=list)
+    # SHA-256 of the body the static engine read (None: none read, or the rendered engine).
+    content_hash: bytes | None = None
+    # The site answered 304 to a conditional request (recrawl.py): nothing was read.
+    not_modified: bool = False
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a

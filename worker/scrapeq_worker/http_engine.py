@@ -15,6 +15,7 @@ never on the event loop.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -129,17 +130,26 @@ class HttpEngine:
             self.extraction = None
 
     async def fetch(
-        self, url: str, options: JobOptions, *, follow_selector: str | None = None
+        self,
+        url: str,
+        options: JobOptions,
+        *,
+        follow_selector: str | None = None,
+        conditional: Mapping[str, str] | None = None,
     ) -> PageOutcome:
         """Fetch `url` (following guarded redirects), check the status, extract if HTML.
 
+        `conditional` (If-None-Match / If-Modified-Since, recrawl.py) goes with the request; a
+        304 then returns an outcome with `not_modified` set and nothing read or extracted.
         Raises the same WorkerError kinds as BrowserPool.render.
         """
         if self._session is None:
             await self.start()
         assert self._session is not None
         if options.credentials is None and not options.upstream_proxies:
-            return await self._fetch(self._session, url, options, follow_selector, self._proxy_url)
+            return await self._fetch(
+                self._session, url, options, follow_selector, self._proxy_url, conditional
+            )
         # A job with credentials gets a cookie jar of its own (on the shared connections): a
         # session cookie the site sets in return ends with the job, as in the browser. A job
         # with its own upstream proxies gets a route through one of them for this page.
@@ -149,7 +159,36 @@ class HttpEngine:
                 connector=self._session.connector, connector_owner=False, trust_env=False
             ) as session,
         ):
-            return await self._fetch(session, url, options, follow_selector, proxy_url)
+            return await self._fetch(session, url, options, follow_selector, proxy_url, conditional)
+
+    async def not_modified(
+        self, url: str, options: JobOptions, conditional: Mapping[str, str]
+    ) -> PageOutcome | None:
+        """Ask for `url` with `conditional` headers the way `fetch` would (the guard, the job's
+        headers, credentials and upstream proxies) before a rendered row renders it: the 304
+        outcome when the site says it did not change, None when it sent anything else (whose
+        body is not read: the browser fetches the page itself)."""
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        started = time.monotonic()
+        headers = {"User-Agent": self.user_agent, "Accept": "text/html,*/*;q=0.8"}
+        headers.update(options.headers or {})
+        headers.update(conditional)
+        async with (
+            self._proxy_for(options.upstream_proxies) as proxy_url,
+            aiohttp.ClientSession(
+                connector=self._session.connector, connector_owner=False, trust_env=False
+            ) as session,
+            self._response(
+                session, url, headers, options.timeout_seconds, options.credentials, proxy_url
+            ) as (final_url, response),
+        ):
+            if response.status != 304:
+                # The connection is closed rather than drained: the body is not wanted.
+                response.close()
+                return None
+            return _not_modified_outcome(url, final_url, response, started)
 
     @contextlib.asynccontextmanager
     async def _proxy_for(self, upstreams: tuple[UpstreamProxy, ...]) -> AsyncIterator[str | None]:
@@ -171,6 +210,7 @@ class HttpEngine:
         options: JobOptions,
         follow_selector: str | None,
         proxy_url: str | None,
+        conditional: Mapping[str, str] | None = None,
     ) -> PageOutcome:
         started = time.monotonic()
         deadline = started + options.timeout_seconds
@@ -201,9 +241,12 @@ class HttpEngine:
             await self.extraction.check_selectors(selectors, url=url, deadline=deadline)
         headers = {"User-Agent": self.user_agent, "Accept": "text/html,*/*;q=0.8"}
         headers.update(options.headers or {})
+        headers.update(conditional or {})
         async with self._response(
             session, url, headers, options.timeout_seconds, options.credentials, proxy_url
         ) as (final_url, response):
+            if conditional and response.status == 304:
+                return _not_modified_outcome(url, final_url, response, started)
             return await self._finish(
                 url, final_url, response, options, follow_selector, started, deadline
             )
@@ -411,6 +454,7 @@ class HttpEngine:
             content_type=content_type,
             extracted=extracted,
             content_length=len(body),
+            content_hash=hashlib.sha256(body).digest(),
             headers=headers,
             html=text[: options.html_limit] if options.html_limit else None,
             html_truncated=0 < options.html_limit < len(text),
@@ -452,6 +496,23 @@ class HttpEngine:
             f"{url} is larger than the {self.max_response_bytes}-byte page limit",
             reason="response_too_large",
         )
+
+
+def _not_modified_outcome(
+    url: str, final_url: str, response: aiohttp.ClientResponse, started: float
+) -> PageOutcome:
+    """The outcome of a 304 answer to a conditional request: nothing read, nothing extracted."""
+    elapsed = round((time.monotonic() - started) * 1000, 1)
+    return PageOutcome(
+        url=url,
+        final_url=final_url,
+        status=304,
+        content_type=None,
+        extracted=None,
+        headers={name.lower(): value for name, value in response.headers.items()},
+        timing_ms={"load_ms": elapsed, "total_ms": elapsed},
+        not_modified=True,
+    )
 
 
 def _decode(body: bytes, charset: str | None) -> str:

@@ -193,6 +193,11 @@ class JobOptions:
     # payload.session.login: how the page's browser context logs in first.
     login: LoginOptions | None = None
 
+    # payload.crawlKey: the crawl whose memory the page reads and writes (recrawl.py), and
+    # payload.recrawlAfterSeconds: a fetch by that crawl this recent skips the page.
+    crawl_key: str | None = None
+    recrawl_after_seconds: float | None = None
+
 
 def options_from_payload(
     payload: object,
@@ -291,6 +296,10 @@ def _read_options(
         steps=_page_steps(options.get("steps", ()), credentials),
         login=_login(options.get("session"), credentials),
         keep=frozenset(options.get("keep", ())),
+        crawl_key=str(options["crawlKey"]) if "crawlKey" in options else None,
+        recrawl_after_seconds=(
+            float(options["recrawlAfterSeconds"]) if "recrawlAfterSeconds" in options else None
+        ),
     )
 
 

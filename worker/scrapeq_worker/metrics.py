@@ -43,6 +43,14 @@ class WorkerMetrics:
             ["queue"],
             registry=r,
         )
+        self.recrawl_pages = Counter(
+            "scrapeq_worker_recrawl_pages_total",
+            "Completed pages of rows with a crawl key, by what the crawl's memory made of them: "
+            "new (never fetched), changed, unchanged (same result hash), not_modified (a 304) "
+            "or skipped (fetched within recrawlAfterSeconds).",
+            ["queue", "outcome"],
+            registry=r,
+        )
         self.jobs_retried = Counter(
             "scrapeq_worker_jobs_retried_total",
             "Attempts that failed and were scheduled to run again.",

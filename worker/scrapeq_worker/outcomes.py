@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from scrapeq_queue import ClaimedJob, Completion, FollowUrl
+from scrapeq_queue import ClaimedJob, Completion, FollowUrl, PageWrite
 
 from .background import OnEnd
 from .errors import PageBlocked, PermanentFailure, RetryLater
@@ -104,6 +104,8 @@ class OutcomeReporter:
                 duration,
             )
             return
+        if current and scraped.recrawl is not None:
+            self._metrics.recrawl_pages.labels(job.queue, scraped.recrawl).inc()
         if current:
             self._metrics.jobs_completed.labels(job.queue).inc()
             self._metrics.job_duration.labels(job.queue, "completed").observe(duration)
@@ -191,6 +193,13 @@ class OutcomeReporter:
     ) -> bool | None:
         """Complete the job; True = recorded, False = fenced out, None = not recorded before
         the worker stopped."""
+        # The crawl memory of the fetch commits with the completion (decision record 14).
+        crawl_key = job.payload.get("crawlKey")
+        memory = (
+            PageWrite(crawl_key, job.url, scraped.visit)
+            if scraped.visit is not None and isinstance(crawl_key, str)
+            else None
+        )
         if follow:
             # Children and parent commit together, so this one cannot join a batch.
             return await self._gateway.complete_job(
@@ -199,9 +208,10 @@ class OutcomeReporter:
                 duration_seconds=duration,
                 follow_urls=follow,
                 follow_limit=scraped.follow.max_pages if scraped.follow else None,
+                memory=memory,
             )
         return await self._complete_in_batch(
-            Completion(job.id, job.attempt, scraped.result, duration)
+            Completion(job.id, job.attempt, scraped.result, duration, memory=memory)
         )
 
     # --- group commit --------------------------------------------------------------------------

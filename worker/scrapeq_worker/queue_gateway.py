@@ -8,7 +8,8 @@ Two layers:
   one connection, outcome writes and lease renewals on another, each behind a lock, because a
   psycopg connection interleaves statements of concurrent tasks into each other's
   transactions, and a claim must never wait behind a batch of completions (each commit waits
-  for its WAL flush). The unit tests use an in-memory backend that a conformance test holds
+  for its WAL flush); reads of the crawl memory have a third, opened by the first row with a
+  crawl key. The unit tests use an in-memory backend that a conformance test holds
   to the same contract as this one.
 * the `QueueGateway` decides what a failure means. A lost database is retried on a fresh
   connection after `reconnect_delay` (at most about a second, so work resumes that soon after
@@ -37,6 +38,8 @@ from scrapeq_queue import (
     Connection,
     DatabaseUnavailable,
     FollowUrl,
+    PageMemory,
+    PageWrite,
     QueueBacklog,
     QueueError,
     RetryOutcome,
@@ -89,6 +92,7 @@ class QueueBackend(Protocol):
         duration_seconds: float,
         follow_urls: Sequence[FollowUrl],
         follow_limit: int | None,
+        memory: PageWrite | None = None,
     ) -> bool: ...
 
     async def retry_job(
@@ -131,6 +135,8 @@ class QueueBackend(Protocol):
     ) -> ExpandedBatch | None: ...
 
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy: ...
+
+    async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None: ...
 
     async def store_robots_copy(
         self,
@@ -218,6 +224,11 @@ class PostgresBackend:
         self._writes = _Channel(
             database_url, f"scrapeq-worker-writes {worker_id}", prepared_statements=not pooled
         )
+        # Crawl memory reads, one per row with a crawl key: on a connection of their own (opened
+        # by the first such row), so that they wait neither for claims nor for group commits.
+        self._memory = _Channel(
+            database_url, f"scrapeq-worker-memory {worker_id}", prepared_statements=not pooled
+        )
 
     async def claim_jobs(
         self,
@@ -268,6 +279,7 @@ class PostgresBackend:
         duration_seconds: float,
         follow_urls: Sequence[FollowUrl],
         follow_limit: int | None,
+        memory: PageWrite | None = None,
     ) -> bool:
         return await self._writes.run(
             lambda connection: scrapeq_queue.complete_job(
@@ -278,6 +290,7 @@ class PostgresBackend:
                 duration_seconds=duration_seconds,
                 follow_urls=follow_urls,
                 follow_limit=follow_limit,
+                memory=memory,
             )
         )
 
@@ -375,6 +388,11 @@ class PostgresBackend:
             )
         )
 
+    async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
+        return await self._memory.run(
+            lambda connection: scrapeq_queue.read_page_memory(connection, crawl_key, url)
+        )
+
     async def store_robots_copy(
         self,
         origin: str,
@@ -412,6 +430,7 @@ class PostgresBackend:
 
     async def close(self) -> None:
         await self._claims.drop()
+        await self._memory.drop()
         await self._writes.drop()
 
 
@@ -518,6 +537,7 @@ class QueueGateway:
         duration_seconds: float,
         follow_urls: Sequence[FollowUrl],
         follow_limit: int | None,
+        memory: PageWrite | None = None,
     ) -> bool | None:
         return await self._run(
             lambda backend: backend.complete_job(
@@ -527,6 +547,7 @@ class QueueGateway:
                 duration_seconds=duration_seconds,
                 follow_urls=follow_urls,
                 follow_limit=follow_limit,
+                memory=memory,
             ),
             what=f"complete job {job.id}",
             persistent=True,
@@ -669,6 +690,16 @@ class QueueGateway:
                 ttl_seconds=ttl_seconds,
             ),
             what=f"store the robots.txt of {origin}",
+        )
+
+    # --- crawl memory --------------------------------------------------------------------------
+
+    async def page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
+        """What the crawl remembers of `url`; None when it never fetched it or when the
+        database failed (the page is then fetched in full, and its result says changed)."""
+        return await self._run(
+            lambda backend: backend.read_page_memory(crawl_key, url),
+            what=f"read the crawl memory of {url}",
         )
 
     # --- parsers -------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scrapeq_queue import FollowUrl
+from scrapeq_queue import FollowUrl, PageMemory, PageVisit
 from scrapeq_queue.payload import BlockMarker
 
 from .artifacts import Artifacts
@@ -29,6 +29,7 @@ from .object_store import ObjectStore
 from .pagination import next_page
 from .parser_api import PageActions
 from .parsers import ParsedPage, ParserRunner, page_for_parser
+from .recrawl import RecrawlOutcome, conditional_headers, mark_fetched, not_modified_document
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ class ScrapeResult:
     follow_labels: Mapping[str, str] = field(default_factory=dict)
     # The next page of the row's pagination chain (payload `next`), to queue beside them.
     next_page: FollowUrl | None = None
+    # A row with a crawl key (payload crawlKey): what its crawl remembers of this fetch, and
+    # how the page counts (recrawl.py); None for other rows.
+    visit: PageVisit | None = None
+    recrawl: RecrawlOutcome | None = None
 
 
 class Scraper:
@@ -86,12 +91,16 @@ class Scraper:
         parser_type: str = "default",
         payload: Mapping[str, Any] | None = None,
         row: tuple[str, int] | None = None,
+        crawl: bool = False,
+        memory: PageMemory | None = None,
     ) -> ScrapeResult:
         """Fetch `url` as `options` say; raise a WorkerError subclass on failure. `owner` (the
         ScrapeJob's uid) picks the browser contexts the page may share state with. `parser`
         (a name chosen by ParserRegistry.choose) runs on the page; the row's `parser_type` and
         `payload` are shown to it. `row` (queue, job id) names the row's objects in the object
-        store; without it, artifacts stay in the result."""
+        store; without it, artifacts stay in the result. `crawl`: the row names a crawl (its
+        result says whether it changed), whose `memory` of the URL (None: never fetched) gives
+        the validators of a conditional request; a 304 ends the row without extraction."""
         if parser is not None:
             options = replace(options, html_limit=self.html_limit)
         options = self.artifacts.prepare(options)
@@ -99,6 +108,19 @@ class Scraper:
         follow_selector = follow.selector if follow else None
         deadline = time.monotonic() + options.timeout_seconds
         engine = "browser" if options.render else "http"
+        # A page whose links or parser the row needs is fetched in full: a 304 would read none.
+        conditional = (
+            conditional_headers(memory)
+            if crawl and follow is None and options.next is None and parser is None
+            else {}
+        )
+        if conditional and options.render:
+            # Rendered rows ask first with a plain conditional GET through the same guard and
+            # proxies; only a page that changed (or lost its validators) is rendered.
+            checked = await self.http.not_modified(url, options, conditional)
+            if checked is not None:
+                assert memory is not None
+                return self._not_modified(checked, engine="browser", memory=memory)
         gauge = self._metrics.pages_in_flight.labels(engine) if self._metrics else None
         if gauge is not None:
             gauge.inc()
@@ -151,10 +173,18 @@ class Scraper:
                     finish=finish if parser is not None else None,
                 )
             else:
-                outcome = await self.http.fetch(url, options, follow_selector=follow_selector)
+                outcome = await self.http.fetch(
+                    url,
+                    options,
+                    follow_selector=follow_selector,
+                    conditional=None if options.render else conditional,
+                )
         finally:
             if gauge is not None:
                 gauge.dec()
+        if outcome.not_modified:
+            assert memory is not None
+            return self._not_modified(outcome, engine=engine, memory=memory)
         if not (options.render and parser is not None):
             await finish(outcome, None)
         plan = FollowPlan(())
@@ -204,12 +234,36 @@ class Scraper:
             dropped = follow_dropped(read, link_cap, plan.dropped)
             if dropped:
                 document["follow_dropped"] = dropped
+        visit: PageVisit | None = None
+        recrawl: RecrawlOutcome | None = None
+        if crawl:
+            visit, recrawl = mark_fetched(
+                document, memory, headers=outcome.headers, content_hash=outcome.content_hash
+            )
         return ScrapeResult(
             result=await self.artifacts.place(document, outcome, options, text=text, row=row),
             follow_urls=plan.urls,
             follow=follow,
             follow_labels={link: labels[link] for link in plan.urls if link in labels},
             next_page=chain_row,
+            visit=visit,
+            recrawl=recrawl,
+        )
+
+    def _not_modified(
+        self, outcome: PageOutcome, *, engine: str, memory: PageMemory
+    ) -> ScrapeResult:
+        """The result of a page the site answered 304: unchanged, no links to follow; the
+        validators it sent again are remembered."""
+        etag = outcome.headers.get("etag") or None
+        last_modified = outcome.headers.get("last-modified") or None
+        return ScrapeResult(
+            result=not_modified_document(
+                outcome.url, outcome.final_url, engine, memory, outcome.timing_ms
+            ),
+            follow_urls=(),
+            visit=PageVisit(etag, last_modified, None, None, not_modified=True),
+            recrawl="not_modified",
         )
 
     async def _read_structured_data(

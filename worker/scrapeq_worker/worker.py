@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import scrapeq_queue
-from scrapeq_queue import ClaimedJob
+from scrapeq_queue import ClaimedJob, PageMemory
 from scrapeq_queue.sealed_credentials import SealingKeys
 
 from .background import owned_task, wait_for_event
@@ -58,6 +58,7 @@ from .readiness import (
     Readiness,
     ReadinessSchedule,
 )
+from .recrawl import skipped_document
 from .rescuer import Rescuer
 from .robots import MAX_ROBOTS_BYTES, ROBOTS_TIMEOUT_SECONDS, RobotsRules, respects_robots
 from .scraper import Scraper, ScrapeResult
@@ -476,6 +477,18 @@ class Worker:
             require_registered=self.settings.require_registered_parsers,
             unregistered=lambda name: self._unregistered_parser_type(job, name),
         )
+        memory: PageMemory | None = None
+        if options.crawl_key is not None:
+            # One primary-key look-up, for rows with a crawl key only (decision record 14). A
+            # failed read counts as no memory: the page is fetched in full and says changed.
+            memory = await self.gateway.page_memory(options.crawl_key, job.url)
+            after = options.recrawl_after_seconds
+            if memory is not None and after is not None and memory.age_seconds < after:
+                return ScrapeResult(
+                    result=skipped_document(job.url, memory, after),
+                    follow_urls=(),
+                    recrawl="skipped",
+                )
         return await self.scraper.scrape(
             job.url,
             options,
@@ -485,6 +498,8 @@ class Worker:
             parser=parser,
             parser_type=job.parser_type,
             payload=job.payload,
+            crawl=options.crawl_key is not None,
+            memory=memory,
         )
 
     def _unregistered_parser_type(self, job: ClaimedJob, name: str) -> None:

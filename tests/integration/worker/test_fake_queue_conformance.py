@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import psycopg
 import pytest
 import scrapeq_queue as queue
-from scrapeq_queue import DEFAULT_POLITENESS, Completion, FollowUrl
+from scrapeq_queue import DEFAULT_POLITENESS, Completion, FollowUrl, PageVisit, PageWrite
 from scrapeq_worker.queue_gateway import PostgresBackend, QueueBackend
 
 from scrapeq.local.pgbouncer import LocalPgBouncer
@@ -353,6 +353,51 @@ async def test_the_robots_copy_is_leased_to_one_fetcher_then_shared(harness: Har
     assert (second.held, second.leased) == (False, False)
     assert (stored.held, stored.status, stored.body) == (True, 200, "User-agent: *\nDisallow: /x\n")
     assert 0 < stored.seconds_left <= 60
+
+
+async def test_the_crawl_memory_commits_with_a_current_completion_and_a_304_keeps_its_hashes(
+    harness: Harness,
+) -> None:
+    key, url = "shop/catalogue", "http://site1.test/p/1"
+    assert await harness.backend.read_page_memory(key, url) is None
+    # Three sites: the claim's politeness limit leaves all three rows claimable at once.
+    first_id = await harness.enqueue(url)
+    second_id = await harness.enqueue("http://site2.test/p/1")
+    fenced_id = await harness.enqueue("http://site3.test/p/1")
+    claimed = {job.id: job for job in await claim(harness, 3)}
+    first_job, second_job, fenced_job = (claimed[i] for i in (first_id, second_id, fenced_id))
+
+    fetched = PageWrite(key, url, PageVisit('"v1"', None, b"c" * 32, b"r" * 32))
+    fenced = PageWrite(key, url + "?fenced", PageVisit('"f"', None, b"f" * 32, b"f" * 32))
+    done = await harness.backend.complete_many(
+        [
+            Completion(first_job.id, first_job.attempt, {"n": 1}, 0.1, memory=fetched),
+            Completion(fenced_job.id, fenced_job.attempt + 1, {"n": 3}, 0.1, memory=fenced),
+        ]
+    )
+    assert done == {first_id}
+    assert await harness.backend.read_page_memory(key, url + "?fenced") is None
+    first = await harness.backend.read_page_memory(key, url)
+    assert first is not None
+    assert (first.etag, first.content_hash, first.result_hash) == ('"v1"', b"c" * 32, b"r" * 32)
+    assert first.changed_at == first.fetched_at
+
+    not_modified = PageVisit(None, "Mon, 01 Dec 2025 00:00:00 GMT", None, None, not_modified=True)
+    assert await harness.backend.complete_job(
+        second_job.id,
+        second_job.attempt,
+        result={"n": 2},
+        duration_seconds=0.1,
+        follow_urls=[],
+        follow_limit=None,
+        memory=PageWrite(key, url, not_modified),
+    )
+    second = await harness.backend.read_page_memory(key, url)
+    assert second is not None
+    assert (second.etag, second.last_modified) == ('"v1"', "Mon, 01 Dec 2025 00:00:00 GMT")
+    assert (second.content_hash, second.result_hash) == (b"c" * 32, b"r" * 32)
+    assert second.changed_at == first.changed_at
+    assert await harness.backend.read_page_memory("shop/other", url) is None
 
 
 async def test_the_schema_check_passes_on_a_current_schema(harness: Harness) -> None:

@@ -55,6 +55,8 @@ def test_every_documented_option_is_accepted_with_a_valid_value() -> None:
         },
         "keep": ["html", "text", "screenshot", "pdf"],
         "source": {"kind": "sitemap", "lastmodAfter": "2026-01-31T00:00:00Z"},
+        "crawlKey": "prices/shop.example",
+        "recrawlAfterSeconds": 3600,
     }
     assert set(payload) == set(PAYLOAD_OPTIONS)
     assert validate_payload(payload) == []
@@ -269,7 +271,8 @@ def test_a_payload_with_thousands_of_problems_names_a_bounded_number_of_them() -
     assert len(problems) == 21
     assert problems[-1] == "and 4980 more problems"
     (long_name,) = validate_payload({"x" * 100_000: 1})
-    assert len(long_name) < 320
+    # The name is cut short; the list of known options grows with the vocabulary.
+    assert len(long_name) < 120 + len(", ".join(PAYLOAD_OPTIONS))
 
 
 @pytest.mark.parametrize(
@@ -557,3 +560,19 @@ def test_a_bad_source_option_is_reported_with_what_it_takes(source: object, prob
     problems = validate_payload({"source": source})
     assert len(problems) == 1
     assert problems[0].startswith(problem)
+
+
+def test_a_crawl_key_is_a_bounded_string_and_recrawl_after_needs_one() -> None:
+    assert validate_payload({"crawlKey": "prices", "recrawlAfterSeconds": 0.5}) == []
+    assert validate_payload({"crawlKey": ""}) == [
+        "crawlKey must be a string of 1 to 512 characters"
+    ]
+    assert validate_payload({"crawlKey": "k" * 513}) == [
+        "crawlKey must be a string of 1 to 512 characters"
+    ]
+    assert validate_payload({"recrawlAfterSeconds": 60}) == [
+        "recrawlAfterSeconds needs a crawlKey: the crawl whose fetches it counts"
+    ]
+    assert validate_payload({"crawlKey": "prices", "recrawlAfterSeconds": 0}) == [
+        "recrawlAfterSeconds must be a number of seconds above 0 and at most 31,536,000"
+    ]

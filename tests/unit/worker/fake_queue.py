@@ -21,6 +21,8 @@ from scrapeq_queue import (
     Completion,
     DatabaseUnavailable,
     FollowUrl,
+    PageMemory,
+    PageWrite,
     QueueBacklog,
     RetryOutcome,
     RobotsCopy,
@@ -74,6 +76,8 @@ class FakeQueue:
         self.now = 0.0
         self._ids = itertools.count(1)
         self._robots: dict[str, _RobotsEntry] = {}
+        # (crawl key, URL) -> what the crawl remembers (the fake's clock as its time).
+        self.memory: dict[tuple[str, str], PageMemory] = {}
         # queue -> the parsers a worker last published for it (publish_parsers).
         self.published_parsers: dict[str, tuple[str, ...]] = {}
         self._wakes: list[Callable[[], None]] = []
@@ -241,6 +245,8 @@ class FakeQueue:
             if row is not None:
                 self._complete(row, completion.result)
                 done.add(row.id)
+                if completion.memory is not None:
+                    self._remember(completion.memory)
         return done
 
     def _complete(self, row: FakeRow, result: dict[str, Any]) -> None:
@@ -258,12 +264,15 @@ class FakeQueue:
         duration_seconds: float,
         follow_urls: Sequence[FollowUrl],
         follow_limit: int | None,
+        memory: PageWrite | None = None,
     ) -> bool:
         self._enter("complete_job")
         row = self._current(job_id, attempt)
         if row is None:
             return False
         self._complete(row, result)
+        if memory is not None:
+            self._remember(memory)
         known = {other.url for other in self.rows.values()}
         followed = [follow for follow in follow_urls if not follow.next_page]
         chained = [follow for follow in follow_urls if follow.next_page]
@@ -366,6 +375,54 @@ class FakeQueue:
 
     async def set_crawl_delay(self, host_key: str, crawl_delay_seconds: float) -> None:
         self._enter("set_crawl_delay")
+
+    def _clock(self) -> datetime:
+        return _EPOCH + timedelta(seconds=self.now)
+
+    async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
+        self._enter("read_page_memory")
+        memory = self.memory.get((crawl_key, url))
+        if memory is None:
+            return None
+        age = (self._clock() - memory.fetched_at).total_seconds()
+        return PageMemory(
+            memory.etag,
+            memory.last_modified,
+            memory.content_hash,
+            memory.result_hash,
+            memory.fetched_at,
+            memory.changed_at,
+            max(0.0, age),
+        )
+
+    def _remember(self, write: PageWrite) -> None:
+        crawl_key, url, visit = write.crawl_key, write.url, write.visit
+        now = self._clock()
+        before = self.memory.get((crawl_key, url))
+        if before is not None and before.fetched_at > now:
+            return
+        if visit.not_modified and before is not None:
+            remembered = PageMemory(
+                visit.etag or before.etag,
+                visit.last_modified or before.last_modified,
+                before.content_hash,
+                before.result_hash,
+                now,
+                before.changed_at,
+                0.0,
+            )
+        else:
+            changed = before is None or before.result_hash != visit.result_hash
+            remembered = PageMemory(
+                visit.etag,
+                visit.last_modified,
+                visit.content_hash,
+                visit.result_hash,
+                now,
+                now if changed or before is None else before.changed_at,
+                0.0,
+            )
+        self.memory[(crawl_key, url)] = remembered
 
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy:
         self._enter("robots_copy")

@@ -1,0 +1,165 @@
+"""The crawl memory on a real PostgreSQL: what a crawl remembers of a URL, a 304 that keeps the
+remembered hashes, the latest fetch winning whatever run writes first, concurrent writers that
+never leave a mixed row, and the two ways it is forgotten (its schedule, the age bound)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+import scrapeq_queue as queue
+from scrapeq_queue import PageVisit
+
+Connection = psycopg.AsyncConnection[Any]
+
+pytestmark = pytest.mark.timeout(60)
+
+KEY = queue.schedule_crawl_key("shop", "prices", "0b7c9e52-6d0f-4a43-a1f7-9c2f1f1e0d11")
+URL = "https://shop.example/p/1"
+
+
+def digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+def visit(version: str, *, etag: str | None = None) -> PageVisit:
+    return PageVisit(
+        etag=etag,
+        last_modified=None,
+        content_hash=digest(f"body {version}"),
+        result_hash=digest(f"result {version}"),
+    )
+
+
+async def test_a_crawl_remembers_what_it_fetched_and_only_for_its_own_key(
+    async_connection: Connection,
+) -> None:
+    assert await queue.read_page_memory(async_connection, KEY, URL) is None
+    await queue.remember_page(async_connection, KEY, URL, visit("1", etag='"v1"'))
+
+    memory = await queue.read_page_memory(async_connection, KEY, URL)
+    assert memory is not None
+    assert memory.etag == '"v1"'
+    assert memory.has_validators
+    assert memory.result_hash == digest("result 1")
+    assert memory.changed_at == memory.fetched_at
+    assert 0 <= memory.age_seconds < 60
+    assert await queue.read_page_memory(async_connection, "other/crawl", URL) is None
+    assert await queue.read_page_memory(async_connection, KEY, URL + "?x") is None
+
+
+async def test_a_304_keeps_the_hashes_and_changed_at_and_a_new_result_moves_changed_at(
+    async_connection: Connection,
+) -> None:
+    first = datetime(2026, 1, 1, tzinfo=UTC)
+    await queue.remember_page(async_connection, KEY, URL, visit("1", etag='"v1"'), fetched_at=first)
+    await queue.remember_page(
+        async_connection,
+        KEY,
+        URL,
+        PageVisit(None, None, None, None, not_modified=True),
+        fetched_at=first + timedelta(hours=1),
+    )
+    memory = await queue.read_page_memory(async_connection, KEY, URL)
+    assert memory is not None
+    assert (memory.etag, memory.result_hash) == ('"v1"', digest("result 1"))
+    assert memory.fetched_at == first + timedelta(hours=1)
+    assert memory.changed_at == first
+
+    # Same result, other body (a timestamp in the page, say): not a change.
+    same_result = PageVisit(None, None, digest("body 1b"), digest("result 1"))
+    await queue.remember_page(
+        async_connection, KEY, URL, same_result, fetched_at=first + timedelta(hours=2)
+    )
+    memory = await queue.read_page_memory(async_connection, KEY, URL)
+    assert memory is not None
+    assert memory.changed_at == first
+    assert memory.etag is None  # the site stopped sending one: no conditional request next
+
+    await queue.remember_page(
+        async_connection, KEY, URL, visit("2"), fetched_at=first + timedelta(hours=3)
+    )
+    memory = await queue.read_page_memory(async_connection, KEY, URL)
+    assert memory is not None
+    assert memory.changed_at == first + timedelta(hours=3)
+    assert memory.result_hash == digest("result 2")
+
+
+async def test_an_older_fetch_written_late_does_not_replace_a_newer_one(
+    async_connection: Connection,
+) -> None:
+    now = datetime(2026, 2, 1, tzinfo=UTC)
+    assert await queue.remember_page(async_connection, KEY, URL, visit("new"), fetched_at=now)
+    assert not await queue.remember_page(
+        async_connection, KEY, URL, visit("old"), fetched_at=now - timedelta(minutes=5)
+    )
+    memory = await queue.read_page_memory(async_connection, KEY, URL)
+    assert memory is not None
+    assert memory.result_hash == digest("result new")
+
+
+async def test_two_runs_writing_one_crawl_at_once_leave_every_url_whole(
+    database_url: str,
+) -> None:
+    urls = [f"https://shop.example/p/{number}" for number in range(200)]
+
+    async def run(version: str) -> None:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            for url in urls:
+                await queue.remember_page(conn, KEY, url, visit(version, etag=f'"{version}"'))
+
+    await asyncio.gather(run("a"), run("b"))
+
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cursor = await conn.execute(
+            "SELECT url, etag, content_hash, result_hash FROM scrapeq_crawl_memory"
+            " WHERE crawl_key = %s",
+            (KEY,),
+        )
+        rows = await cursor.fetchall()
+    assert sorted(row[0] for row in rows) == sorted(urls)
+    for _, etag, content_hash, result_hash in rows:
+        version = etag.strip('"')
+        # Every field of a row comes from the same run's fetch.
+        assert bytes(content_hash) == digest(f"body {version}")
+        assert bytes(result_hash) == digest(f"result {version}")
+
+
+async def test_forgetting_a_crawl_drops_its_memory_and_nothing_else(
+    async_connection: Connection,
+) -> None:
+    for number in range(30):
+        await queue.remember_page(async_connection, KEY, f"{URL}?{number}", visit("1"))
+    await queue.remember_page(async_connection, "shop/other", URL, visit("1"))
+
+    assert await queue.forget_crawl(async_connection, KEY) == 30
+    assert await queue.read_page_memory(async_connection, KEY, f"{URL}?3") is None
+    assert await queue.read_page_memory(async_connection, "shop/other", URL) is not None
+
+
+async def test_the_age_bound_drops_urls_not_fetched_for_long(
+    async_connection: Connection,
+) -> None:
+    cursor = await async_connection.execute("SELECT now()")
+    row = await cursor.fetchone()
+    assert row is not None
+    now: datetime = row[0]
+    await queue.remember_page(
+        async_connection, KEY, URL, visit("1"), fetched_at=now - timedelta(days=40)
+    )
+    await queue.remember_page(async_connection, KEY, URL + "?fresh", visit("1"))
+
+    assert await queue.prune_crawl_memory(async_connection, older_than=timedelta(days=30)) == 1
+    assert await queue.read_page_memory(async_connection, KEY, URL) is None
+    assert await queue.read_page_memory(async_connection, KEY, URL + "?fresh") is not None
+
+
+async def test_a_crawl_key_past_its_bound_is_refused_as_bad_input(
+    async_connection: Connection,
+) -> None:
+    with pytest.raises(queue.InvalidJob):
+        await queue.read_page_memory(async_connection, "k" * 513, URL)
