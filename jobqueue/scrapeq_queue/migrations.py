@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import psycopg
 
-from scrapeq_queue import politeness, statements
+from scrapeq_queue import politeness, sessions, statements
 from scrapeq_queue.errors import DatabaseUnavailable, SchemaOutOfDate, translate_database_errors
 
 
@@ -58,6 +58,8 @@ PLACEHOLDERS: Final[Mapping[str, int | float]] = {
     "MAX_CONCURRENT_PER_SITE_LIMIT": politeness.MAX_CONCURRENT_PER_SITE_LIMIT,
     "MAX_DELAY_SECONDS": politeness.MAX_DELAY_SECONDS,
     "SERVER_ERROR_WINDOW": politeness.SERVER_ERROR_WINDOW,
+    "MAX_SESSION_COOKIE_BYTES": sessions.MAX_SESSION_COOKIE_BYTES,
+    "MAX_TRIED_SESSIONS": sessions.MAX_TRIED_SESSIONS,
 }
 _PLACEHOLDER: Final = re.compile(r"\{\{([A-Z][A-Z0-9_]*)\}\}")
 

@@ -209,12 +209,13 @@ WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
 # (rows without an owner are deduplicated only within one call), at most %(limit)s new rows
 # in the order given (links already queued for the owner do not use up the limit; NULL: no
 # limit). Returns the new ids. The children's host keys come from the caller (registrable
-# domains).
+# domains). A child starts on its parent's session (sticky: a crawl's follow-ups keep the
+# proxy and cookies that reached them).
 JOB_INSERT_CHILDREN: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
                            dedup_key, parent_id, depth, host_key, retain_for, undelivered,
-                           notify_finished)
+                           notify_finished, session_id)
 SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        coalesce(child.payload, parent.payload), parent.queue, parent.priority,
        parent.max_retries, parent.retry_backoff_seconds, parent.owner_uid,
@@ -222,7 +223,7 @@ SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        CASE WHEN parent.owner_uid IS NULL THEN NULL ELSE child.dedup_key END,
        CASE WHEN parent.depth + %(depth_step)s > 0 THEN parent.id END,
        parent.depth + %(depth_step)s, child.host_key, parent.retain_for, parent.undelivered,
-       parent.notify_finished
+       parent.notify_finished, parent.session_id
 FROM scraping_jobs AS parent,
      unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
             %(dedup_keys)s::text[], %(host_keys)s::text[])
@@ -976,4 +977,32 @@ SELECT event_id, event_type, url, status, attempts, last_error
 FROM scrapeq_webhook_events
 WHERE owner_uid = %(owner_uid)s
 ORDER BY id
+"""
+
+
+# --- sessions (sql/sessions.sql) ----------------------------------------------------------------
+
+# The session for one page of a row (the row's own while usable, else the healthiest for the
+# site), written to the row; no row when every proxy of the row is retired.
+SESSION_CHOOSE: Final = """
+SELECT chosen.session_id, chosen.proxy_id, chosen.user_agent, chosen.cookies
+FROM scrapeq_session_choose(%(job_id)s, %(attempt)s, %(host_key)s, %(proxy_ids)s::text[],
+                            %(user_agent)s) AS chosen
+"""
+
+# How a page went on its session: its jar saved, its health on the site and its proxy's
+# counted, the session or the proxy retired at their thresholds.
+SESSION_RECORD: Final = """
+SELECT recorded.session_retired, recorded.proxy_retired
+FROM scrapeq_session_record(%(job_id)s, %(attempt)s, %(session_id)s, %(host_key)s,
+                            %(outcome)s, %(cookies)s::jsonb, %(blocks_per_site)s,
+                            %(failures_in_a_row)s, %(failed_sites)s,
+                            %(retire_seconds)s) AS recorded
+"""
+
+# The proxies retired now, of the ids given.
+PROXIES_RETIRED: Final = """
+SELECT proxies.proxy_id FROM scrapeq_proxies AS proxies
+WHERE proxies.proxy_id = ANY(%(proxy_ids)s::text[]) AND proxies.retired_until > now()
+ORDER BY proxies.proxy_id
 """
