@@ -70,7 +70,8 @@ async def tried_sessions(connection: Connection, job_id: int) -> list[int]:
 def test_a_proxy_id_shows_neither_its_address_nor_its_credentials() -> None:
     url = "socks5://scraper:pa55word@proxy.internal.example:1080"
     shown = proxy_id(url)
-    assert shown.startswith("p") and len(shown) == 17
+    assert shown.startswith("p")
+    assert len(shown) == 17
     for secret in ("scraper", "pa55word", "proxy.internal", "1080"):
         assert secret not in shown
     assert proxy_id(url) == shown
@@ -101,7 +102,8 @@ async def test_a_session_retired_on_one_site_still_serves_another_site(
     # The same proxy gets a fresh jar on the defended site ...
     again = await claimed(async_connection, "https://defended.example/b")
     fresh, _ = await page(async_connection, again, "ok", proxies=PROXIES[:1])
-    assert fresh.session_id != blocked.session_id and fresh.proxy_id == blocked.proxy_id
+    assert fresh.session_id != blocked.session_id
+    assert fresh.proxy_id == blocked.proxy_id
     # ... and the blocked session is still the healthiest elsewhere.
     other = await claimed(async_connection, "https://open.example/a")
     elsewhere, _ = await page(async_connection, other, "ok", proxies=PROXIES[:1])
@@ -220,7 +222,8 @@ async def test_a_cookie_jar_over_the_bound_keeps_its_first_cookies(
     again, _ = await page(async_connection, job, "ok")
     assert again.session_id == chosen.session_id
     kept = list(again.cookies)
-    assert 0 < len(kept) < len(jar) and kept == jar[: len(kept)]
+    assert 0 < len(kept) < len(jar)
+    assert kept == jar[: len(kept)]
 
 
 async def test_the_pool_refuses_a_proxy_id_that_could_be_an_address(
