@@ -25,6 +25,11 @@ RULES = SessionRules(
 )
 
 
+def site(job: queue.ClaimedJob) -> str:
+    assert job.host_key is not None
+    return job.host_key
+
+
 async def claimed(connection: Connection, url: str) -> queue.ClaimedJob:
     job_id = await queue.enqueue(connection, url)
     claimed = await claim(connection, limit=50, politeness=NO_SITE_LIMIT)
@@ -42,7 +47,7 @@ async def page(
 ) -> tuple[sessions.Session, sessions.SessionRecord]:
     """One page of `job` on the session the pool chooses, ending with `outcome`."""
     chosen = await choose_session(
-        connection, job_id=job.id, attempt=job.attempt, host_key=job.host_key, proxy_ids=proxies
+        connection, job_id=job.id, attempt=job.attempt, host_key=site(job), proxy_ids=proxies
     )
     assert chosen is not None
     record = await record_session(
@@ -50,7 +55,7 @@ async def page(
         job_id=job.id,
         attempt=job.attempt,
         session_id=chosen.session_id,
-        host_key=job.host_key,
+        host_key=site(job),
         outcome=outcome,
         cookies=cookies,
         rules=RULES,
@@ -121,7 +126,7 @@ async def test_a_proxy_failing_in_a_row_is_retired_for_every_worker_and_pages_us
             async_connection,
             job_id=job.id,
             attempt=job.attempt,
-            host_key=job.host_key,
+            host_key=site(job),
             proxy_ids=[dead],
         )
         assert chosen is not None
@@ -130,7 +135,7 @@ async def test_a_proxy_failing_in_a_row_is_retired_for_every_worker_and_pages_us
             job_id=job.id,
             attempt=job.attempt,
             session_id=chosen.session_id,
-            host_key=job.host_key,
+            host_key=site(job),
             outcome="proxy_failed",
             rules=RULES,
         )
@@ -147,7 +152,7 @@ async def test_a_proxy_failing_in_a_row_is_retired_for_every_worker_and_pages_us
             async_connection,
             job_id=alone.id,
             attempt=alone.attempt,
-            host_key=alone.host_key,
+            host_key=site(alone),
             proxy_ids=[dead],
         )
         is None
@@ -235,7 +240,7 @@ async def test_the_pool_refuses_a_proxy_id_that_could_be_an_address(
             async_connection,
             job_id=job.id,
             attempt=job.attempt,
-            host_key=job.host_key,
+            host_key=site(job),
             proxy_ids=["10.0.0.1:3128"],
         )
 
