@@ -596,7 +596,7 @@ COMMENT ON FUNCTION public.scrapeq_payload_max_per_host(payload jsonb) IS 'scrap
 -- Name: scrapeq_session_choose(bigint, integer, text, text[], text); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.scrapeq_session_choose(p_job_id bigint, p_attempt integer, p_host_key text, p_proxy_ids text[], p_user_agent text) RETURNS TABLE(session_id bigint, proxy_id text, user_agent text, cookies jsonb)
+CREATE FUNCTION public.scrapeq_session_choose(p_job_id bigint, p_attempt integer, p_host_key text, p_proxy_ids text[], p_user_agent text) RETURNS TABLE(session_id bigint, proxy_id text, user_agent text, cookies jsonb, tried integer)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -671,7 +671,8 @@ BEGIN
       AND jobs.session_id IS DISTINCT FROM v_chosen;
 
     RETURN QUERY
-    SELECT sessions.session_id, sessions.proxy_id, sessions.user_agent, sessions.cookies
+    SELECT sessions.session_id, sessions.proxy_id, sessions.user_agent, sessions.cookies,
+           cardinality(v_tried)
     FROM scrapeq_sessions AS sessions WHERE sessions.session_id = v_chosen;
 END;
 $$;

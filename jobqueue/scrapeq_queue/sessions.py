@@ -35,9 +35,11 @@ MAX_TRIED_SESSIONS: Final = 10
 # (three cookie jars, on different proxies while there are enough) say the site refuses the
 # page itself, not the session.
 DEFAULT_SESSIONS_PER_ROW: Final = 3
-# A session blocked this many times in a row on a site is retired there: one block can be a
-# challenge served at random, two in a row mean the site has marked the session.
-DEFAULT_BLOCKS_PER_SITE: Final = 2
+# A session blocked this many times in a row on a site is retired there: a block is the site
+# marking the (proxy, cookies) pair, and another page with it is most likely blocked too
+# (Crawlee retires a session at its first blocked status as well). A pool whose sites serve
+# challenges at random raises it.
+DEFAULT_BLOCKS_PER_SITE: Final = 1
 # A proxy with this many failures (blocked pages, connection failures) in a row through it,
 # with no page going well in between, is retired for every worker.
 DEFAULT_PROXY_FAILURES_IN_A_ROW: Final = 5
@@ -122,6 +124,8 @@ class Session:
     proxy_id: str
     user_agent: str | None
     cookies: tuple[dict[str, Any], ...]
+    # How many sessions the row was blocked on before this one (its tried_sessions).
+    tried: int = 0
 
 
 @dataclass(frozen=True)
@@ -145,8 +149,10 @@ async def choose_session(
     """The session for the next page of row (`job_id`, `attempt`) on site `host_key`, among the
     sessions of `proxy_ids` (the row's upstream proxies, [DIRECT] when it has none): the row's
     own session while it and its proxy are usable and it was not blocked on it, otherwise the
-    healthiest for the site on a proxy the row was not blocked through, a new session (with
-    `user_agent`) where a usable proxy has none left. The choice is written to the row. None:
+    healthiest for the site on a proxy the row was not blocked through (fewest blocks there,
+    then least recently taken: taking counts as a use), a new session (with
+    `user_agent`) where a usable proxy has none left. The choice is written to the row, and
+    `Session.tried` says how many sessions the row was blocked on so far. None:
     every proxy of the row is retired (try the row again later). ValueError for an id that
     proxy_id did not make."""
     for given in proxy_ids:
@@ -165,8 +171,10 @@ async def choose_session(
     row = await cursor.fetchone()
     if row is None:
         return None
-    session_id, chosen_proxy, chosen_agent, cookies = row
-    return Session(int(session_id), chosen_proxy, chosen_agent, tuple(cookies or ()))
+    session_id, chosen_proxy, chosen_agent, cookies, tried = row
+    return Session(
+        int(session_id), chosen_proxy, chosen_agent, tuple(cookies or ()), int(tried or 0)
+    )
 
 
 @translate_database_errors

@@ -985,7 +985,7 @@ ORDER BY id
 # The session for one page of a row (the row's own while usable, else the healthiest for the
 # site), written to the row; no row when every proxy of the row is retired.
 SESSION_CHOOSE: Final = """
-SELECT chosen.session_id, chosen.proxy_id, chosen.user_agent, chosen.cookies
+SELECT chosen.session_id, chosen.proxy_id, chosen.user_agent, chosen.cookies, chosen.tried
 FROM scrapeq_session_choose(%(job_id)s, %(attempt)s, %(host_key)s, %(proxy_ids)s::text[],
                             %(user_agent)s) AS chosen
 """

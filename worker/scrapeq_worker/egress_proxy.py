@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
+from scrapeq_queue.sessions import proxy_id
+
 from .errors import BlockedRequest, RetryLater
 from .network_guard import IPAddress, NetworkGuard
 
@@ -93,6 +95,9 @@ class UpstreamProxy:
     host: str
     port: int
     authorization: str | None = field(default=None, repr=False)
+    # How the cluster knows this proxy (scrapeq_queue.sessions.proxy_id): a hash of its URL,
+    # never its address or credentials; what session records and metric labels show.
+    id: str = field(default="", compare=False)
 
     @classmethod
     def parse(cls, text: str) -> UpstreamProxy:
@@ -114,7 +119,7 @@ class UpstreamProxy:
         if parts.username is not None:
             pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
             authorization = "Basic " + base64.b64encode(pair.encode()).decode()
-        return cls(parts.hostname, port, authorization)
+        return cls(parts.hostname, port, authorization, proxy_id(text))
 
     def __str__(self) -> str:
         shown = f"http://{_bracket(self.host)}:{self.port}"

@@ -282,6 +282,8 @@ class PageOutcome:
     # "pdf", each at most its cap (artifacts.py); one over its cap is named in `too_large`.
     captures: dict[str, bytes] = field(default_factory=dict)
     too_large: list[str] = field(default_factory=list)
+    # With a session (JobOptions.session_cookies): the jar after the page, to save with it.
+    cookies: list[dict[str, Any]] | None = None
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a

@@ -43,6 +43,8 @@ class ScrapeResult:
     follow_labels: Mapping[str, str] = field(default_factory=dict)
     # The next page of the row's pagination chain (payload `next`), to queue beside them.
     next_page: FollowUrl | None = None
+    # With a session: the page's cookie jar afterwards (session_pool.py saves it).
+    cookies: list[dict[str, Any]] | None = None
 
 
 class Scraper:
@@ -210,6 +212,7 @@ class Scraper:
             follow=follow,
             follow_labels={link: labels[link] for link in plan.urls if link in labels},
             next_page=chain_row,
+            cookies=outcome.cookies,
         )
 
     async def _read_structured_data(

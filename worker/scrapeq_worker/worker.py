@@ -61,6 +61,7 @@ from .readiness import (
 from .rescuer import Rescuer
 from .robots import MAX_ROBOTS_BYTES, ROBOTS_TIMEOUT_SECONDS, RobotsRules, respects_robots
 from .scraper import Scraper, ScrapeResult
+from .session_pool import SessionPool
 from .settings import WorkerSettings
 
 logger = logging.getLogger(__name__)
@@ -187,6 +188,13 @@ class Worker:
             readiness=self.readiness,
             stopping=self._stopping,
             reconnect_delay=reconnect_delay,
+        )
+        self.sessions = SessionPool(
+            self.gateway,
+            self.metrics,
+            rules=settings.session_rules,
+            enabled=settings.sessions,
+            pool_upstream=settings.upstream_proxy,
         )
         self.outcomes = OutcomeReporter(
             self.gateway,
@@ -415,7 +423,15 @@ class Worker:
                         default_block_markers=self.settings.block_markers,
                     )
                     await self._obey_robots_txt(job, options)
-                    scraped = await self._scrape(job, options)
+                    options, session = await self.sessions.take(job, options)
+                    try:
+                        scraped = await self._scrape(job, options)
+                    except WorkerError as error:
+                        failure = error
+                    if session is not None:
+                        failure = await self.sessions.record(
+                            job, session, failure, scraped.cookies if scraped else None
+                        )
                 except WorkerError as error:
                     failure = error
                 except asyncio.CancelledError:

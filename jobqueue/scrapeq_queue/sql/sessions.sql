@@ -8,18 +8,22 @@
 -- * the row's own session (sticky: a login's follow-up or a followed page carries its parent's)
 --   while neither it nor its proxy is retired and it is not in p_tried;
 -- * otherwise the healthiest for the site: a proxy the row has not been blocked through first,
---   then the fewest blocks on the site, the fewest uses there, the longest unused. Every proxy
+--   then the fewest blocks on the site, then the longest unused (taking a session counts as a
+--   use, so pages in flight at once spread over the sessions). Every proxy
 --   that is not retired gets a fresh session for the site when it has none that is usable, so a
 --   retired session is replaced by a new cookie jar on the same proxy.
 -- The chosen session is written to the row (fenced by its attempt), so that the rows it follows
--- carry it. No row comes back when every proxy of the row is retired.
+-- carry it, and comes back with how many sessions the row was blocked on so far (tried). No
+-- row comes back when every proxy of the row is retired.
 CREATE OR REPLACE FUNCTION scrapeq_session_choose(
     p_job_id BIGINT,
     p_attempt INTEGER,
     p_host_key TEXT,
     p_proxy_ids TEXT[],
     p_user_agent TEXT
-) RETURNS TABLE (session_id BIGINT, proxy_id TEXT, user_agent TEXT, cookies JSONB)
+) RETURNS TABLE (
+    session_id BIGINT, proxy_id TEXT, user_agent TEXT, cookies JSONB, tried INTEGER
+)
     LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
@@ -78,7 +82,6 @@ BEGIN
                 WHERE tried.session_id = ANY (v_tried) AND tried.proxy_id = sessions.proxy_id
             ),
             coalesce(sites.blocks, 0),
-            coalesce(sites.uses, 0),
             sessions.last_used_at NULLS FIRST,
             sessions.session_id
         LIMIT 1;
@@ -88,12 +91,18 @@ BEGIN
         RETURN;
     END IF;
 
+    -- Taken now: the next choice prefers another session, so pages in flight at once spread
+    -- over the proxies.
+    UPDATE scrapeq_sessions AS sessions SET last_used_at = now()
+    WHERE sessions.session_id = v_chosen;
+
     UPDATE scraping_jobs AS jobs SET session_id = v_chosen
     WHERE jobs.id = p_job_id AND jobs.attempt = p_attempt
       AND jobs.session_id IS DISTINCT FROM v_chosen;
 
     RETURN QUERY
-    SELECT sessions.session_id, sessions.proxy_id, sessions.user_agent, sessions.cookies
+    SELECT sessions.session_id, sessions.proxy_id, sessions.user_agent, sessions.cookies,
+           cardinality(v_tried)
     FROM scrapeq_sessions AS sessions WHERE sessions.session_id = v_chosen;
 END;
 $$;

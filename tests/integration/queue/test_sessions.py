@@ -89,8 +89,9 @@ async def test_a_blocked_row_is_retried_on_a_session_of_another_proxy_and_record
 ) -> None:
     job = await claimed(async_connection, "https://defended.example/item/1")
     seen: list[sessions.Session] = []
-    for _ in range(3):
+    for tried in range(3):
         chosen, record = await page(async_connection, job, "blocked")
+        assert chosen.tried == tried
         seen.append(chosen)
         assert record.session_retired
     assert len({chosen.session_id for chosen in seen}) == 3
