@@ -102,6 +102,18 @@ def _parse_http_date(text: str) -> float | None:
         return None
 
 
+def cdp_cookie(cookie: dict[str, Any]) -> dict[str, Any]:
+    """A stored cookie as Chrome DevTools' `Network.setCookies` takes it (a session cookie has
+    no `expires`)."""
+    stored = stored_cookie(cookie) or {"name": "", "value": "", "domain": "", "path": "/"}
+    sent = {key: stored[key] for key in ("name", "value", "domain", "path")}
+    sent["secure"] = bool(stored.get("secure"))
+    sent["httpOnly"] = bool(stored.get("httpOnly"))
+    if float(stored.get("expires", -1)) > 0:
+        sent["expires"] = stored["expires"]
+    return sent
+
+
 def merged(kept: Iterable[dict[str, Any]], fresh: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """`kept` with `fresh` laid over it, one cookie per (name, domain, path): a browser reports
     only the cookies of the page's URLs, so the session's other cookies stay."""
@@ -113,4 +125,4 @@ def merged(kept: Iterable[dict[str, Any]], fresh: Iterable[dict[str, Any]]) -> l
     return list(cookies.values())
 
 
-__all__ = ["STORED_FIELDS", "cookie_jar", "jar_cookies", "merged", "stored_cookie"]
+__all__ = ["STORED_FIELDS", "cdp_cookie", "cookie_jar", "jar_cookies", "merged", "stored_cookie"]

@@ -53,7 +53,9 @@ def sealed_proxies(monkeypatch: pytest.MonkeyPatch, proxies: tuple[str, ...]) ->
     return SealingKeys.from_text(key).seal(Credentials(origins=(), proxies=proxies))
 
 
+@pytest.mark.parametrize("render", [False, True], ids=["static", "browser"])
 async def test_a_job_completes_every_page_of_a_defended_site_by_rotating_sessions(
+    render: bool,
     defended_site: DefendedSite,
     tinyproxies: list[Tinyproxy],
     worker_settings: WorkerSettings,
@@ -65,7 +67,7 @@ async def test_a_job_completes_every_page_of_a_defended_site_by_rotating_session
     ids = await queue.enqueue_many(
         connection,
         [defended_site.url(f"/item/{n}") for n in range(PAGES)],
-        payload={"render": False, "extract": {"name": "h1"}, "sealed": sealed},
+        payload={"render": render, "extract": {"name": "h1"}, "sealed": sealed},
         max_retries=8,
         backoff_seconds=0,
     )
@@ -80,6 +82,9 @@ async def test_a_job_completes_every_page_of_a_defended_site_by_rotating_session
     assert sorted(row.result["fields"]["name"] for row in rows) == sorted(
         f"Item {n}" for n in range(PAGES)
     )
+    # More pages than the site serves cookie-less visitors (ALLOWS per proxy address): the
+    # sessions' jars were carried from page to page, in either engine.
+    assert ALLOWS * len(PROXY_ADDRESSES) < PAGES
     # The site did block sessions, and every proxy carried pages.
     assert sum(defended_site.refused.values()) > 0
     assert set(defended_site.served) == set(PROXY_ADDRESSES)
