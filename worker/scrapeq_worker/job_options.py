@@ -377,8 +377,8 @@ def _upstream_proxies(credentials: Credentials | None) -> tuple[UpstreamProxy, .
             proxies.append(UpstreamProxy.parse(url))
         except ValueError:
             raise BadInput(
-                f"the row's sealed upstream proxy {position} is not http://[user:password@]"
-                "host:port",
+                f"the row's sealed upstream proxy {position} is not http:// or socks5://"
+                "[user:password@]host:port",
                 reason="invalid_payload",
             ) from None
     return tuple(proxies)

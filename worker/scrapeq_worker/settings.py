@@ -405,9 +405,9 @@ class WorkerSettings:
         flag="--upstream-proxy",
         env="SCRAPEQ_UPSTREAM_PROXY",
         parse=UpstreamProxy.parse,
-        help="http://[user:password@]host:port of an HTTP proxy the browser's traffic is "
-        "chained to after the SSRF guard's check (set it through the environment). Never "
-        "logged with its credentials.",
+        help="http://[user:password@]host:port or socks5://[user:password@]host:port of a "
+        "proxy the browser's traffic is chained to after the SSRF guard's check (set it "
+        "through the environment). Never logged with its credentials.",
     )
     # The session pool (docs/worker.md, "Sessions"): on by default, because a page through an
     # upstream proxy without one is retried through whichever proxy comes next, with whatever

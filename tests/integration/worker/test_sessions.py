@@ -18,8 +18,9 @@ from scrapeq_queue.sealed_credentials import SEALING_KEY_ENV, Credentials, Seali
 from scrapeq_queue.sessions import proxy_id
 from scrapeq_worker.settings import WorkerSettings
 
+from scrapeq.local.defended_site import DefendedSite, running_defended_site
+
 from .conftest import Connection, job_row, run_burst
-from .defended_site import DefendedSite, running_defended_site
 from .tinyproxy import Tinyproxy, running_tinyproxy
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]

@@ -1,4 +1,5 @@
-"""A defended site for the session tests and the sessions benchmark: it blocks a (client
+"""A defended site for the session tests and the sessions benchmark (`make bench-sessions`):
+it blocks a (client
 address, visitor cookie) pair after `allows` pages, as sites behind a bot defence block a
 (proxy, cookie) pair.
 
@@ -9,18 +10,21 @@ block marker finds it). A client that keeps its cookies gets about `allows`² pa
 address; one that drops them gets `allows`. It listens on 127.0.0.2 (the worker tests'
 allowed address) and tells proxies apart by the address their connections come from
 (tinyproxy's Bind). It runs in a thread with its own event loop, so it keeps answering while a
-test's worker runs.
+worker runs in the caller's loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 from aiohttp import web
 
-from .site import SITE_HOST, ThreadedServer, _port_of
+SITE_HOST = "127.0.0.2"
 
 COOKIE = "visitor"
 CHALLENGE_PAGE = (
@@ -33,11 +37,12 @@ PAGE = (
 )
 
 
-class DefendedSite(ThreadedServer):
+class DefendedSite:
     """The running site: `url(path)`, pages served and refused per client address."""
 
     def __init__(self, *, allows: int, challenge: bool = False) -> None:
-        super().__init__()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self.allows = allows
         self.challenge = challenge
         self.port = 0
@@ -50,6 +55,16 @@ class DefendedSite(ThreadedServer):
 
     def url(self, path: str) -> str:
         return f"http://{SITE_HOST}:{self.port}{path}"
+
+    def start(self) -> None:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(timeout=10)
+
+    def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._stop(), self._loop).result(timeout=10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        self._loop.close()
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
         address = request.remote or "?"
@@ -82,7 +97,8 @@ class DefendedSite(ThreadedServer):
         await self._runner.setup()
         site = web.TCPSite(self._runner, SITE_HOST, 0)
         await site.start()
-        self.port = _port_of(site)
+        server: Any = site._server
+        self.port = server.sockets[0].getsockname()[1]
 
     async def _stop(self) -> None:
         if self._runner is not None:
@@ -90,6 +106,7 @@ class DefendedSite(ThreadedServer):
 
 
 def running_defended_site(*, allows: int, challenge: bool = False) -> Iterator[DefendedSite]:
+    """Start a DefendedSite, yield it, stop it (for fixtures and `with` blocks)."""
     site = DefendedSite(allows=allows, challenge=challenge)
     site.start()
     try:
