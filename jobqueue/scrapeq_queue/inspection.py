@@ -77,6 +77,7 @@ async def owner_progress(
             cancelled=row[7],
             first_started_at=row[8],
             last_finished_at=row[9],
+            blocked=int(row[10]),
             last_error=error,
             last_error_url=error_url,
             preview=tuple(preview_rows.get(uid, ())),

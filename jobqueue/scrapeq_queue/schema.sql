@@ -656,7 +656,6 @@ BEGIN
                 WHERE tried.session_id = ANY (v_tried) AND tried.proxy_id = sessions.proxy_id
             ),
             coalesce(sites.blocks, 0),
-            coalesce(sites.uses, 0),
             sessions.last_used_at NULLS FIRST,
             sessions.session_id
         LIMIT 1;
@@ -665,6 +664,11 @@ BEGIN
     IF v_chosen IS NULL THEN
         RETURN;
     END IF;
+
+    -- Taken now: the next choice prefers another session, so pages in flight at once spread
+    -- over the proxies.
+    UPDATE scrapeq_sessions AS sessions SET last_used_at = now()
+    WHERE sessions.session_id = v_chosen;
 
     UPDATE scraping_jobs AS jobs SET session_id = v_chosen
     WHERE jobs.id = p_job_id AND jobs.attempt = p_attempt

@@ -533,7 +533,8 @@ JOBS_CANCEL: Final = OWNER_CANCEL.replace(
 
 # --- inspection ---------------------------------------------------------------------------------
 
-# Row counts per state for the given owners (index scan on owner_uid).
+# Row counts per state for the given owners (index scan on owner_uid), and the pages the site
+# blocked on a session (each recorded in its row's tried_sessions).
 OWNER_PROGRESS_COUNTS: Final = """
 SELECT owner_uid,
        count(*) AS total,
@@ -544,7 +545,8 @@ SELECT owner_uid,
        count(*) FILTER (WHERE status = 'failed') AS failed,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        min(processing_started_at) AS first_started_at,
-       max(finished_at) AS last_finished_at
+       max(finished_at) AS last_finished_at,
+       coalesce(sum(cardinality(tried_sessions)), 0) AS blocked
 FROM scraping_jobs
 WHERE owner_uid = ANY(%(owner_uids)s::text[])
 GROUP BY owner_uid

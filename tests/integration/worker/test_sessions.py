@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
 PROXY_ADDRESSES = ("127.0.0.3", "127.0.0.4", "127.0.0.5")
 ALLOWS = 4
 PAGES = 18
+OWNER = queue.Owner("uid-defended", "shop", "defended")
 # A port nothing listens on: a proxy that always fails.
 DEAD_PROXY = "http://127.0.0.1:9"
 
@@ -69,6 +70,7 @@ async def test_a_job_completes_every_page_of_a_defended_site_by_rotating_session
         connection,
         [defended_site.url(f"/item/{n}") for n in range(PAGES)],
         payload={"render": render, "extract": {"name": "h1"}, "sealed": sealed},
+        owner=OWNER,
         max_retries=8,
         backoff_seconds=0,
     )
@@ -98,6 +100,9 @@ async def test_a_job_completes_every_page_of_a_defended_site_by_rotating_session
     assert sample("scrapeq_worker_jobs_retried_total", queue="default", reason="blocked") == (
         blocked
     )
+    # The ScrapeJob's status counts them as well (status.blocked).
+    progress = await queue.owner_progress(connection, [OWNER.uid])
+    assert progress[OWNER.uid].blocked == blocked
     # The dead proxy was retired for every worker after at most its failures in a row.
     dead = proxy_id(DEAD_PROXY)
     assert sample("scrapeq_worker_proxies_retired_total", proxy=dead) == 1
