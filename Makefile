@@ -12,7 +12,7 @@ PYTEST_ARGS ?= --durations=30
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
 	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \
-	bench-fleet \
+	bench-fleet bench-sessions \
 	generate clean
 
 help:
@@ -31,6 +31,7 @@ help:
 	@echo "make bench-operator  1,000 ScrapeJobs + one of 100,000 URLs on the real control plane"
 	@echo "make bench-cluster   helm install, scale from zero and pages/s on real Pods"
 	@echo "make bench-fleet     500 simulated worker pods on one PostgreSQL, direct and through PgBouncer"
+	@echo "make bench-sessions  a defended site's pages completed with the session pool and without"
 
 # As root (CI, the demo's usual case) also what the local node and images need; elsewhere the
 # node cannot run anyway, and the demo says so and uses local processes.
@@ -95,6 +96,10 @@ bench: bench-queue bench-worker bench-operator
 bench-queue: setup
 	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[bench]'
 	@$(PY) -m benchmarks.queue_throughput
+
+# BENCH_ARGS passes options through, e.g. BENCH_ARGS="--pages 30" (docs/benchmarks.md).
+bench-sessions: setup
+	@$(PY) -m benchmarks.sessions $(BENCH_ARGS)
 
 # BENCH_ARGS passes options through, e.g. BENCH_ARGS="--only heavy" (docs/benchmarks.md).
 bench-worker: setup
