@@ -6,6 +6,7 @@ number of pages, and the metrics count the pages blocked and retried (docs/worke
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -140,3 +141,29 @@ async def test_without_sessions_the_defended_site_blocks_the_job_for_good(
     completed = [row for row in rows if row.status == "completed"]
     assert len(completed) == ALLOWS * len(PROXY_ADDRESSES)
     assert {row.last_reason for row in rows if row.status == "failed"} == {"blocked"}
+
+
+async def test_a_page_blocked_on_every_session_it_tries_fails_blocked_after_three(
+    tinyproxies: list[Tinyproxy],
+    worker_settings: WorkerSettings,
+    connection: Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A site that refuses everything: the row tries three sessions (one per proxy), then
+    fails for good as `blocked` though its retry limit would allow more."""
+    sealed = sealed_proxies(monkeypatch, tuple(proxy.url() for proxy in tinyproxies))
+    with contextlib.contextmanager(running_defended_site)(allows=0) as refusing:
+        job_id = await queue.enqueue(
+            connection,
+            refusing.url("/item/1"),
+            payload={"render": False, "sealed": sealed},
+            max_retries=8,
+            backoff_seconds=0,
+        )
+        await run_burst(worker_settings)
+
+    row = await job_row(connection, job_id)
+    assert (row.status, row.last_reason, row.retry_count) == ("failed", "blocked", 2)
+    assert row.last_error is not None
+    assert "blocked on 3 sessions" in row.last_error
+    assert dict(refusing.refused) == {address: 1 for address in PROXY_ADDRESSES}
