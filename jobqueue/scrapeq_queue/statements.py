@@ -1008,3 +1008,45 @@ SELECT proxies.proxy_id FROM scrapeq_proxies AS proxies
 WHERE proxies.proxy_id = ANY(%(proxy_ids)s::text[]) AND proxies.retired_until > now()
 ORDER BY proxies.proxy_id
 """
+
+# Sessions untaken since the cutoff go in batches (their health per site with them); a row
+# whose session went takes the healthiest next time. SKIP LOCKED: a session being recorded
+# now stays.
+SESSIONS_PRUNE_BATCH: Final = """
+WITH doomed AS (
+    SELECT sessions.session_id FROM scrapeq_sessions AS sessions
+    WHERE coalesce(sessions.last_used_at, sessions.created_at) < %(expired_before)s
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM scrapeq_sessions AS sessions USING doomed
+    WHERE sessions.session_id = doomed.session_id
+    RETURNING sessions.session_id
+)
+SELECT count(*) FROM deleted
+"""
+
+# A proxy's failures on a site that are older than the cutoff are forgotten, and a proxy with
+# no session left, known since before the cutoff and not retired since, goes.
+PROXIES_PRUNE_BATCH: Final = """
+WITH stale AS (
+    DELETE FROM scrapeq_proxy_sites AS failing
+    WHERE failing.last_failed_at < %(expired_before)s
+),
+doomed AS (
+    SELECT proxies.proxy_id FROM scrapeq_proxies AS proxies
+    WHERE proxies.created_at < %(expired_before)s
+      AND (proxies.retired_until IS NULL OR proxies.retired_until < %(expired_before)s)
+      AND NOT EXISTS (
+          SELECT FROM scrapeq_sessions AS sessions WHERE sessions.proxy_id = proxies.proxy_id)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM scrapeq_proxies AS proxies USING doomed
+    WHERE proxies.proxy_id = doomed.proxy_id
+    RETURNING proxies.proxy_id
+)
+SELECT count(*) FROM deleted
+"""

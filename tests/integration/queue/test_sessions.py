@@ -4,6 +4,7 @@ cookie jars (docs/queue.md, "Sessions")."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -251,3 +252,34 @@ def test_session_rules_refuse_numbers_out_of_their_bounds() -> None:
         SessionRules(sessions_per_row=sessions.MAX_TRIED_SESSIONS + 1)
     with pytest.raises(ValueError, match="blocks per site"):
         SessionRules(blocks_per_site=0)
+
+
+async def test_sessions_nobody_took_for_the_idle_time_are_pruned_with_their_proxy(
+    async_connection: Connection,
+) -> None:
+    old = await claimed(async_connection, "https://old.example/1")
+    stale, _ = await page(async_connection, old, "blocked", proxies=PROXIES[:1])
+    fresh_job = await claimed(async_connection, "https://new.example/1")
+    fresh, _ = await page(async_connection, fresh_job, "ok", proxies=PROXIES[1:2])
+    await async_connection.execute(
+        "UPDATE scrapeq_sessions SET last_used_at = now() - interval '10 days',"
+        " created_at = now() - interval '10 days' WHERE session_id = %s",
+        (stale.session_id,),
+    )
+    await async_connection.execute(
+        "UPDATE scrapeq_proxies SET created_at = now() - interval '10 days' WHERE proxy_id = %s",
+        (PROXIES[0],),
+    )
+    await async_connection.execute(
+        "UPDATE scrapeq_proxy_sites SET last_failed_at = now() - interval '10 days'"
+    )
+
+    await queue.prune_idle_sites(async_connection, idle_longer_than=timedelta(days=7))
+
+    cursor = await async_connection.execute("SELECT session_id FROM scrapeq_sessions")
+    assert [row[0] for row in await cursor.fetchall()] == [fresh.session_id]
+    cursor = await async_connection.execute("SELECT proxy_id FROM scrapeq_proxies ORDER BY 1")
+    assert [row[0] for row in await cursor.fetchall()] == [PROXIES[1]]
+    # The row whose session went gets another.
+    again, _ = await page(async_connection, old, "ok", proxies=PROXIES[:1])
+    assert again.session_id != stale.session_id
