@@ -87,7 +87,8 @@ class SessionPool:
                 delay_seconds=ALL_RETIRED_DELAY_SECONDS,
             )
         session = choice.session
-        (proxy,) = [p for p in proxies if p.id == session.proxy_id][:1] or proxies[:1]
+        # The choice is among `proxies` only; the first is a fallback that cannot be taken.
+        proxy = next((p for p in proxies if p.id == session.proxy_id), proxies[0])
         return (
             replace(options, upstream_proxies=(proxy,), session_cookies=session.cookies),
             TakenSession(session, host_key),
