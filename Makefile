@@ -12,7 +12,7 @@ PYTEST_ARGS ?= --durations=30
 
 .PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
 	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \
-	bench-fleet bench-soak bench-output bench-sources bench-recrawl \
+	bench-fleet bench-soak bench-output bench-sources bench-recrawl bench-sessions \
 	generate clean
 
 help:
@@ -35,6 +35,7 @@ help:
 	@echo "make bench-output    output delivery lag and PostgreSQL bytes per row, real S3 server"
 	@echo "make bench-sources   a sitemap index of 1,000,000 URLs expanded into rows: rows/s, peak RSS"
 	@echo "make bench-recrawl   a recurring crawl's second run (1 % of 1,000 pages changed) against its first"
+	@echo "make bench-sessions  a defended site's pages completed with the session pool and without"
 
 # As root (CI, the demo's usual case) also what the local node and images need; elsewhere the
 # node cannot run anyway, and the demo says so and uses local processes.
@@ -99,6 +100,10 @@ bench: bench-queue bench-worker bench-operator
 bench-queue: setup
 	@$(PY) -m pip install -q --disable-pip-version-check -c requirements/constraints.txt -e '.[bench]'
 	@$(PY) -m benchmarks.queue_throughput
+
+# BENCH_ARGS passes options through, e.g. BENCH_ARGS="--pages 30" (docs/benchmarks.md).
+bench-sessions: setup
+	@$(PY) -m benchmarks.sessions $(BENCH_ARGS)
 
 # BENCH_ARGS passes options through, e.g. BENCH_ARGS="--only heavy" (docs/benchmarks.md).
 bench-worker: setup

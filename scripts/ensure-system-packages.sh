@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages scrapeq's tests and demo run for real, when they are missing:
 # Chromium (the worker's browser), Prometheus (+ promtool), PostgreSQL 15 server binaries,
-# openssl (control-plane certificates), tinyproxy (the upstream-proxy tests), PgBouncer (the
-# pooled-mode tests and the fleet benchmark). Needs root for apt-get; otherwise says what to run.
+# openssl (control-plane certificates), tinyproxy and microsocks (the upstream-proxy tests),
+# PgBouncer (the pooled-mode tests and the fleet benchmark). Needs root for apt-get; otherwise
+# says what to run.
 #
 # Usage: scripts/ensure-system-packages.sh [node]
 #   node: also what container images and the local node need (`make images`,
@@ -19,6 +20,8 @@ declare -A wanted=(
   [openssl]=/usr/bin/openssl
   # A real forward proxy with authentication for the workers' upstream-proxy tests.
   [tinyproxy]=/usr/bin/tinyproxy
+  # A real SOCKS5 proxy with authentication for the workers' socks5:// upstream tests.
+  [microsocks]=/usr/bin/microsocks
   # Transaction pooling in front of the test PostgreSQL (pooled-mode tests, fleet benchmark).
   [pgbouncer]=/usr/sbin/pgbouncer
 )

@@ -81,6 +81,7 @@ async def owner_progress(
             unchanged=row[11],
             without_validators=row[12],
             skipped=row[13],
+            blocked=int(row[14]),
             last_error=error,
             last_error_url=error_url,
             preview=tuple(preview_rows.get(uid, ())),

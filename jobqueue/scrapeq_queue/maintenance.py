@@ -96,8 +96,9 @@ async def prune_idle_sites(
     keep `idle_longer_than` above that). Each batch is one short transaction that locks the
     hosts it deletes with SKIP LOCKED: claims, retries and producers of other hosts go on, and a
     producer making rows of a host pending meanwhile keeps that host. The cluster's copies of
-    robots.txt (scrapeq_robots) that expired longer than `idle_longer_than` ago go too (they
-    are not counted).
+    robots.txt (scrapeq_robots) that expired longer than `idle_longer_than` ago go too, and so
+    do the sessions nobody took for that long, the proxies left without a session and a
+    proxy's failures on a site from before the cutoff (none of these is counted).
     """
     if idle_longer_than <= timedelta(0):
         raise InvalidJob(f"idle_longer_than must be positive, not {idle_longer_than}")
@@ -109,6 +110,8 @@ async def prune_idle_sites(
     await _delete_in_batches(
         connection, statements.ROBOTS_PRUNE_BATCH, {"expired_before": idle_before}, batch_rows
     )
+    for statement in (statements.SESSIONS_PRUNE_BATCH, statements.PROXIES_PRUNE_BATCH):
+        await _delete_in_batches(connection, statement, {"expired_before": idle_before}, batch_rows)
     deleted = 0
     from_host = ""  # the smallest text: every host, the empty host key of URLs without one too
     first = True

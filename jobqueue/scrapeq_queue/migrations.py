@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import psycopg
 
-from scrapeq_queue import crawl_memory, politeness, statements
+from scrapeq_queue import crawl_memory, politeness, sessions, statements
 from scrapeq_queue.errors import DatabaseUnavailable, SchemaOutOfDate, translate_database_errors
 
 
@@ -60,6 +60,8 @@ PLACEHOLDERS: Final[Mapping[str, int | float]] = {
     "SERVER_ERROR_WINDOW": politeness.SERVER_ERROR_WINDOW,
     "MAX_CRAWL_KEY_CHARS": crawl_memory.MAX_CRAWL_KEY_CHARS,
     "MAX_VALIDATOR_CHARS": crawl_memory.MAX_VALIDATOR_CHARS,
+    "MAX_SESSION_COOKIE_BYTES": sessions.MAX_SESSION_COOKIE_BYTES,
+    "MAX_TRIED_SESSIONS": sessions.MAX_TRIED_SESSIONS,
 }
 _PLACEHOLDER: Final = re.compile(r"\{\{([A-Z][A-Z0-9_]*)\}\}")
 

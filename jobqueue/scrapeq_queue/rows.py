@@ -122,7 +122,9 @@ class OwnerProgress:
     """Row counts of one owner by state, with the latest error and a few recent results.
 
     `pending` counts rows never attempted or released; `retrying` counts pending rows that
-    already failed at least once.
+    already failed at least once; `blocked` counts the pages the site blocked on a session of
+    the pool (docs/queue.md, "Sessions"), each retried on another session or, after the
+    row's last, failed.
     """
 
     total: int = 0
@@ -132,6 +134,7 @@ class OwnerProgress:
     succeeded: int = 0
     failed: int = 0
     cancelled: int = 0
+    blocked: int = 0
     last_error: str | None = None
     last_error_url: str | None = None
     first_started_at: datetime | None = None

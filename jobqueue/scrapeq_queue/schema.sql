@@ -609,6 +609,192 @@ COMMENT ON FUNCTION public.scrapeq_payload_max_per_host(payload jsonb) IS 'scrap
 
 
 --
+-- Name: scrapeq_session_choose(bigint, integer, text, text[], text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_session_choose(p_job_id bigint, p_attempt integer, p_host_key text, p_proxy_ids text[], p_user_agent text) RETURNS TABLE(session_id bigint, proxy_id text, user_agent text, cookies jsonb, tried integer)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_sticky BIGINT;
+    v_tried BIGINT[];
+    v_chosen BIGINT;
+BEGIN
+    INSERT INTO scrapeq_proxies AS proxies (proxy_id)
+    SELECT DISTINCT ids.id FROM unnest(p_proxy_ids) AS ids (id)
+    ON CONFLICT ON CONSTRAINT scrapeq_proxies_pkey DO NOTHING;
+
+    SELECT jobs.session_id, jobs.tried_sessions INTO v_sticky, v_tried
+    FROM scraping_jobs AS jobs WHERE jobs.id = p_job_id AND jobs.attempt = p_attempt;
+    v_tried := coalesce(v_tried, '{}');
+
+    IF v_sticky IS NOT NULL AND NOT v_sticky = ANY (v_tried) THEN
+        SELECT sessions.session_id INTO v_chosen
+        FROM scrapeq_sessions AS sessions
+        JOIN scrapeq_proxies AS proxies ON proxies.proxy_id = sessions.proxy_id
+        LEFT JOIN scrapeq_session_sites AS sites
+            ON sites.session_id = sessions.session_id AND sites.host_key = p_host_key
+        WHERE sessions.session_id = v_sticky
+          AND sessions.proxy_id = ANY (p_proxy_ids)
+          AND (proxies.retired_until IS NULL OR proxies.retired_until <= now())
+          AND sites.retired_at IS NULL;
+    END IF;
+
+    IF v_chosen IS NULL THEN
+        -- A fresh session for every usable proxy that has none left for this site.
+        INSERT INTO scrapeq_sessions (proxy_id, user_agent)
+        SELECT proxies.proxy_id, p_user_agent
+        FROM scrapeq_proxies AS proxies
+        WHERE proxies.proxy_id = ANY (p_proxy_ids)
+          AND (proxies.retired_until IS NULL OR proxies.retired_until <= now())
+          AND NOT EXISTS (
+              SELECT FROM scrapeq_sessions AS sessions
+              LEFT JOIN scrapeq_session_sites AS sites
+                  ON sites.session_id = sessions.session_id AND sites.host_key = p_host_key
+              WHERE sessions.proxy_id = proxies.proxy_id
+                AND sites.retired_at IS NULL
+                AND NOT sessions.session_id = ANY (v_tried)
+          );
+
+        SELECT sessions.session_id INTO v_chosen
+        FROM scrapeq_sessions AS sessions
+        JOIN scrapeq_proxies AS proxies ON proxies.proxy_id = sessions.proxy_id
+        LEFT JOIN scrapeq_session_sites AS sites
+            ON sites.session_id = sessions.session_id AND sites.host_key = p_host_key
+        WHERE sessions.proxy_id = ANY (p_proxy_ids)
+          AND (proxies.retired_until IS NULL OR proxies.retired_until <= now())
+          AND sites.retired_at IS NULL
+          AND NOT sessions.session_id = ANY (v_tried)
+        ORDER BY
+            EXISTS (
+                SELECT FROM scrapeq_sessions AS tried
+                WHERE tried.session_id = ANY (v_tried) AND tried.proxy_id = sessions.proxy_id
+            ),
+            coalesce(sites.blocks, 0),
+            sessions.last_used_at NULLS FIRST,
+            sessions.session_id
+        LIMIT 1;
+    END IF;
+
+    IF v_chosen IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- Taken now: the next choice prefers another session, so pages in flight at once spread
+    -- over the proxies.
+    UPDATE scrapeq_sessions AS sessions SET last_used_at = now()
+    WHERE sessions.session_id = v_chosen;
+
+    UPDATE scraping_jobs AS jobs SET session_id = v_chosen
+    WHERE jobs.id = p_job_id AND jobs.attempt = p_attempt
+      AND jobs.session_id IS DISTINCT FROM v_chosen;
+
+    RETURN QUERY
+    SELECT sessions.session_id, sessions.proxy_id, sessions.user_agent, sessions.cookies,
+           cardinality(v_tried)
+    FROM scrapeq_sessions AS sessions WHERE sessions.session_id = v_chosen;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_session_record(bigint, integer, bigint, text, text, jsonb, integer, integer, integer, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_session_record(p_job_id bigint, p_attempt integer, p_session_id bigint, p_host_key text, p_outcome text, p_cookies jsonb, p_blocks_per_site integer, p_failures_in_a_row integer, p_failed_sites integer, p_retire_seconds double precision) RETURNS TABLE(session_retired boolean, proxy_retired boolean)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+    v_proxy TEXT;
+    v_session_retired BOOLEAN := false;
+    v_proxy_retired BOOLEAN := false;
+    v_failures INTEGER;
+    v_sites INTEGER;
+BEGIN
+    IF p_outcome NOT IN ('ok', 'blocked', 'proxy_failed') THEN
+        RAISE EXCEPTION 'a session outcome is ok, blocked or proxy_failed, not %', p_outcome
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    UPDATE scrapeq_sessions AS sessions
+    SET cookies = coalesce(p_cookies, sessions.cookies),
+        uses = sessions.uses + 1,
+        last_used_at = now()
+    WHERE sessions.session_id = p_session_id
+    RETURNING sessions.proxy_id INTO v_proxy;
+    IF v_proxy IS NULL THEN
+        -- A session pruned while its page ran: nothing to count against.
+        RETURN QUERY SELECT false, false;
+        RETURN;
+    END IF;
+
+    IF p_outcome <> 'proxy_failed' THEN
+        INSERT INTO scrapeq_session_sites AS sites
+            (session_id, host_key, uses, blocks, blocks_in_a_row, retired_at)
+        VALUES (
+            p_session_id, p_host_key, 1,
+            (p_outcome = 'blocked')::int, (p_outcome = 'blocked')::int,
+            CASE WHEN p_outcome = 'blocked' AND p_blocks_per_site <= 1 THEN now() END
+        )
+        ON CONFLICT ON CONSTRAINT scrapeq_session_sites_pkey DO UPDATE
+        SET uses = sites.uses + 1,
+            blocks = sites.blocks + excluded.blocks,
+            blocks_in_a_row = CASE WHEN p_outcome = 'blocked' THEN sites.blocks_in_a_row + 1
+                                   ELSE 0 END,
+            retired_at = CASE
+                WHEN sites.retired_at IS NOT NULL THEN sites.retired_at
+                WHEN p_outcome = 'blocked' AND sites.blocks_in_a_row + 1 >= p_blocks_per_site
+                    THEN now()
+            END
+        RETURNING sites.retired_at IS NOT NULL INTO v_session_retired;
+    END IF;
+
+    IF p_outcome = 'blocked' THEN
+        UPDATE scraping_jobs AS jobs
+        SET tried_sessions = jobs.tried_sessions || p_session_id
+        WHERE jobs.id = p_job_id AND jobs.attempt = p_attempt
+          AND NOT p_session_id = ANY (jobs.tried_sessions)
+          AND cardinality(jobs.tried_sessions) < 10;
+    END IF;
+
+    IF p_outcome = 'ok' THEN
+        UPDATE scrapeq_proxies AS proxies SET failures_in_a_row = 0
+        WHERE proxies.proxy_id = v_proxy AND proxies.failures_in_a_row <> 0;
+        DELETE FROM scrapeq_proxy_sites AS failing
+        WHERE failing.proxy_id = v_proxy AND failing.host_key = p_host_key;
+    ELSE
+        INSERT INTO scrapeq_proxy_sites AS failing (proxy_id, host_key, failures)
+        VALUES (v_proxy, p_host_key, 1)
+        ON CONFLICT ON CONSTRAINT scrapeq_proxy_sites_pkey
+        DO UPDATE SET failures = failing.failures + 1, last_failed_at = now();
+
+        UPDATE scrapeq_proxies AS proxies
+        SET failures_in_a_row = proxies.failures_in_a_row + 1
+        WHERE proxies.proxy_id = v_proxy
+        RETURNING proxies.failures_in_a_row INTO v_failures;
+
+        SELECT count(*) INTO v_sites FROM scrapeq_proxy_sites AS failing
+        WHERE failing.proxy_id = v_proxy;
+
+        IF v_failures >= p_failures_in_a_row OR v_sites >= p_failed_sites THEN
+            UPDATE scrapeq_proxies AS proxies
+            SET retired_until = now() + make_interval(secs => p_retire_seconds),
+                retirements = proxies.retirements + 1,
+                failures_in_a_row = 0
+            WHERE proxies.proxy_id = v_proxy;
+            DELETE FROM scrapeq_proxy_sites AS failing WHERE failing.proxy_id = v_proxy;
+            v_proxy_retired := true;
+        END IF;
+    END IF;
+
+    RETURN QUERY SELECT v_session_retired, v_proxy_retired;
+END;
+$$;
+
+
+--
 -- Name: scrapeq_url_host(text); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1323,6 +1509,48 @@ COMMENT ON COLUMN public.scrapeq_outputs.failures IS 'Failed uploads in a row; 0
 
 
 --
+-- Name: scrapeq_proxies; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_proxies (
+    proxy_id text NOT NULL,
+    failures_in_a_row integer DEFAULT 0 NOT NULL,
+    retired_until timestamp with time zone,
+    retirements integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT scrapeq_proxies_counts_valid CHECK (((failures_in_a_row >= 0) AND (retirements >= 0))),
+    CONSTRAINT scrapeq_proxies_id_valid CHECK ((proxy_id ~ '^(direct|p[0-9a-f]{16})$'::text))
+);
+
+
+--
+-- Name: TABLE scrapeq_proxies; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_proxies IS 'Upstream proxies by id (p + 16 hex digits of a SHA-256 of the proxy URL, or direct), never their address or credentials, and whether the cluster has retired them (retired_until).';
+
+
+--
+-- Name: scrapeq_proxy_sites; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_proxy_sites (
+    proxy_id text NOT NULL,
+    host_key text NOT NULL,
+    failures integer DEFAULT 1 NOT NULL,
+    last_failed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT scrapeq_proxy_sites_failures_valid CHECK ((failures > 0))
+);
+
+
+--
+-- Name: TABLE scrapeq_proxy_sites; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_proxy_sites IS 'The sites where a proxy failed (blocked pages, connection failures) with no page going well there since; a proxy failing on enough sites is retired.';
+
+
+--
 -- Name: scrapeq_queue_counters; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -1413,6 +1641,67 @@ COMMENT ON COLUMN public.scrapeq_robots.fetching_until IS 'A worker is fetching 
 CREATE TABLE public.scrapeq_schema_migrations (
     version text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+
+--
+-- Name: scrapeq_session_sites; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_session_sites (
+    session_id bigint NOT NULL,
+    host_key text NOT NULL,
+    uses integer DEFAULT 0 NOT NULL,
+    blocks integer DEFAULT 0 NOT NULL,
+    blocks_in_a_row integer DEFAULT 0 NOT NULL,
+    retired_at timestamp with time zone,
+    CONSTRAINT scrapeq_session_sites_counts_valid CHECK (((uses >= 0) AND (blocks >= 0) AND (blocks_in_a_row >= 0) AND (blocks_in_a_row <= blocks)))
+);
+
+
+--
+-- Name: TABLE scrapeq_session_sites; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_session_sites IS 'A session''s health on one site (keyed like scrapeq_hosts): uses, blocks, blocks in a row, and when it was retired there.';
+
+
+--
+-- Name: scrapeq_sessions; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_sessions (
+    session_id bigint NOT NULL,
+    proxy_id text NOT NULL,
+    user_agent text,
+    cookies jsonb DEFAULT '[]'::jsonb NOT NULL,
+    uses bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_used_at timestamp with time zone,
+    CONSTRAINT scrapeq_sessions_cookies_valid CHECK (((jsonb_typeof(cookies) = 'array'::text) AND (octet_length((cookies)::text) <= 65536))),
+    CONSTRAINT scrapeq_sessions_user_agent_valid CHECK ((length(user_agent) <= 1000)),
+    CONSTRAINT scrapeq_sessions_uses_valid CHECK ((uses >= 0))
+);
+
+
+--
+-- Name: TABLE scrapeq_sessions; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_sessions IS 'Sessions: an upstream proxy, a cookie jar (a JSON array of cookies, bounded) and a user agent, shared by every worker.';
+
+
+--
+-- Name: scrapeq_sessions_session_id_seq; Type: SEQUENCE; Schema: public; Owner: -
+--
+
+ALTER TABLE public.scrapeq_sessions ALTER COLUMN session_id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.scrapeq_sessions_session_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 
@@ -1641,6 +1930,8 @@ CREATE TABLE public.scraping_jobs (
     undelivered boolean DEFAULT false NOT NULL,
     notify_finished boolean DEFAULT false NOT NULL,
     source_progress jsonb,
+    session_id bigint,
+    tried_sessions bigint[] DEFAULT '{}'::bigint[] NOT NULL,
     CONSTRAINT scrapeq_jobs_attempt_valid CHECK ((attempt >= 0)),
     CONSTRAINT scrapeq_jobs_backoff_valid CHECK ((retry_backoff_seconds >= (0)::double precision)),
     CONSTRAINT scrapeq_jobs_depth_valid CHECK ((depth >= 0)),
@@ -1654,7 +1945,8 @@ CREATE TABLE public.scraping_jobs (
     CONSTRAINT scrapeq_jobs_retain_for_valid CHECK ((retain_for >= '00:00:00'::interval)),
     CONSTRAINT scrapeq_jobs_retry_count_valid CHECK ((retry_count >= 0)),
     CONSTRAINT scrapeq_jobs_source_progress_valid CHECK (((source_progress IS NULL) OR (jsonb_typeof(source_progress) = 'object'::text))),
-    CONSTRAINT scrapeq_jobs_url_not_blank CHECK ((length(btrim(url_to_scrape)) > 0))
+    CONSTRAINT scrapeq_jobs_url_not_blank CHECK ((length(btrim(url_to_scrape)) > 0)),
+    CONSTRAINT scraping_jobs_tried_sessions_valid CHECK ((cardinality(tried_sessions) <= 10))
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_insert_scale_factor='0.05', autovacuum_analyze_scale_factor='0.02', fillfactor='90');
 
@@ -1699,6 +1991,20 @@ COMMENT ON COLUMN public.scraping_jobs.notify_finished IS 'scrapeq: when true, t
 --
 
 COMMENT ON COLUMN public.scraping_jobs.source_progress IS 'scrapeq: a source row''s expansion so far, written with each batch: entries (how many entries of the document were handled, in document order), enqueued (rows it inserted), sitemaps (sitemap rows it inserted), skipped (entries left out by a filter, a bad URL or a bound). NULL for page rows and for sources not started.';
+
+
+--
+-- Name: COLUMN scraping_jobs.session_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scraping_jobs.session_id IS 'The session the row''s latest page used; a followed row starts with its parent''s (sticky).';
+
+
+--
+-- Name: COLUMN scraping_jobs.tried_sessions; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scraping_jobs.tried_sessions IS 'The sessions the row was blocked on; the next page uses another, and the row fails as blocked after MAX_TRIED_SESSIONS.';
 
 
 --
@@ -1813,6 +2119,22 @@ ALTER TABLE ONLY public.scrapeq_outputs
 
 
 --
+-- Name: scrapeq_proxies scrapeq_proxies_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_proxies
+    ADD CONSTRAINT scrapeq_proxies_pkey PRIMARY KEY (proxy_id);
+
+
+--
+-- Name: scrapeq_proxy_sites scrapeq_proxy_sites_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_proxy_sites
+    ADD CONSTRAINT scrapeq_proxy_sites_pkey PRIMARY KEY (proxy_id, host_key);
+
+
+--
 -- Name: scrapeq_queue_counters scrapeq_queue_counters_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -1834,6 +2156,22 @@ ALTER TABLE ONLY public.scrapeq_robots
 
 ALTER TABLE ONLY public.scrapeq_schema_migrations
     ADD CONSTRAINT scrapeq_schema_migrations_pkey PRIMARY KEY (version);
+
+
+--
+-- Name: scrapeq_session_sites scrapeq_session_sites_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_session_sites
+    ADD CONSTRAINT scrapeq_session_sites_pkey PRIMARY KEY (session_id, host_key);
+
+
+--
+-- Name: scrapeq_sessions scrapeq_sessions_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_sessions
+    ADD CONSTRAINT scrapeq_sessions_pkey PRIMARY KEY (session_id);
 
 
 --
@@ -1989,6 +2327,13 @@ CREATE INDEX scrapeq_outputs_active ON public.scrapeq_outputs USING btree (next_
 
 
 --
+-- Name: scrapeq_sessions_proxy_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_sessions_proxy_idx ON public.scrapeq_sessions USING btree (proxy_id);
+
+
+--
 -- Name: scrapeq_webhook_events_due; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -2054,6 +2399,30 @@ ALTER TABLE ONLY public.scrapeq_output_batches
 
 
 --
+-- Name: scrapeq_proxy_sites scrapeq_proxy_sites_proxy_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_proxy_sites
+    ADD CONSTRAINT scrapeq_proxy_sites_proxy_id_fkey FOREIGN KEY (proxy_id) REFERENCES public.scrapeq_proxies(proxy_id) ON DELETE CASCADE;
+
+
+--
+-- Name: scrapeq_session_sites scrapeq_session_sites_session_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_session_sites
+    ADD CONSTRAINT scrapeq_session_sites_session_id_fkey FOREIGN KEY (session_id) REFERENCES public.scrapeq_sessions(session_id) ON DELETE CASCADE;
+
+
+--
+-- Name: scrapeq_sessions scrapeq_sessions_proxy_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_sessions
+    ADD CONSTRAINT scrapeq_sessions_proxy_id_fkey FOREIGN KEY (proxy_id) REFERENCES public.scrapeq_proxies(proxy_id) ON DELETE CASCADE;
+
+
+--
 -- Name: scraping_jobs scraping_jobs_parent_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2078,4 +2447,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0009_server_error_rate'),
     ('0010_output_batches'),
     ('0011_source_rows'),
-    ('0012_crawl_memory');
+    ('0012_crawl_memory'),
+    ('0013_sessions');

@@ -118,8 +118,9 @@ def credential_problems(headers: Mapping[str, str], cookies: Mapping[str, str]) 
 
 def parse_proxy_list(text: str) -> tuple[str, ...]:
     """The upstream proxies of a spec.proxy Secret value: one `http://[user:password@]host:port`
-    per line; blank lines and lines starting with `#` are skipped. ValueError names the line
-    and what is wrong, never the line's text (it may hold a password)."""
+    or `socks5://[user:password@]host:port` per line; blank lines and lines starting with `#`
+    are skipped. ValueError names the line and what is wrong, never the line's text (it may
+    hold a password)."""
     proxies: list[str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
@@ -131,9 +132,10 @@ def parse_proxy_list(text: str) -> tuple[str, ...]:
         except ValueError:
             port = None
             parts = urlsplit("")
-        if parts.scheme != "http" or not parts.hostname or port is None:
+        if parts.scheme not in ("http", "socks5") or not parts.hostname or port is None:
             raise ValueError(
-                f"line {number} is not an upstream proxy http://[user:password@]host:port"
+                f"line {number} is not an upstream proxy http://[user:password@]host:port or "
+                "socks5://[user:password@]host:port"
             )
         if parts.path not in ("", "/") or parts.query or parts.fragment:
             raise ValueError(f"line {number}: an upstream proxy URL has no path or query")
@@ -141,7 +143,9 @@ def parse_proxy_list(text: str) -> tuple[str, ...]:
             raise ValueError(f"line {number} contains a space or control character")
         proxies.append(line)
     if not proxies:
-        raise ValueError("it lists no upstream proxy (one http://[user:password@]host:port a line)")
+        raise ValueError(
+            "it lists no upstream proxy (one http:// or socks5://[user:password@]host:port a line)"
+        )
     return tuple(proxies)
 
 

@@ -209,12 +209,13 @@ WHERE parent.id = %(parent_id)s AND parent.owner_uid IS NOT NULL
 # (rows without an owner are deduplicated only within one call), at most %(limit)s new rows
 # in the order given (links already queued for the owner do not use up the limit; NULL: no
 # limit). Returns the new ids. The children's host keys come from the caller (registrable
-# domains).
+# domains). A child starts on its parent's session (sticky: a crawl's follow-ups keep the
+# proxy and cookies that reached them).
 JOB_INSERT_CHILDREN: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
                            dedup_key, parent_id, depth, host_key, retain_for, undelivered,
-                           notify_finished)
+                           notify_finished, session_id)
 SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        coalesce(child.payload, parent.payload), parent.queue, parent.priority,
        parent.max_retries, parent.retry_backoff_seconds, parent.owner_uid,
@@ -222,7 +223,7 @@ SELECT child.url, coalesce(child.parser_type, parent.parser_type),
        CASE WHEN parent.owner_uid IS NULL THEN NULL ELSE child.dedup_key END,
        CASE WHEN parent.depth + %(depth_step)s > 0 THEN parent.id END,
        parent.depth + %(depth_step)s, child.host_key, parent.retain_for, parent.undelivered,
-       parent.notify_finished
+       parent.notify_finished, parent.session_id
 FROM scraping_jobs AS parent,
      unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
             %(dedup_keys)s::text[], %(host_keys)s::text[])
@@ -605,7 +606,8 @@ JOBS_CANCEL: Final = OWNER_CANCEL.replace(
 
 # --- inspection ---------------------------------------------------------------------------------
 
-# Row counts per state for the given owners (index scan on owner_uid).
+# Row counts per state for the given owners (index scan on owner_uid), and the pages the site
+# blocked on a session (each recorded in its row's tried_sessions).
 OWNER_PROGRESS_COUNTS: Final = """
 SELECT owner_uid,
        count(*) AS total,
@@ -623,7 +625,8 @@ SELECT owner_uid,
            AS unchanged,
        count(*) FILTER (WHERE status = 'completed' AND result->'validators' = 'false')
            AS without_validators,
-       count(*) FILTER (WHERE status = 'completed' AND result ? 'skipped') AS skipped
+       count(*) FILTER (WHERE status = 'completed' AND result ? 'skipped') AS skipped,
+       coalesce(sum(cardinality(tried_sessions)), 0) AS blocked
 FROM scraping_jobs
 WHERE owner_uid = ANY(%(owner_uids)s::text[])
 GROUP BY owner_uid
@@ -1289,4 +1292,73 @@ RETURNING owner_uid
 OUTPUT_OF_OWNER: Final = """
 SELECT batches_cut, job_ended_at, manifest_key, finished_at, failures, last_error
 FROM scrapeq_outputs WHERE owner_uid = %(owner_uid)s
+"""
+
+# --- sessions (sql/sessions.sql) ----------------------------------------------------------------
+
+# The session for one page of a row (the row's own while usable, else the healthiest for the
+# site), written to the row; no row when every proxy of the row is retired.
+SESSION_CHOOSE: Final = """
+SELECT chosen.session_id, chosen.proxy_id, chosen.user_agent, chosen.cookies, chosen.tried
+FROM scrapeq_session_choose(%(job_id)s, %(attempt)s, %(host_key)s, %(proxy_ids)s::text[],
+                            %(user_agent)s) AS chosen
+"""
+
+# How a page went on its session: its jar saved, its health on the site and its proxy's
+# counted, the session or the proxy retired at their thresholds.
+SESSION_RECORD: Final = """
+SELECT recorded.session_retired, recorded.proxy_retired
+FROM scrapeq_session_record(%(job_id)s, %(attempt)s, %(session_id)s, %(host_key)s,
+                            %(outcome)s, %(cookies)s::jsonb, %(blocks_per_site)s,
+                            %(failures_in_a_row)s, %(failed_sites)s,
+                            %(retire_seconds)s) AS recorded
+"""
+
+# The proxies retired now, of the ids given.
+PROXIES_RETIRED: Final = """
+SELECT proxies.proxy_id FROM scrapeq_proxies AS proxies
+WHERE proxies.proxy_id = ANY(%(proxy_ids)s::text[]) AND proxies.retired_until > now()
+ORDER BY proxies.proxy_id
+"""
+
+# Sessions untaken since the cutoff go in batches (their health per site with them); a row
+# whose session went takes the healthiest next time. SKIP LOCKED: a session being recorded
+# now stays.
+SESSIONS_PRUNE_BATCH: Final = """
+WITH doomed AS (
+    SELECT sessions.session_id FROM scrapeq_sessions AS sessions
+    WHERE coalesce(sessions.last_used_at, sessions.created_at) < %(expired_before)s
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM scrapeq_sessions AS sessions USING doomed
+    WHERE sessions.session_id = doomed.session_id
+    RETURNING sessions.session_id
+)
+SELECT count(*) FROM deleted
+"""
+
+# A proxy's failures on a site that are older than the cutoff are forgotten, and a proxy with
+# no session left, known since before the cutoff and not retired since, goes.
+PROXIES_PRUNE_BATCH: Final = """
+WITH stale AS (
+    DELETE FROM scrapeq_proxy_sites AS failing
+    WHERE failing.last_failed_at < %(expired_before)s
+),
+doomed AS (
+    SELECT proxies.proxy_id FROM scrapeq_proxies AS proxies
+    WHERE proxies.created_at < %(expired_before)s
+      AND (proxies.retired_until IS NULL OR proxies.retired_until < %(expired_before)s)
+      AND NOT EXISTS (
+          SELECT FROM scrapeq_sessions AS sessions WHERE sessions.proxy_id = proxies.proxy_id)
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM scrapeq_proxies AS proxies USING doomed
+    WHERE proxies.proxy_id = doomed.proxy_id
+    RETURNING proxies.proxy_id
+)
+SELECT count(*) FROM deleted
 """

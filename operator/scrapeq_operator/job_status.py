@@ -51,6 +51,7 @@ SYNCED_KEYS = (
     "succeeded",
     "failed",
     "cancelled",
+    "blocked",
     "startTime",
     "completionTime",
     "lastError",
@@ -108,6 +109,8 @@ class RowCounts(Protocol):
     def failed(self) -> int: ...
     @property
     def cancelled(self) -> int: ...
+    @property
+    def blocked(self) -> int: ...
     @property
     def last_error(self) -> str | None: ...
     @property
@@ -312,6 +315,7 @@ def build_status(
         "succeeded": counts.succeeded,
         "failed": counts.failed,
         "cancelled": counts.cancelled,
+        "blocked": counts.blocked,
         "observedGeneration": generation,
         "startTime": format_time(counts.first_started_at) if counts.first_started_at else None,
         "completionTime": _completion_time(counts, phase, previous, now),

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from scrapeq_queue.payload import BlockMarker, parse_block_markers
+from scrapeq_worker.settings import settings_from
 
 from tests.e2e.helm_chart import Manifest, find, of_kind, render_error
 from tests.e2e.test_chart_values import pod_spec, rendered
@@ -239,3 +240,25 @@ def test_the_upstream_proxy_comes_from_a_secret_and_a_pool_may_set_its_own(
 def test_without_an_upstream_proxy_the_workers_get_no_proxy_variable(helm_binary: Path) -> None:
     pool = find(rendered(helm_binary, {}), "Deployment", "scrapeq-worker-default")
     assert named(env_of(pool), "SCRAPEQ_UPSTREAM_PROXY") == []
+
+
+def test_the_session_pool_settings_reach_every_pool_and_parse_as_the_worker_reads_them(
+    helm_binary: Path,
+) -> None:
+    sessions = {"enabled": False, "perRow": 5, "proxyRetireSeconds": 60}
+    manifests = rendered(helm_binary, {"workers": {**TWO_POOLS, "sessions": sessions}})
+    for name in ("scrapeq-worker-default", "scrapeq-worker-shop"):
+        env = {
+            variable["name"]: variable["value"]
+            for variable in env_of(find(manifests, "Deployment", name))
+            if variable["name"].startswith(("SCRAPEQ_SESSION", "SCRAPEQ_PROXY_"))
+        }
+        settings = settings_from({}, env)
+        assert (settings.sessions, settings.sessions_per_row) == (False, 5)
+        assert settings.proxy_retire_seconds == 60
+        assert settings.session_rules.proxy_failures_in_a_row == 5
+
+
+def test_a_session_setting_out_of_its_bounds_is_refused_by_the_chart(helm_binary: Path) -> None:
+    error = render_error(helm_binary, {"workers": {"sessions": {"perRow": 11}}})
+    assert "perRow" in error

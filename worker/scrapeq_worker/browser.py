@@ -45,6 +45,7 @@ from typing import Any, Final
 
 from pyppeteer.errors import NetworkError as PyppeteerNetworkError
 from pyppeteer.errors import PageError as PyppeteerPageError
+from pyppeteer.errors import PyppeteerError
 from pyppeteer.errors import TimeoutError as PyppeteerTimeoutError
 from scrapeq_queue.payload import validate_payload
 
@@ -90,6 +91,7 @@ from .parser_api import PageActions
 from .pyppeteer_compat import apply as _repair_pyppeteer
 from .pyppeteer_compat import retrieve_exception
 from .request_checks import PageWatch, RequestChecks
+from .session_cookies import cdp_cookie, merged
 from .step_runner import StepFailed, StepRunner
 from .tab_pool import Tab, TabPool, terminate_scripts
 
@@ -436,6 +438,8 @@ class BrowserPool:
                 )
                 if login_ms is not None:
                     outcome.timing_ms["login_ms"] = login_ms
+                if options.session_cookies is not None:
+                    outcome.cookies = await _session_jar(tab, options, url, outcome.final_url)
                 if finish is not None:
                     actions = _LiveActions(self, tab, options, started + options.timeout_seconds)
                     try:
@@ -557,6 +561,15 @@ class BrowserPool:
             agent = next((v for k, v in options.headers.items() if k.lower() == "user-agent"), None)
             if agent:
                 setup.append(client.send("Network.setUserAgentOverride", {"userAgent": agent}))
+        if options.session_cookies:
+            # The session's jar (session_pool.py): the context is the page's own (a session's
+            # page goes through its proxy in a context of its own), so nothing else sees it.
+            setup.append(
+                client.send(
+                    "Network.setCookies",
+                    {"cookies": [cdp_cookie(cookie) for cookie in options.session_cookies]},
+                )
+            )
         if setup:
             await self._bounded(watch, asyncio.gather(*setup), deadline, page, "prepare the tab")
 
@@ -907,6 +920,25 @@ class BrowserPool:
         except (TimeoutError, PyppeteerNetworkError, PyppeteerTimeoutError):
             return False
         return True
+
+
+# How long reading a session's jar after its page may take: a few CDP round trips.
+_JAR_READ_SECONDS: Final = 5.0
+
+
+async def _session_jar(
+    tab: Tab, options: JobOptions, url: str, final_url: str | None
+) -> list[dict[str, Any]] | None:
+    """The session's jar after the page: the cookies it started with, with those Chromium now
+    holds for the page's URLs laid over them; None (the jar stays as it was) when Chromium
+    does not answer in time."""
+    urls = list(dict.fromkeys(u for u in (url, final_url) if u))
+    try:
+        async with asyncio.timeout(_JAR_READ_SECONDS):
+            answer = await tab.client.send("Network.getCookies", {"urls": urls})
+    except (TimeoutError, PyppeteerNetworkError, PyppeteerError):
+        return None
+    return merged(options.session_cookies or (), answer.get("cookies") or [])
 
 
 __all__ = [

@@ -33,13 +33,18 @@ import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Literal
 from urllib.parse import unquote, urlsplit
+
+from scrapeq_queue.sessions import proxy_id
 
 from .errors import BlockedRequest, RetryLater
 from .network_guard import IPAddress, NetworkGuard
 
 logger = logging.getLogger(__name__)
+
+UpstreamScheme = Literal["http", "socks5"]
+UPSTREAM_SCHEMES: Final = ("http", "socks5")
 
 # The header on the proxy's own refusals: the plain-HTTP engine, which reads them as responses,
 # tells them from a site's answer by it.
@@ -86,39 +91,66 @@ class Refusal:
 
 @dataclass(frozen=True)
 class UpstreamProxy:
-    """An HTTP proxy the egress proxy chains to (per worker pool). The guard still decides: the
-    upstream is asked for a tunnel to the checked address, never to a name. Its credentials are
-    kept out of every repr, string and log line."""
+    """An HTTP or SOCKS5 proxy the egress proxy chains to (per worker pool or per job). The
+    guard still decides: the upstream is asked for a tunnel to the checked address, never to a
+    name (an HTTP CONNECT to the address, a SOCKS5 CONNECT with an IPv4 or IPv6 address, never
+    a domain name). Its credentials are kept out of every repr, string and log line."""
 
     host: str
     port: int
     authorization: str | None = field(default=None, repr=False)
+    # How the cluster knows this proxy (scrapeq_queue.sessions.proxy_id): a hash of its URL,
+    # never its address or credentials; what session records and metric labels show.
+    id: str = field(default="", compare=False)
+    scheme: UpstreamScheme = "http"
+    # SOCKS5's username/password (RFC 1929), each at most 255 bytes; None: no authentication.
+    socks_login: tuple[bytes, bytes] | None = field(default=None, repr=False)
 
     @classmethod
     def parse(cls, text: str) -> UpstreamProxy:
-        """`http://[user:password@]host:port`; errors never repeat the credentials."""
+        """`http://[user:password@]host:port` or `socks5://[user:password@]host:port`; errors
+        never repeat the credentials."""
         parts = urlsplit(text.strip())
         try:
             port = parts.port
         except ValueError:
             port = None
-        if parts.scheme != "http" or not parts.hostname or port is None:
-            if parts.scheme != "http":
-                problem = f"its scheme is {parts.scheme or '(none)'!r}, not 'http'"
+        if parts.scheme not in UPSTREAM_SCHEMES or not parts.hostname or port is None:
+            if parts.scheme not in UPSTREAM_SCHEMES:
+                problem = f"its scheme is {parts.scheme or '(none)'!r}, not 'http' or 'socks5'"
             elif not parts.hostname:
                 problem = "it names no host"
             else:
                 problem = f"its port is missing or not a number 0-65535 (host {parts.hostname!r})"
-            raise ValueError(f"an upstream proxy is http://[user:password@]host:port: {problem}")
+            raise ValueError(
+                f"an upstream proxy is http://[user:password@]host:port or "
+                f"socks5://[user:password@]host:port: {problem}"
+            )
+        scheme: UpstreamScheme = "socks5" if parts.scheme == "socks5" else "http"
         authorization = None
+        socks_login = None
         if parts.username is not None:
-            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-            authorization = "Basic " + base64.b64encode(pair.encode()).decode()
-        return cls(parts.hostname, port, authorization)
+            user, password = unquote(parts.username), unquote(parts.password or "")
+            if scheme == "socks5":
+                login = (user.encode(), password.encode())
+                if not 1 <= len(login[0]) <= 255 or len(login[1]) > 255:
+                    raise ValueError(
+                        "an upstream SOCKS5 proxy's user name is 1-255 bytes and its password "
+                        "at most 255 bytes (RFC 1929)"
+                    )
+                socks_login = login
+            else:
+                pair = f"{user}:{password}"
+                authorization = "Basic " + base64.b64encode(pair.encode()).decode()
+        return cls(parts.hostname, port, authorization, proxy_id(text), scheme, socks_login)
+
+    @property
+    def has_credentials(self) -> bool:
+        return self.authorization is not None or self.socks_login is not None
 
     def __str__(self) -> str:
-        shown = f"http://{_bracket(self.host)}:{self.port}"
-        return shown + (" (with credentials)" if self.authorization else "")
+        shown = f"{self.scheme}://{_bracket(self.host)}:{self.port}"
+        return shown + (" (with credentials)" if self.has_credentials else "")
 
 
 class Route:
@@ -352,6 +384,8 @@ class EgressProxy:
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A tunnel through `upstream` to the checked `address` (not the name: the upstream
         must not resolve it again)."""
+        if upstream.scheme == "socks5":
+            return await self._through_socks5(upstream, address, port, shown)
         target = f"{_bracket(str(address))}:{port}"
         try:
             async with asyncio.timeout(self.connect_timeout_seconds):
@@ -388,6 +422,100 @@ class EgressProxy:
                 reason="upstream_proxy_error",
             )
         return reader, writer
+
+    async def _through_socks5(
+        self, upstream: UpstreamProxy, address: IPAddress, port: int, shown: str
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A SOCKS5 tunnel (RFC 1928) through `upstream` to the checked `address`, given as an
+        IP address (ATYP 1 or 4), so the proxy never resolves a name; username/password
+        authentication (RFC 1929) when the proxy's URL has credentials."""
+        try:
+            async with asyncio.timeout(self.connect_timeout_seconds):
+                reader, writer = await asyncio.open_connection(
+                    upstream.host, upstream.port, limit=_CHUNK
+                )
+        except (OSError, TimeoutError) as error:
+            raise RetryLater(
+                f"could not connect to the upstream proxy {upstream} for {shown}: "
+                f"{error or 'timed out'}",
+                reason="upstream_proxy_error",
+            ) from error
+        try:
+            async with asyncio.timeout(self.connect_timeout_seconds):
+                await _socks5_handshake(reader, writer, upstream, address, port)
+        except _Socks5Refused as refused:
+            writer.close()
+            raise RetryLater(
+                f"the upstream proxy {upstream} refused a tunnel for {shown}: {refused}",
+                reason="upstream_proxy_error",
+            ) from None
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
+            writer.close()
+            raise RetryLater(
+                f"the upstream proxy {upstream} gave no answer to a tunnel for {shown}",
+                reason="upstream_proxy_error",
+            ) from None
+        return reader, writer
+
+
+class _Socks5Refused(Exception):
+    """The SOCKS5 proxy answered, and said no (its words, never the credentials)."""
+
+
+# RFC 1928's replies, by code: what the proxy says went wrong.
+_SOCKS5_REPLIES: Final = {
+    1: "general failure",
+    2: "connection not allowed by its rules",
+    3: "network unreachable",
+    4: "host unreachable",
+    5: "connection refused",
+    6: "TTL expired",
+    7: "command not supported",
+    8: "address type not supported",
+}
+
+
+async def _socks5_handshake(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream: UpstreamProxy,
+    address: IPAddress,
+    port: int,
+) -> None:
+    """Greet, authenticate if asked, and CONNECT to `address`:`port`; return once the tunnel
+    is open. Raises _Socks5Refused for an answer that is not a yes."""
+    methods = b"\x00\x02" if upstream.socks_login is not None else b"\x00"
+    writer.write(b"\x05" + bytes([len(methods)]) + methods)
+    version, method = await reader.readexactly(2)
+    if version != 5:
+        raise _Socks5Refused("it does not speak SOCKS5")
+    if method == 0x02 and upstream.socks_login is not None:
+        user, password = upstream.socks_login
+        writer.write(b"\x01" + bytes([len(user)]) + user + bytes([len(password)]) + password)
+        _, status = await reader.readexactly(2)
+        if status != 0:
+            raise _Socks5Refused("its login was refused")
+    elif method != 0x00:
+        raise _Socks5Refused(
+            "it wants a login that this URL does not give"
+            if method == 0x02
+            else "it accepts none of the authentication methods offered"
+        )
+    target = (b"\x01" if address.version == 4 else b"\x04") + address.packed
+    writer.write(b"\x05\x01\x00" + target + port.to_bytes(2, "big"))
+    _, reply, _, address_type = await reader.readexactly(4)
+    # The bound address the reply carries: skipped, its length by its type.
+    if address_type == 1:
+        await reader.readexactly(4 + 2)
+    elif address_type == 4:
+        await reader.readexactly(16 + 2)
+    elif address_type == 3:
+        (length,) = await reader.readexactly(1)
+        await reader.readexactly(length + 2)
+    else:
+        raise _Socks5Refused(f"its reply has an unknown address type {address_type}")
+    if reply != 0:
+        raise _Socks5Refused(_SOCKS5_REPLIES.get(reply, f"reply {reply}"))
 
 
 def _bracket(host: str) -> str:

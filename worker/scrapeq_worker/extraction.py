@@ -286,6 +286,8 @@ class PageOutcome:
     content_hash: bytes | None = None
     # The site answered 304 to a conditional request (recrawl.py): nothing was read.
     not_modified: bool = False
+    # With a session (JobOptions.session_cookies): the jar after the page, to save with it.
+    cookies: list[dict[str, Any]] | None = None
 
 
 # Runs inside the page (Runtime.evaluate). One round trip does the optional wait for a

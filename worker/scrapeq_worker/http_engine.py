@@ -43,6 +43,7 @@ from .extraction_processes import DEFAULT_PROCESSES, ExtractionProcesses
 from .http_status import charset_of, check_status, is_html
 from .job_options import JobOptions
 from .network_guard import GuardedResolver, NetworkGuard
+from .session_cookies import cookie_jar, jar_cookies
 from .structured_data import StructuredData
 from .user_agent import DEFAULT_USER_AGENT
 
@@ -146,20 +147,34 @@ class HttpEngine:
         if self._session is None:
             await self.start()
         assert self._session is not None
-        if options.credentials is None and not options.upstream_proxies:
+        if (
+            options.credentials is None
+            and not options.upstream_proxies
+            and options.session_cookies is None
+        ):
             return await self._fetch(
                 self._session, url, options, follow_selector, self._proxy_url, conditional
             )
         # A job with credentials gets a cookie jar of its own (on the shared connections): a
         # session cookie the site sets in return ends with the job, as in the browser. A job
-        # with its own upstream proxies gets a route through one of them for this page.
+        # with its own upstream proxies gets a route through one of them for this page. A
+        # page of a session starts with the session's jar and hands it back in its outcome.
+        jar = cookie_jar(options.session_cookies or ())
         async with (
             self._proxy_for(options.upstream_proxies) as proxy_url,
             aiohttp.ClientSession(
-                connector=self._session.connector, connector_owner=False, trust_env=False
+                connector=self._session.connector,
+                connector_owner=False,
+                trust_env=False,
+                cookie_jar=jar,
             ) as session,
         ):
-            return await self._fetch(session, url, options, follow_selector, proxy_url, conditional)
+            outcome = await self._fetch(
+                session, url, options, follow_selector, proxy_url, conditional
+            )
+        if options.session_cookies is not None:
+            outcome.cookies = jar_cookies(jar)
+        return outcome
 
     async def not_modified(
         self, url: str, options: JobOptions, conditional: Mapping[str, str]

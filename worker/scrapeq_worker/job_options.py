@@ -155,6 +155,10 @@ class JobOptions:
     # The job's own upstream proxies (spec.proxy, sealed with the credentials), each page
     # through one of them in turn; empty: the worker pool's upstream proxy, if any.
     upstream_proxies: tuple[UpstreamProxy, ...] = ()
+    # The cookie jar of the page's session (session_pool.py): the engine starts the page with
+    # exactly these cookies and reports its jar afterwards (PageOutcome.cookies). None: no
+    # session, the engine's own cookies as before.
+    session_cookies: tuple[dict[str, Any], ...] | None = None
     # payload.parser: the registered parser the row names (None: see parsers.py's selection).
     parser: str | None = None
     # Characters of the page's HTML the engine keeps for a parser (0: none, no parser runs).
@@ -385,8 +389,8 @@ def _upstream_proxies(credentials: Credentials | None) -> tuple[UpstreamProxy, .
             proxies.append(UpstreamProxy.parse(url))
         except ValueError:
             raise BadInput(
-                f"the row's sealed upstream proxy {position} is not http://[user:password@]"
-                "host:port",
+                f"the row's sealed upstream proxy {position} is not http:// or socks5://"
+                "[user:password@]host:port",
                 reason="invalid_payload",
             ) from None
     return tuple(proxies)

@@ -64,6 +64,27 @@ class WorkerMetrics:
             ["queue", "rule"],
             registry=r,
         )
+        self.session_pages = Counter(
+            "scrapeq_worker_session_pages_total",
+            "Pages that used a session of the cluster's pool, by upstream proxy id (never its "
+            "address; `other` past the first 50 ids) and outcome: `ok`, `blocked` (the row is "
+            "retried on another session, or fails after its sessions) or `proxy_failed`.",
+            ["proxy", "outcome"],
+            registry=r,
+        )
+        self.sessions_retired = Counter(
+            "scrapeq_worker_sessions_retired_total",
+            "Sessions this worker retired on a site after their blocks there, by proxy id.",
+            ["proxy"],
+            registry=r,
+        )
+        self.proxies_retired = Counter(
+            "scrapeq_worker_proxies_retired_total",
+            "Upstream proxies this worker's pages retired for every worker (failing in a row "
+            "or on several sites), by proxy id.",
+            ["proxy"],
+            registry=r,
+        )
         self.jobs_failed = Counter(
             "scrapeq_worker_jobs_failed_total",
             "Jobs failed for good (permanent error or no retries left).",

@@ -137,9 +137,9 @@ class OutcomeReporter:
             server_error=error.reason in SERVER_ERROR_REASONS,
         )
         if isinstance(error, PageBlocked):
-            # A blocked row is retried like any other, by its own retry policy. This is where
-            # a session pool would retire the (proxy, cookies) pair that was blocked and give
-            # the retry another.
+            # A blocked row is retried by its own retry policy; with a session, the session
+            # pool has counted the block and the retry takes another session
+            # (session_pool.py).
             self._metrics.pages_blocked.labels(job.queue, error.rule).inc()
         if outcome == "retrying":
             self._metrics.jobs_retried.labels(job.queue, error.reason).inc()

@@ -29,6 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import scrapeq_queue
@@ -48,6 +49,8 @@ from scrapeq_queue import (
     SitePoliteness,
     source_rows,
 )
+from scrapeq_queue import sessions as queue_sessions
+from scrapeq_queue.sessions import Session, SessionRecord, SessionRules
 from scrapeq_queue.source_rows import ExpandedBatch, ExpandedEntry, SourceProgress
 
 from .background import wait_for_event
@@ -60,6 +63,18 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 # (id, attempt): the fencing token of a held row.
 Token = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class SessionChoice:
+    """What the session pool chose for a page: a session, or None when every proxy of the row
+    is retired."""
+
+    session: Session | None
+
+
+async def _chosen(choosing: Awaitable[Session | None]) -> SessionChoice:
+    return SessionChoice(await choosing)
 
 
 class QueueBackend(Protocol):
@@ -137,6 +152,21 @@ class QueueBackend(Protocol):
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy: ...
 
     async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None: ...
+    async def choose_session(
+        self, job_id: int, attempt: int, *, host_key: str, proxy_ids: list[str]
+    ) -> Session | None: ...
+
+    async def record_session(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        session_id: int,
+        host_key: str,
+        outcome: queue_sessions.Outcome,
+        cookies: list[dict[str, Any]] | None,
+        rules: SessionRules,
+    ) -> SessionRecord: ...
 
     async def store_robots_copy(
         self,
@@ -378,6 +408,43 @@ class PostgresBackend:
         await self._writes.run(
             lambda connection: scrapeq_queue.set_crawl_delay(
                 connection, host_key, crawl_delay_seconds
+            )
+        )
+
+    async def choose_session(
+        self, job_id: int, attempt: int, *, host_key: str, proxy_ids: list[str]
+    ) -> Session | None:
+        return await self._writes.run(
+            lambda connection: queue_sessions.choose_session(
+                connection,
+                job_id=job_id,
+                attempt=attempt,
+                host_key=host_key,
+                proxy_ids=proxy_ids,
+            )
+        )
+
+    async def record_session(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        session_id: int,
+        host_key: str,
+        outcome: queue_sessions.Outcome,
+        cookies: list[dict[str, Any]] | None,
+        rules: SessionRules,
+    ) -> SessionRecord:
+        return await self._writes.run(
+            lambda connection: queue_sessions.record_session(
+                connection,
+                job_id=job_id,
+                attempt=attempt,
+                session_id=session_id,
+                host_key=host_key,
+                outcome=outcome,
+                cookies=cookies,
+                rules=rules,
             )
         )
 
@@ -677,6 +744,41 @@ class QueueGateway:
         return await self._run(
             lambda backend: backend.robots_copy(origin, lease_seconds=lease_seconds),
             what=f"read the cluster's robots.txt of {origin}",
+        )
+
+    async def choose_session(
+        self, job: ClaimedJob, host_key: str, proxy_ids: list[str]
+    ) -> SessionChoice | None:
+        """The session for `job`'s page among `proxy_ids` (session_pool.py); None when the
+        database failed (the page goes without a session)."""
+        return await self._run(
+            lambda backend: _chosen(
+                backend.choose_session(job.id, job.attempt, host_key=host_key, proxy_ids=proxy_ids)
+            ),
+            what=f"choose a session for job {job.id}",
+        )
+
+    async def record_session(
+        self,
+        job: ClaimedJob,
+        session: Session,
+        host_key: str,
+        outcome: queue_sessions.Outcome,
+        cookies: list[dict[str, Any]] | None,
+        rules: SessionRules,
+    ) -> SessionRecord | None:
+        """Record how `job`'s page went on `session`; None when the database failed."""
+        return await self._run(
+            lambda backend: backend.record_session(
+                job.id,
+                job.attempt,
+                session_id=session.session_id,
+                host_key=host_key,
+                outcome=outcome,
+                cookies=cookies,
+                rules=rules,
+            ),
+            what=f"record the session of job {job.id}",
         )
 
     async def store_robots_copy(self, origin: str, read: RobotsRead, ttl_seconds: float) -> None:

@@ -48,6 +48,8 @@ class ScrapeResult:
     # how the page counts (recrawl.py); None for other rows.
     visit: PageVisit | None = None
     recrawl: RecrawlOutcome | None = None
+    # With a session: the page's cookie jar afterwards (session_pool.py saves it).
+    cookies: list[dict[str, Any]] | None = None
 
 
 class Scraper:
@@ -248,6 +250,7 @@ class Scraper:
             next_page=chain_row,
             visit=visit,
             recrawl=recrawl,
+            cookies=outcome.cookies,
         )
 
     def _not_modified(
@@ -264,6 +267,7 @@ class Scraper:
             follow_urls=(),
             visit=PageVisit(etag, last_modified, None, None, not_modified=True),
             recrawl="not_modified",
+            cookies=outcome.cookies,
         )
 
     async def _read_structured_data(

@@ -17,6 +17,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from scrapeq_queue import conninfo_without_password, options
+from scrapeq_queue import sessions as sessions_rules
 from scrapeq_queue.options import (
     option,
     options_of,
@@ -404,9 +405,61 @@ class WorkerSettings:
         flag="--upstream-proxy",
         env="SCRAPEQ_UPSTREAM_PROXY",
         parse=UpstreamProxy.parse,
-        help="http://[user:password@]host:port of an HTTP proxy the browser's traffic is "
-        "chained to after the SSRF guard's check (set it through the environment). Never "
-        "logged with its credentials.",
+        help="http://[user:password@]host:port or socks5://[user:password@]host:port of a "
+        "proxy the browser's traffic is chained to after the SSRF guard's check (set it "
+        "through the environment). Never logged with its credentials.",
+    )
+    # The session pool (docs/worker.md, "Sessions"): on by default, because a page through an
+    # upstream proxy without one is retried through whichever proxy comes next, with whatever
+    # cookies its context holds; the defaults are scrapeq_queue.sessions' and say why.
+    sessions: bool = option(
+        True,
+        flag="--sessions",
+        negative_flag="--no-sessions",
+        env="SCRAPEQ_SESSIONS",
+        parse=parse_bool,
+        help="Give every page through an upstream proxy a session of the cluster's pool "
+        "(proxy, cookie jar, user agent), retire sessions blocked on a site and proxies that "
+        "keep failing, and retry a blocked row on another session.",
+        switch=True,
+    )
+    sessions_per_row: int = option(
+        sessions_rules.DEFAULT_SESSIONS_PER_ROW,
+        flag="--sessions-per-row",
+        env="SCRAPEQ_SESSIONS_PER_ROW",
+        parse=int,
+        help=f"Sessions a blocked row tries before it fails for good as blocked "
+        f"(1-{sessions_rules.MAX_TRIED_SESSIONS}; its retry limit may end it sooner).",
+    )
+    session_blocks_per_site: int = option(
+        sessions_rules.DEFAULT_BLOCKS_PER_SITE,
+        flag="--session-blocks-per-site",
+        env="SCRAPEQ_SESSION_BLOCKS_PER_SITE",
+        parse=int,
+        help="Blocks in a row that retire a session on a site (1-1000); raise it for sites "
+        "that serve challenges at random.",
+    )
+    proxy_failures_in_a_row: int = option(
+        sessions_rules.DEFAULT_PROXY_FAILURES_IN_A_ROW,
+        flag="--proxy-failures-in-a-row",
+        env="SCRAPEQ_PROXY_FAILURES_IN_A_ROW",
+        parse=int,
+        help="Failures (blocked pages, connection failures) through a proxy with none going "
+        "well in between that retire it for every worker (1-1000).",
+    )
+    proxy_failed_sites: int = option(
+        sessions_rules.DEFAULT_PROXY_FAILED_SITES,
+        flag="--proxy-failed-sites",
+        env="SCRAPEQ_PROXY_FAILED_SITES",
+        parse=int,
+        help="Sites a proxy failed on that retire it for every worker (1-1000).",
+    )
+    proxy_retire_seconds: float = option(
+        sessions_rules.DEFAULT_PROXY_RETIRE_SECONDS,
+        flag="--proxy-retire-seconds",
+        env="SCRAPEQ_PROXY_RETIRE_SECONDS",
+        parse=float,
+        help="How long a retired proxy stays out of use (above 0, at most 86400).",
     )
     # The object store (docs/worker.md, "Object storage"): page artifacts and results over
     # the row cap go to this bucket. Credentials are never options: the S3 client reads
@@ -506,6 +559,17 @@ class WorkerSettings:
             max_concurrent_per_site=self.max_concurrent_per_site,
             delay_seconds=self.site_delay_seconds,
             respect_robots_txt=self.respect_robots_txt,
+        )
+
+    @property
+    def session_rules(self) -> sessions_rules.SessionRules:
+        """When the session pool retires sessions and proxies (ValueError out of bounds)."""
+        return sessions_rules.SessionRules(
+            sessions_per_row=self.sessions_per_row,
+            blocks_per_site=self.session_blocks_per_site,
+            proxy_failures_in_a_row=self.proxy_failures_in_a_row,
+            proxy_failed_sites=self.proxy_failed_sites,
+            proxy_retire_seconds=self.proxy_retire_seconds,
         )
 
 

@@ -62,6 +62,7 @@ from .recrawl import skipped_document
 from .rescuer import Rescuer
 from .robots import MAX_ROBOTS_BYTES, ROBOTS_TIMEOUT_SECONDS, RobotsRules, respects_robots
 from .scraper import Scraper, ScrapeResult
+from .session_pool import SessionPool
 from .settings import WorkerSettings
 from .url_sources import SourceExpansion, is_object_source, is_source_row
 
@@ -192,6 +193,13 @@ class Worker:
         )
         # Source rows (a sitemap, a robots.txt) stream through the plain-HTTP engine into rows.
         self.sources = SourceExpansion(self.http, self.gateway, object_store=self.object_store)
+        self.sessions = SessionPool(
+            self.gateway,
+            self.metrics,
+            rules=settings.session_rules,
+            enabled=settings.sessions,
+            pool_upstream=settings.upstream_proxy,
+        )
         self.outcomes = OutcomeReporter(
             self.gateway,
             self.metrics,
@@ -420,10 +428,18 @@ class Worker:
                         loaded=True,
                     )
                     await self._obey_robots_txt(job, options)
-                    if is_source_row(job.payload):
-                        scraped = await self.sources.expand(job, options)
-                    else:
-                        scraped = await self._scrape(job, options)
+                    options, session = await self.sessions.take(job, options)
+                    try:
+                        if is_source_row(job.payload):
+                            scraped = await self.sources.expand(job, options)
+                        else:
+                            scraped = await self._scrape(job, options)
+                    except WorkerError as error:
+                        failure = error
+                    if session is not None:
+                        failure = await self.sessions.record(
+                            job, session, failure, scraped.cookies if scraped else None
+                        )
                 except WorkerError as error:
                     failure = error
                 except asyncio.CancelledError:

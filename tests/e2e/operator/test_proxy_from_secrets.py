@@ -79,7 +79,7 @@ def test_a_job_s_pages_go_through_its_proxies_whose_credentials_appear_nowhere_e
     # line and never its text.
     kubectl.run(
         "create", "secret", "generic", "shop-proxy", "-n", namespace,
-        f"--from-literal=proxies=socks5://{tinyproxy.url()[7:]}",
+        f"--from-literal=proxies=socks4://{tinyproxy.url()[7:]}",
     )  # fmt: skip
     status = wait_for_status(
         kubectl,

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 import scrapeq_queue as queue
 from scrapeq_queue import DEFAULT_POLITENESS, Completion, FollowUrl, PageVisit, PageWrite
+from scrapeq_queue.sessions import SessionRules, proxy_id
 from scrapeq_worker.queue_gateway import PostgresBackend, QueueBackend
 
 from scrapeq.local.pgbouncer import LocalPgBouncer
@@ -398,6 +399,51 @@ async def test_the_crawl_memory_commits_with_a_current_completion_and_a_304_keep
     assert (second.content_hash, second.result_hash) == (b"c" * 32, b"r" * 32)
     assert second.changed_at == first.changed_at
     assert await harness.backend.read_page_memory("shop/other", url) is None
+
+
+async def test_a_blocked_session_gives_way_to_another_proxy_and_a_saved_jar_comes_back(
+    harness: Harness,
+) -> None:
+    proxies = [proxy_id("http://proxy-a.test:3128"), proxy_id("http://proxy-b.test:3128")]
+    job_id = await harness.enqueue("http://site1.test/a")
+    [job] = await claim(harness, 1)
+    rules = SessionRules(blocks_per_site=1)
+
+    first = await harness.backend.choose_session(
+        job_id, job.attempt, host_key="site1.test", proxy_ids=proxies
+    )
+    assert first is not None
+    blocked = await harness.backend.record_session(
+        job_id,
+        job.attempt,
+        session_id=first.session_id,
+        host_key="site1.test",
+        outcome="blocked",
+        cookies=None,
+        rules=rules,
+    )
+    second = await harness.backend.choose_session(
+        job_id, job.attempt, host_key="site1.test", proxy_ids=proxies
+    )
+    assert second is not None
+    jar = [{"name": "sid", "value": "1", "domain": "site1.test", "path": "/"}]
+    await harness.backend.record_session(
+        job_id,
+        job.attempt,
+        session_id=second.session_id,
+        host_key="site1.test",
+        outcome="ok",
+        cookies=jar,
+        rules=rules,
+    )
+    third = await harness.backend.choose_session(
+        job_id, job.attempt, host_key="site1.test", proxy_ids=proxies
+    )
+
+    assert (first.tried, blocked.session_retired, blocked.proxy_retired) == (0, True, False)
+    assert (second.proxy_id != first.proxy_id, second.tried) == (True, 1)
+    assert third is not None
+    assert (third.session_id, list(third.cookies)) == (second.session_id, jar)
 
 
 async def test_the_schema_check_passes_on_a_current_schema(harness: Harness) -> None:

@@ -170,14 +170,14 @@ def test_an_upstream_proxy_is_shown_without_its_credentials() -> None:
     assert PASSWORD not in str(upstream)
     assert str(upstream) == "http://proxy.internal:3128 (with credentials)"
     with pytest.raises(ValueError, match="http://") as error:
-        UpstreamProxy.parse(f"socks5://{USER}:{PASSWORD}@proxy.internal:1080")
+        UpstreamProxy.parse(f"socks4://{USER}:{PASSWORD}@proxy.internal:1080")
     assert PASSWORD not in str(error.value)
 
 
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        (f"socks5://{USER}:{PASSWORD}@proxy.internal:1080", "its scheme is 'socks5', not 'http'"),
+        (f"socks4://{USER}:{PASSWORD}@proxy.internal:1080", "its scheme is 'socks4', not 'http'"),
         (f"https://{USER}:{PASSWORD}@proxy.internal:3128", "its scheme is 'https', not 'http'"),
         (f"http://{USER}:{PASSWORD}@:3128", "it names no host"),
         (f"http://{USER}:{PASSWORD}@proxy.internal", "its port is missing"),

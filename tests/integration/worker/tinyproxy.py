@@ -45,8 +45,10 @@ def _listening(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def running_tinyproxy(directory: Path) -> Iterator[Tinyproxy]:
-    """tinyproxy listening on a free loopback port, logging every request to `directory`."""
+def running_tinyproxy(directory: Path, *, bind: str | None = None) -> Iterator[Tinyproxy]:
+    """tinyproxy listening on a free loopback port, logging every request to `directory`;
+    with `bind`, its connections to sites leave from that loopback address (so a site can
+    tell the proxies apart, as it tells real proxies apart by their addresses)."""
     if shutil.which("tinyproxy") is None:
         missing_part("tinyproxy", "not installed (apt-get install tinyproxy)")
     directory.mkdir(parents=True, exist_ok=True)
@@ -56,7 +58,7 @@ def running_tinyproxy(directory: Path) -> Iterator[Tinyproxy]:
     config = directory / "tinyproxy.conf"
     config.write_text(
         f"Port {port}\nListen 127.0.0.1\nTimeout 60\nLogLevel Connect\nMaxClients 50\n"
-        f"Allow 127.0.0.1\nBasicAuth {USER} {PASSWORD}\n"
+        f"Allow 127.0.0.1\nBasicAuth {USER} {PASSWORD}\n" + (f"Bind {bind}\n" if bind else "")
     )
     log = directory / "tinyproxy.log"
     with log.open("wb") as output:

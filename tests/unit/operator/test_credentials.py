@@ -113,7 +113,7 @@ async def test_the_proxy_list_is_sealed_with_the_credentials_or_alone() -> None:
         ),
         (
             PROXY_SPEC,
-            {"proxies": f"{PROXY_URL}\nsocks5://user:{SECRET}@p:1080".encode()},
+            {"proxies": f"{PROXY_URL}\nsocks4://user:{SECRET}@p:1080".encode()},
             "InvalidProxy",
             "line 2 is not an upstream proxy",
         ),
@@ -125,7 +125,7 @@ async def test_the_proxy_list_is_sealed_with_the_credentials_or_alone() -> None:
             "line 1: an upstream proxy URL has no path",
         ),
     ],
-    ids=["no-key", "named-key", "not-http", "empty", "path"],
+    ids=["no-key", "named-key", "not-http-or-socks5", "empty", "path"],
 )
 async def test_a_proxy_list_that_cannot_be_used_names_the_line_and_never_its_text(
     spec: dict[str, Any], data: dict[str, bytes], reason: str, message: str

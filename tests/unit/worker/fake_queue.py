@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -30,6 +30,8 @@ from scrapeq_queue import (
     SitePoliteness,
     host_key_of,
 )
+from scrapeq_queue.sessions import Outcome as SessionOutcome
+from scrapeq_queue.sessions import Session, SessionRecord, SessionRules
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # The fake's retry delay: long enough that a retried row is not due again within a test.
@@ -78,6 +80,8 @@ class FakeQueue:
         self._robots: dict[str, _RobotsEntry] = {}
         # (crawl key, URL) -> what the crawl remembers (the fake's clock as its time).
         self.memory: dict[tuple[str, str], PageMemory] = {}
+        self._sessions: dict[str, Session] = {}
+        self._tried_sessions: dict[int, list[int]] = {}
         # queue -> the parsers a worker last published for it (publish_parsers).
         self.published_parsers: dict[str, tuple[str, ...]] = {}
         self._wakes: list[Callable[[], None]] = []
@@ -435,6 +439,40 @@ class FakeQueue:
             return RobotsCopy(held=False, leased=False)
         entry.fetching_until = self.now + lease_seconds
         return RobotsCopy(held=False, leased=True)
+
+    async def choose_session(
+        self, job_id: int, attempt: int, *, host_key: str, proxy_ids: list[str]
+    ) -> Session | None:
+        """One session per proxy, the first the row was not blocked on (the real pool's health
+        ordering and retirements are PostgreSQL's: tests/integration/queue/test_sessions.py)."""
+        self._enter("choose_session")
+        tried = self._tried_sessions.setdefault(job_id, [])
+        for proxy in dict.fromkeys(proxy_ids):
+            session = self._sessions.setdefault(
+                proxy, Session(len(self._sessions) + 1, proxy, None, ())
+            )
+            if session.session_id not in tried:
+                return replace(session, tried=len(tried))
+        return None
+
+    async def record_session(
+        self,
+        job_id: int,
+        attempt: int,
+        *,
+        session_id: int,
+        host_key: str,
+        outcome: SessionOutcome,
+        cookies: list[dict[str, Any]] | None,
+        rules: SessionRules,
+    ) -> SessionRecord:
+        self._enter("record_session")
+        for proxy, session in self._sessions.items():
+            if session.session_id == session_id and cookies is not None:
+                self._sessions[proxy] = replace(session, cookies=tuple(cookies))
+        if outcome == "blocked":
+            self._tried_sessions.setdefault(job_id, []).append(session_id)
+        return SessionRecord(session_retired=outcome == "blocked", proxy_retired=False)
 
     async def store_robots_copy(
         self,

@@ -9,7 +9,7 @@ import ipaddress
 from collections.abc import AsyncIterator
 
 import pytest
-from scrapeq_worker.egress_proxy import EgressProxy, Refusal, Route
+from scrapeq_worker.egress_proxy import EgressProxy, Refusal, Route, UpstreamProxy
 from scrapeq_worker.network_guard import IPAddress, NetworkGuard, parse_networks
 
 from tests.waiting import eventually
@@ -401,3 +401,70 @@ async def test_a_response_head_larger_than_the_proxy_reads_ends_both_sides(
     assert answer == b""
     assert not route.live
     assert not [record for record in caplog.records if record.levelname == "ERROR"]
+
+
+class RecordingSocks5:
+    """A SOCKS5 responder for one test (the real proxy, microsocks, is in
+    tests/integration/worker/test_socks5_upstream.py): records the login and the CONNECT it
+    was asked for, then answers "connection refused"."""
+
+    def __init__(self) -> None:
+        self.logins: list[bytes] = []
+        self.connects: list[bytes] = []
+        self.port = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        _, count = await reader.readexactly(2)
+        await reader.readexactly(count)
+        writer.write(b"\x05\x02")  # username/password
+        _, user_length = await reader.readexactly(2)
+        user = await reader.readexactly(user_length)
+        (password_length,) = await reader.readexactly(1)
+        self.logins.append(user + b":" + await reader.readexactly(password_length))
+        writer.write(b"\x01\x00")
+        self.connects.append(await reader.readexactly(4 + 4 + 2))
+        writer.write(b"\x05\x05\x00\x01" + bytes(6))
+        await writer.drain()
+        writer.close()
+
+
+async def test_a_socks5_upstream_is_asked_for_the_checked_address_never_the_name(
+    origin: Origin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def resolved(self: NetworkGuard, host: str, port: int) -> tuple[IPAddress, ...]:
+        return (ipaddress.ip_address(ALLOWED_HOST),)
+
+    monkeypatch.setattr(NetworkGuard, "_lookup", resolved)
+    socks = RecordingSocks5()
+    await socks.start()
+    proxy = EgressProxy(
+        guard(), upstream=UpstreamProxy.parse(f"socks5://me:s3cret-pw@127.0.0.1:{socks.port}")
+    )
+    route = await proxy.open_route()
+    refusals: list[Refusal] = []
+    route.holder = refusals.append
+    try:
+        answer = await through(route, f"CONNECT shop.test:{origin.port} HTTP/1.1\r\n\r\n".encode())
+    finally:
+        await proxy.close()
+        assert socks.server is not None
+        socks.server.close()
+
+    assert socks.logins == [b"me:s3cret-pw"]
+    # CONNECT, IPv4 (ATYP 1), the checked address and the port: no name for it to resolve.
+    assert socks.connects == [
+        b"\x05\x01\x00\x01"
+        + ipaddress.ip_address(ALLOWED_HOST).packed
+        + origin.port.to_bytes(2, "big")
+    ]
+    assert answer.startswith(b"HTTP/1.1 502")
+    assert [(refusal.reason, refusal.retryable) for refusal in refusals] == [
+        ("upstream_proxy_error", True)
+    ]
+    assert "connection refused" in refusals[0].error
+    assert "s3cret-pw" not in refusals[0].error
