@@ -9,10 +9,11 @@ Prometheus on the host scrapes the pods at their addresses.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 
-from scrapeq.demo.run import EXAMPLE_SHOP, NAMESPACE, Demo, DemoError, say
+from scrapeq.demo.run import DEMO_BUCKET, EXAMPLE_SHOP, NAMESPACE, Demo, DemoError, say
 from scrapeq.demo.site import DemoShop
 from scrapeq.local.commands import load_node_images
 from scrapeq.local.controlplane import REPOSITORY_ROOT, tool_path
@@ -20,6 +21,8 @@ from scrapeq.local.node import POD_GATEWAY, LocalNode, node_unavailable
 from scrapeq.local.release import Release, install_release, uninstall_release
 
 RELEASE = "scrapeq"
+# The Secret with the demo S3 server's keys, which the chart hands to the workers and operator.
+S3_SECRET = "scrapeq-demo-s3"
 
 
 @dataclass
@@ -60,6 +63,11 @@ class PodDemo(Demo):
         self._cleanups.append(self.shop.stop)
         say(f"demo shop (a JS-rendered site) at {self.shop.url}, on the node's pod network")
 
+    @property
+    def object_store_host(self) -> str:
+        """Pods reach the host's S3 server on the node's pod network, as they reach the shop."""
+        return POD_GATEWAY
+
     def migrate(self) -> None:
         # The operator pod migrates the schema at start (operator.migrate in the chart).
         return
@@ -70,7 +78,25 @@ class PodDemo(Demo):
             f"helm install {RELEASE} charts/scrapeq -n {NAMESPACE} "
             "-f charts/scrapeq/values-local.yaml --wait …"
         )
-        release = install_release(self.node, tool_path("helm"), name=RELEASE, namespace=NAMESPACE)
+        assert self.s3 is not None
+        # The S3 server's keys in a Secret of the release's namespace, before the release.
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        self._kubectl("apply", "-f", "-", stdin=json.dumps(namespace))
+        self._kubectl(
+            "-n", NAMESPACE, "create", "secret", "generic", S3_SECRET,
+            f"--from-literal=AWS_ACCESS_KEY_ID={self.s3.access_key}",
+            f"--from-literal=AWS_SECRET_ACCESS_KEY={self.s3.secret_key}",
+        )  # fmt: skip
+        values = [
+            f"workers.objectStore.bucket={DEMO_BUCKET}",
+            f"workers.objectStore.endpoint={self.s3.endpoint}",
+            f"workers.objectStore.region={self.s3.region}",
+            "workers.objectStore.pathStyle=true",
+            f"workers.objectStore.credentials.existingSecret.name={S3_SECRET}",
+        ]
+        release = install_release(
+            self.node, tool_path("helm"), name=RELEASE, namespace=NAMESPACE, values=values
+        )
         self.release = release
         self._cleanups.append(lambda: self._uninstall(release))
         self.database_url = release.database_url()

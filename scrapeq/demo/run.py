@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +35,7 @@ from scrapeq.local.controlplane import REPOSITORY_ROOT, LocalControlPlane
 from scrapeq.local.postgres import LocalPostgres
 from scrapeq.local.processes import LocalPartError, free_port, terminate
 from scrapeq.local.prometheus import LocalPrometheus
+from scrapeq.local.s3_server import LocalS3Server
 
 NAMESPACE = "scrapeq-demo"
 POOL = "scrapeq-worker-default"
@@ -49,6 +51,12 @@ EXPECTED_PHASES = {
     "demo-crawl": "Succeeded",
 }
 TERMINAL_PHASES = {"Succeeded", "Failed", "Cancelled"}
+# The demo's S3 bucket (a local versitygw): demo-product's screenshot and demo-phones' output
+# go there. Its objects are files under S3_DIRECTORY/<bucket>/, kept after the demo stops.
+DEMO_BUCKET = "scrapeq-demo"
+S3_DIRECTORY = REPOSITORY_ROOT / ".scrapeq" / "demo-s3"
+# Objects listed at the end, at most.
+LISTED_OBJECTS = 20
 # The signals that stop the demo: Ctrl-C, a polite stop (kill, systemd, a CI runner) and a
 # closed terminal.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -130,6 +138,7 @@ class Demo:
     database_url: str = ""
     prometheus: LocalPrometheus | None = None
     shop: DemoShop | None = None
+    s3: LocalS3Server | None = None
     operator_metrics_port: int = 0
     log_dir: Path = REPOSITORY_ROOT / ".scrapeq" / "demo"
 
@@ -170,6 +179,33 @@ class Demo:
         self._cleanups.append(self.shop.stop)
         say(f"demo shop (a JS-rendered site) at {self.shop.url}")
 
+    @property
+    def object_store_host(self) -> str:
+        """Where the workers reach the S3 server: loopback for local processes."""
+        return "127.0.0.1"
+
+    def start_object_store(self) -> None:
+        """A real S3 server (versitygw over a directory) with the demo's bucket, emptied first."""
+        shutil.rmtree(S3_DIRECTORY, ignore_errors=True)
+        self.s3 = LocalS3Server(
+            buckets=(DEMO_BUCKET,), host=self.object_store_host, base_dir=S3_DIRECTORY
+        )
+        self._cleanups.append(self.s3.stop)
+        self.s3.start()
+        say(f"S3 server (versitygw) at {self.s3.endpoint}, bucket {DEMO_BUCKET}")
+
+    def object_store_environment(self) -> dict[str, str]:
+        """The workers' and the operator's settings for the demo's bucket."""
+        assert self.s3 is not None
+        return {
+            "SCRAPEQ_OBJECT_STORE_BUCKET": DEMO_BUCKET,
+            "SCRAPEQ_OBJECT_STORE_ENDPOINT": self.s3.endpoint,
+            "SCRAPEQ_OBJECT_STORE_REGION": self.s3.region,
+            "SCRAPEQ_OBJECT_STORE_PATH_STYLE": "true",
+            "AWS_ACCESS_KEY_ID": self.s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.s3.secret_key,
+        }
+
     def start_prometheus(self) -> None:
         self.prometheus = LocalPrometheus()
         self._cleanups.append(self.prometheus.stop)
@@ -197,6 +233,7 @@ class Demo:
             "SCRAPEQ_OPERATOR_METRICS_PORT": str(self.operator_metrics_port),
             "SCRAPEQ_OPERATOR_LIVENESS_PORT": str(free_port()),
             "SCRAPEQ_OPERATOR_NAMESPACES": NAMESPACE,
+            **self.object_store_environment(),
         }
         process = self._spawn(
             "operator", ["operator", "--database-url", self.database_url], environment
@@ -222,7 +259,7 @@ class Demo:
                 name,
                 ["worker", "--database-url", self.database_url, "--queue", "default",
                  "--metrics-port", str(port), "--worker-id", name],
-                {"SCRAPEQ_ALLOW_NETWORKS": "127.0.0.0/8"},
+                {"SCRAPEQ_ALLOW_NETWORKS": "127.0.0.0/8", **self.object_store_environment()},
             )  # fmt: skip
             self._workers.append((process, port))
             say(f"replicas → {wanted}: started {name} (pid {process.pid})")
@@ -317,11 +354,33 @@ class Demo:
             f"    psql '{self.database_url}' -c "
             '"SELECT url_to_scrape, status, result FROM scraping_jobs ORDER BY id"'
         )
+        self.show_objects()
         if self.prometheus is not None:
             completed = self.prometheus.query("sum(scrapeq_worker_jobs_completed_total)")
             value = completed[0]["value"][1] if completed else "0 (not scraped yet)"
             say(f"Prometheus: sum(scrapeq_worker_jobs_completed_total) = {value}")
             say(f"  explore more at {self.prometheus.url}/graph")
+
+    def show_objects(self) -> None:
+        """Where the bucket is, and the objects the jobs wrote to it."""
+        if self.s3 is None:
+            return
+        folder = self.s3.root / DEMO_BUCKET
+        objects = sorted(
+            path
+            for path in folder.rglob("*")
+            # The server's own temporary files are in hidden folders.
+            if path.is_file() and not any(part.startswith(".") for part in path.parts)
+        )
+        say(
+            f"S3: {len(objects)} objects in bucket {DEMO_BUCKET} at {self.s3.endpoint} "
+            f"(demo-product's screenshot, demo-phones' output batches and manifest.json); "
+            f"the server keeps them as files under {folder}, which stay after the demo:"
+        )
+        for path in objects[:LISTED_OBJECTS]:
+            say(f"  {path.relative_to(folder)} ({path.stat().st_size} bytes)")
+        if len(objects) > LISTED_OBJECTS:
+            say(f"  … and {len(objects) - LISTED_OBJECTS} more")
 
     # --- process plumbing --------------------------------------------------------------------
 
@@ -400,6 +459,7 @@ class Demo:
             self.start_database()
             self.start_cluster()
             self.start_shop()
+            self.start_object_store()
             self.start_prometheus()
             self.migrate()
             self.install_crd_and_pool()

@@ -27,9 +27,12 @@ REGION = "us-east-1"
 
 @dataclass
 class LocalS3Server:
-    """One versitygw process on 127.0.0.1 with a root user and the buckets in `buckets`."""
+    """One versitygw process with a root user and the buckets in `buckets`, listening on
+    `host` (loopback unless told otherwise: the demo on Pods serves it on the node's pod
+    network)."""
 
     buckets: tuple[str, ...] = ("scrapeq",)
+    host: str = "127.0.0.1"
     base_dir: Path | None = None
     port: int = 0
     access_key: str = field(default_factory=lambda: "scrapeq-" + secrets.token_hex(4))
@@ -39,8 +42,8 @@ class LocalS3Server:
 
     @property
     def endpoint(self) -> str:
-        """The URL clients use (path-style addressing: http://127.0.0.1:PORT/BUCKET/KEY)."""
-        return f"http://127.0.0.1:{self.port}"
+        """The URL clients use (path-style addressing: http://HOST:PORT/BUCKET/KEY)."""
+        return f"http://{self.host}:{self.port}"
 
     @property
     def region(self) -> str:
@@ -73,7 +76,7 @@ class LocalS3Server:
         self._process = spawn_logged(
             [
                 str(binary),
-                f"--port=127.0.0.1:{self.port}",
+                f"--port={self.host}:{self.port}",
                 f"--region={REGION}",
                 # A throw-away test credential: on the command line is fine.
                 f"--access={self.access_key}",

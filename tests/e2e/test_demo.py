@@ -54,6 +54,14 @@ def test_the_demo_runs_every_example_to_its_expected_phase_and_leaves_nothing_ru
     # The extracted values are the shop's own: the script-inserted name and price.
     product = PRODUCTS[1]
     assert f'{{"name": "{product.name}", "price": "{product.price}"}}' in output
+    # demo-product's screenshot and demo-phones' output are in the demo's S3 bucket, whose
+    # files stay after the demo.
+    assert re.search(r"S3: \d+ objects in bucket scrapeq-demo", output), output[-4000:]
+    bucket = ROOT / ".scrapeq" / "demo-s3" / "root" / "scrapeq-demo"
+    keys = [path.relative_to(bucket).as_posix() for path in bucket.rglob("*") if path.is_file()]
+    assert [key for key in keys if key.endswith("/screenshot.png")], keys
+    assert [key for key in keys if "/demo-phones/" in key and key.endswith(".jsonl")], keys
+    assert [key for key in keys if "/demo-phones/" in key and key.endswith("manifest.json")], keys
     assert "stopped." in output
     leftovers = subprocess.run(
         ["pgrep", "-f", "worker-id demo-worker-"],

@@ -1,6 +1,7 @@
 """`make demo` on real Pods (the default where the node can run): every example ScrapeJob
 reaches its expected phase with the operator, the workers and PostgreSQL as Pods, the worker
-pods are shown scaling up from zero, and the demo removes its release when it ends."""
+pods are shown scaling up from zero, they write a screenshot and a job's output to the demo's S3
+server, and the demo removes its release when it ends."""
 
 from __future__ import annotations
 
@@ -51,6 +52,14 @@ def test_the_demo_runs_the_examples_on_worker_pods_that_scale_from_zero(
     assert re.search(r"scrapeq-worker-default-\w+-\w+\s+(Pending|Running)", output), output[-4000:]
     product = PRODUCTS[1]
     assert f'{{"name": "{product.name}", "price": "{product.price}"}}' in output
+    # The worker and operator pods wrote demo-product's screenshot and demo-phones' output to
+    # the S3 server the demo runs on the node's pod network; its files stay after the demo.
+    assert re.search(r"S3: \d+ objects in bucket scrapeq-demo at http://10\.244\.0\.1:", output)
+    bucket = ROOT / ".scrapeq" / "demo-s3" / "root" / "scrapeq-demo"
+    keys = [path.relative_to(bucket).as_posix() for path in bucket.rglob("*") if path.is_file()]
+    assert [key for key in keys if key.endswith("/screenshot.png")], keys
+    assert [key for key in keys if "/demo-phones/" in key and key.endswith(".jsonl")], keys
+    assert [key for key in keys if "/demo-phones/" in key and key.endswith("manifest.json")], keys
     assert result.stdout.rstrip().endswith("stopped.")
     namespaces = subprocess.run(
         ["kubectl", f"--kubeconfig={kube_node.kubeconfig}", "get", "namespace", "scrapeq-demo"],
