@@ -61,7 +61,8 @@ class Receiver:
 
 
 @contextlib.contextmanager
-def webhook_receiver() -> Iterator[Receiver]:
+def webhook_receiver(host: str = "127.0.0.1") -> Iterator[Receiver]:
+    """An HTTP receiver on `host` that verifies each event's signature with SIGNING_KEY."""
     receiver = Receiver()
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -88,8 +89,8 @@ def webhook_receiver() -> Iterator[Receiver]:
         def log_message(self, format: str, *args: object) -> None:
             """Keep the test output quiet."""
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    receiver.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    server = http.server.ThreadingHTTPServer((host, 0), Handler)
+    receiver.url = f"http://{host}:{server.server_address[1]}/hook"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
