@@ -122,6 +122,7 @@ from scrapeq_queue.rows import (
 )
 from scrapeq_queue.urls import normalise_url
 from scrapeq_queue.webhook_outbox import (
+    WEBHOOK_BATCH_EVENT,
     WEBHOOK_EVENT_TYPES,
     WebhookEvent,
     WebhookEventState,
@@ -130,6 +131,7 @@ from scrapeq_queue.webhook_outbox import (
     claim_webhook_events,
     mark_webhook_dead,
     mark_webhook_delivered,
+    record_batch_events,
     record_webhook_events,
     retry_webhook_event,
     webhook_event_id,
@@ -148,6 +150,7 @@ __all__ = [
     "RECONNECT_MAX_SECONDS",
     "RETRY_POLICY",
     "SCHEMA_VERSION",
+    "WEBHOOK_BATCH_EVENT",
     "WEBHOOK_EVENT_TYPES",
     "AttemptRecord",
     "ClaimedJob",
@@ -226,6 +229,7 @@ __all__ = [
     "queue_stats",
     "read_page_memory",
     "reconnect_delay",
+    "record_batch_events",
     "record_webhook_events",
     "release_jobs",
     "remember_page",

@@ -20,6 +20,7 @@ import psycopg
 
 from scrapeq_queue import statements
 from scrapeq_queue.errors import translate_database_errors
+from scrapeq_queue.webhook_outbox import WebhookTarget
 
 OutputFormat = Literal["jsonl", "csv"]
 OUTPUT_FORMATS: Final[tuple[OutputFormat, ...]] = ("jsonl", "csv")
@@ -28,6 +29,8 @@ OUTPUT_FORMATS: Final[tuple[OutputFormat, ...]] = ("jsonl", "csv")
 MAX_BATCH_ROWS: Final = 100_000
 MAX_BATCH_SECONDS: Final = 3600.0
 FINISHED_STATES: Final = ("completed", "failed", "cancelled")
+# As many as spec.webhooks may hold (the column's CHECK says the same).
+MAX_BATCH_WEBHOOKS: Final = 5
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class OutputSettings:
     batch_seconds: float = 5.0
     key_prefix: str = ""
     changes_only: bool = False
+    # The endpoints of spec.webhooks that asked for an event per uploaded batch.
+    batch_webhooks: tuple[WebhookTarget, ...] = ()
 
     def __post_init__(self) -> None:
         if self.format not in OUTPUT_FORMATS:
@@ -47,6 +52,8 @@ class OutputSettings:
             raise ValueError(f"batchRows must be between 1 and {MAX_BATCH_ROWS}")
         if not 0 < self.batch_seconds <= MAX_BATCH_SECONDS:
             raise ValueError(f"batchSeconds must be above 0 and at most {MAX_BATCH_SECONDS:.0f}")
+        if len(self.batch_webhooks) > MAX_BATCH_WEBHOOKS:
+            raise ValueError(f"at most {MAX_BATCH_WEBHOOKS} webhooks hear of each batch")
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,12 @@ async def register_output(
             "batch_seconds": settings.batch_seconds,
             "key_prefix": settings.key_prefix,
             "changes_only": settings.changes_only,
+            "batch_webhooks": json.dumps(
+                [
+                    {"url": t.url, "secret_name": t.secret_name, "secret_key": t.secret_key}
+                    for t in settings.batch_webhooks
+                ]
+            ),
         },
     )
 
@@ -169,6 +182,10 @@ async def outputs_due(connection: psycopg.AsyncConnection[Any], *, limit: int) -
                 batch_seconds=float(row[5]),
                 key_prefix=row[6],
                 changes_only=bool(row[7]),
+                batch_webhooks=tuple(
+                    WebhookTarget(hook["url"], hook["secret_name"], hook["secret_key"])
+                    for hook in row[10] or ()
+                ),
             ),
             job_ended=bool(row[8]),
             failures=int(row[9]),

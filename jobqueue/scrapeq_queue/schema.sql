@@ -1442,8 +1442,10 @@ CREATE TABLE public.scrapeq_outputs (
     failures integer DEFAULT 0 NOT NULL,
     last_error text,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    batch_webhooks jsonb DEFAULT '[]'::jsonb NOT NULL,
     CONSTRAINT scrapeq_outputs_batch_rows_check CHECK (((batch_rows >= 1) AND (batch_rows <= 100000))),
     CONSTRAINT scrapeq_outputs_batch_seconds_check CHECK (((batch_seconds > (0)::double precision) AND (batch_seconds <= (3600)::double precision))),
+    CONSTRAINT scrapeq_outputs_batch_webhooks_check CHECK (((jsonb_typeof(batch_webhooks) = 'array'::text) AND (jsonb_array_length(batch_webhooks) <= 5))),
     CONSTRAINT scrapeq_outputs_batches_cut_check CHECK ((batches_cut >= 0)),
     CONSTRAINT scrapeq_outputs_failures_check CHECK ((failures >= 0)),
     CONSTRAINT scrapeq_outputs_format_check CHECK ((format = ANY (ARRAY['jsonl'::text, 'csv'::text]))),
@@ -1506,6 +1508,13 @@ COMMENT ON COLUMN public.scrapeq_outputs.next_attempt_at IS 'When the uploader l
 --
 
 COMMENT ON COLUMN public.scrapeq_outputs.failures IS 'Failed uploads in a row; 0 after a success.';
+
+
+--
+-- Name: COLUMN scrapeq_outputs.batch_webhooks; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_outputs.batch_webhooks IS 'The endpoints of spec.webhooks that asked for Batch events: [{url, secret_name, secret_key}].';
 
 
 --
@@ -1726,8 +1735,10 @@ CREATE TABLE public.scrapeq_webhook_events (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     finished_at timestamp with time zone,
     last_error text,
+    batch_sequence integer DEFAULT 0 NOT NULL,
     CONSTRAINT scrapeq_webhook_events_attempts_check CHECK ((attempts >= 0)),
-    CONSTRAINT scrapeq_webhook_events_event_type_check CHECK ((event_type = ANY (ARRAY['Succeeded'::text, 'Failed'::text]))),
+    CONSTRAINT scrapeq_webhook_events_batch_sequence_check CHECK ((batch_sequence >= 0)),
+    CONSTRAINT scrapeq_webhook_events_event_type_check CHECK ((event_type = ANY (ARRAY['Succeeded'::text, 'Failed'::text, 'Batch'::text]))),
     CONSTRAINT scrapeq_webhook_events_last_error_check CHECK ((length(last_error) <= 1000)),
     CONSTRAINT scrapeq_webhook_events_secret_key_check CHECK (((length(secret_key) >= 1) AND (length(secret_key) <= 253))),
     CONSTRAINT scrapeq_webhook_events_secret_name_check CHECK (((length(secret_name) >= 1) AND (length(secret_name) <= 253))),
@@ -1761,7 +1772,7 @@ COMMENT ON COLUMN public.scrapeq_webhook_events.owner_uid IS 'The ScrapeJob''s m
 -- Name: COLUMN scrapeq_webhook_events.event_type; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.scrapeq_webhook_events.event_type IS 'The phase the ScrapeJob reached: Succeeded or Failed.';
+COMMENT ON COLUMN public.scrapeq_webhook_events.event_type IS 'Succeeded or Failed (the phase the ScrapeJob reached), or Batch (an output batch was uploaded).';
 
 
 --
@@ -1825,6 +1836,13 @@ COMMENT ON COLUMN public.scrapeq_webhook_events.created_at IS 'When the ScrapeJo
 --
 
 COMMENT ON COLUMN public.scrapeq_webhook_events.last_error IS 'Why the last attempt failed (never a key or a header value).';
+
+
+--
+-- Name: COLUMN scrapeq_webhook_events.batch_sequence; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_webhook_events.batch_sequence IS 'The output batch a Batch event reports; 0 for the phase events.';
 
 
 --
@@ -2183,11 +2201,11 @@ ALTER TABLE ONLY public.scrapeq_webhook_events
 
 
 --
--- Name: scrapeq_webhook_events scrapeq_webhook_events_owner_uid_event_type_url_key; Type: CONSTRAINT; Schema: public; Owner: -
+-- Name: scrapeq_webhook_events scrapeq_webhook_events_owner_uid_event_type_url_batch_key; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
 ALTER TABLE ONLY public.scrapeq_webhook_events
-    ADD CONSTRAINT scrapeq_webhook_events_owner_uid_event_type_url_key UNIQUE (owner_uid, event_type, url);
+    ADD CONSTRAINT scrapeq_webhook_events_owner_uid_event_type_url_batch_key UNIQUE (owner_uid, event_type, url, batch_sequence);
 
 
 --
@@ -2448,4 +2466,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0010_output_batches'),
     ('0011_source_rows'),
     ('0012_crawl_memory'),
-    ('0013_sessions');
+    ('0013_sessions'),
+    ('0014_batch_webhooks');

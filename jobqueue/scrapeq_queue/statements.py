@@ -1087,6 +1087,23 @@ WITH inserted AS (
 SELECT count(*) FROM inserted
 """
 
+# Records the Batch event of one uploaded output batch for each endpoint that asked for it; an
+# event already recorded (the batch marked again after a crash) stays as it is.
+WEBHOOK_BATCH_EVENTS_RECORD: Final = """
+WITH inserted AS (
+    INSERT INTO scrapeq_webhook_events
+        (event_id, owner_uid, owner_namespace, owner_name, event_type, url, secret_name,
+         secret_key, data, batch_sequence)
+    SELECT event_id, %(owner_uid)s, %(owner_namespace)s, %(owner_name)s, 'Batch', url,
+           secret_name, secret_key, %(data)s::jsonb, %(sequence)s
+    FROM unnest(%(event_ids)s::uuid[], %(urls)s::text[], %(secret_names)s::text[],
+                %(secret_keys)s::text[]) AS event(event_id, url, secret_name, secret_key)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM inserted
+"""
+
 # Claims up to `limit` due pending events, oldest due first, and leases each for
 # `lease_seconds` (next_attempt_at moves past the delivery's end), counting the attempt. Events
 # another operator is claiming at the same moment are skipped (SKIP LOCKED), and one it leased
@@ -1136,9 +1153,9 @@ ORDER BY id
 # undelivered, sql/output_rows.sql); a second registration keeps the first's settings.
 OUTPUT_REGISTER: Final = """
 INSERT INTO scrapeq_outputs (owner_uid, owner_namespace, owner_name, format, batch_rows,
-                             batch_seconds, key_prefix, changes_only)
+                             batch_seconds, key_prefix, changes_only, batch_webhooks)
 VALUES (%(owner_uid)s, %(owner_namespace)s, %(owner_name)s, %(format)s, %(batch_rows)s,
-        %(batch_seconds)s, %(key_prefix)s, %(changes_only)s)
+        %(batch_seconds)s, %(key_prefix)s, %(changes_only)s, %(batch_webhooks)s::jsonb)
 ON CONFLICT (owner_uid) DO NOTHING
 """
 
@@ -1165,7 +1182,7 @@ FROM (
 WHERE outputs.owner_uid = due.owner_uid
 RETURNING outputs.owner_uid, outputs.owner_namespace, outputs.owner_name, outputs.format,
           outputs.batch_rows, outputs.batch_seconds, outputs.key_prefix, outputs.changes_only,
-          outputs.job_ended_at IS NOT NULL, outputs.failures
+          outputs.job_ended_at IS NOT NULL, outputs.failures, outputs.batch_webhooks
 """
 
 # What an output waits for: its finished undelivered rows that no open batch holds (how many,

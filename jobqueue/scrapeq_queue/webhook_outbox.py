@@ -21,8 +21,11 @@ import psycopg
 from scrapeq_queue import statements
 from scrapeq_queue.errors import translate_database_errors
 
-WebhookEventType = Literal["Succeeded", "Failed"]
+WebhookEventType = Literal["Succeeded", "Failed", "Batch"]
+# The phases a ScrapeJob reports; a webhook without `events` hears of these.
 WEBHOOK_EVENT_TYPES: Final[tuple[WebhookEventType, ...]] = ("Succeeded", "Failed")
+# The event of each uploaded output batch, for the webhooks that ask for it.
+WEBHOOK_BATCH_EVENT: Final[WebhookEventType] = "Batch"
 
 # The namespace of the events' ids (uuid5): one ScrapeJob, phase and endpoint always get the
 # same id, so a receiver can deduplicate on it whatever happened to the outbox row.
@@ -69,9 +72,15 @@ class WebhookEventState:
     last_error: str | None
 
 
-def webhook_event_id(owner_uid: str, event_type: WebhookEventType, url: str) -> uuid.UUID:
-    """The stable idempotency id of the event `event_type` of ScrapeJob `owner_uid` for `url`."""
-    return uuid.uuid5(_EVENT_ID_NAMESPACE, f"{owner_uid}\n{event_type}\n{url}")
+def webhook_event_id(
+    owner_uid: str, event_type: WebhookEventType, url: str, batch: int | None = None
+) -> uuid.UUID:
+    """The stable idempotency id of the event `event_type` of ScrapeJob `owner_uid` for `url`
+    (of its output batch `batch`, for a Batch event)."""
+    name = f"{owner_uid}\n{event_type}\n{url}"
+    if batch is not None:
+        name += f"\n{batch}"
+    return uuid.uuid5(_EVENT_ID_NAMESPACE, name)
 
 
 @translate_database_errors
@@ -100,6 +109,43 @@ async def record_webhook_events(
             "event_type": event_type,
             "data": json.dumps(dict(data)),
             "event_ids": [webhook_event_id(owner_uid, event_type, t.url) for t in targets],
+            "urls": [target.url for target in targets],
+            "secret_names": [target.secret_name for target in targets],
+            "secret_keys": [target.secret_key for target in targets],
+        },
+    )
+    row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+@translate_database_errors
+async def record_batch_events(
+    connection: psycopg.AsyncConnection[Any],
+    *,
+    owner_uid: str,
+    owner_namespace: str,
+    owner_name: str,
+    sequence: int,
+    targets: Sequence[WebhookTarget],
+    data: Mapping[str, Any],
+) -> int:
+    """Record the Batch event of output batch `sequence` of a ScrapeJob for each of `targets`
+    (in the transaction that marks the batch uploaded); an event already recorded stays as it
+    is. Return how many are new."""
+    if not targets:
+        return 0
+    cursor = await connection.execute(
+        statements.WEBHOOK_BATCH_EVENTS_RECORD,
+        {
+            "owner_uid": owner_uid,
+            "owner_namespace": owner_namespace,
+            "owner_name": owner_name,
+            "sequence": sequence,
+            "data": json.dumps(dict(data)),
+            "event_ids": [
+                webhook_event_id(owner_uid, WEBHOOK_BATCH_EVENT, t.url, batch=sequence)
+                for t in targets
+            ],
             "urls": [target.url for target in targets],
             "secret_names": [target.secret_name for target in targets],
             "secret_keys": [target.secret_key for target in targets],

@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 import scrapeq_queue
-from scrapeq_queue import Connection, DatabaseUnavailable
+from scrapeq_queue import WEBHOOK_BATCH_EVENT, Connection, DatabaseUnavailable
 from scrapeq_queue.output_batches import mark_output_ended, register_output
 from scrapeq_queue.payload import validate_payload
 from scrapeq_queue.result_urls import urls_from_results
@@ -62,7 +63,7 @@ from scrapeq_operator.status_sync import IndexDirectory, JobRef, StatusSync, job
 from scrapeq_operator.vocabulary import FINALIZER, FORCE_DELETE_ANNOTATION, GROUP, PLURAL, VERSION
 from scrapeq_operator.webhook_delivery import WebhookDelivery
 from scrapeq_operator.webhook_recording import record_phase_events, wants_events
-from scrapeq_operator.webhook_spec import job_webhooks
+from scrapeq_operator.webhook_spec import job_webhooks, targets_for
 
 
 @kopf.on.startup()
@@ -378,7 +379,12 @@ async def enqueue_scrapejob(
         source = url_source(spec)
         async with runtime.connection() as connection:
             if output is not None:
-                # Before the first row: every row of the job is then inserted undelivered.
+                # Before the first row: every row of the job is then inserted undelivered. The
+                # webhooks that asked for Batch events are told of each batch uploaded.
+                output = replace(
+                    output,
+                    batch_webhooks=tuple(targets_for(job_webhooks(spec), WEBHOOK_BATCH_EVENT)),
+                )
                 await register_output(
                     connection,
                     owner_uid=uid,

@@ -18,7 +18,7 @@ import logging
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from scrapeq_queue import DatabaseUnavailable
+from scrapeq_queue import DatabaseUnavailable, record_batch_events
 from scrapeq_queue import output_batches as outputs
 from scrapeq_queue.output_batches import Output, OutputBatch
 
@@ -35,7 +35,7 @@ from scrapeq_operator.output_encoding import (
 from scrapeq_operator.output_store import OutputStore, OutputStoreUnavailable
 from scrapeq_operator.settings import OperatorSettings
 from scrapeq_operator.vocabulary import GROUP, VERSION
-from scrapeq_operator.webhook_events import retry_delay
+from scrapeq_operator.webhook_events import batch_event_data, retry_delay
 
 if TYPE_CHECKING:
     from scrapeq_operator.runtime import OperatorRuntime
@@ -143,7 +143,9 @@ class OutputUploader:
         written = await self.store.put(
             key, encoded.data, content_type=CONTENT_TYPES[output.settings.format]
         )
-        async with self.runtime.connection() as connection:
+        # The batch's webhook events are recorded with its upload, in one transaction: a batch
+        # marked uploaded always has them, and marking it again after a crash adds none.
+        async with self.runtime.connection() as connection, connection.transaction():
             delivered = await outputs.mark_output_batch_uploaded(
                 connection,
                 output.owner_uid,
@@ -154,6 +156,26 @@ class OutputUploader:
                 size=written.bytes,
                 sha256=written.sha256,
                 counts=encoded.counts,
+            )
+            await record_batch_events(
+                connection,
+                owner_uid=output.owner_uid,
+                owner_namespace=output.owner_namespace,
+                owner_name=output.owner_name,
+                sequence=batch.sequence,
+                targets=output.settings.batch_webhooks,
+                data=batch_event_data(
+                    namespace=output.owner_namespace,
+                    name=output.owner_name,
+                    uid=output.owner_uid,
+                    bucket=self.store.bucket,
+                    sequence=batch.sequence,
+                    key=key,
+                    rows=encoded.lines,
+                    size=written.bytes,
+                    sha256=written.sha256,
+                    counts=encoded.counts,
+                ),
             )
         metrics.OUTPUT_BATCHES_TOTAL.labels("uploaded").inc()
         metrics.OUTPUT_ROWS_DELIVERED_TOTAL.inc(delivered)

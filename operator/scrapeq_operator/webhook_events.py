@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -22,6 +22,7 @@ CONTENT_TYPE: Final = "application/cloudevents+json; charset=utf-8"
 EVENT_TYPES: Final[dict[WebhookEventType, str]] = {
     "Succeeded": "io.scrapeq.scrapejob.succeeded",
     "Failed": "io.scrapeq.scrapejob.failed",
+    "Batch": "io.scrapeq.scrapejob.batch",
 }
 
 
@@ -76,6 +77,37 @@ def event_data(
         "finishedAt": (
             finished_at.astimezone(UTC).isoformat().replace("+00:00", "Z") if finished_at else None
         ),
+    }
+
+
+def batch_event_data(
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    bucket: str,
+    sequence: int,
+    key: str,
+    rows: int,
+    size: int,
+    sha256: str,
+    counts: Mapping[str, int],
+) -> dict[str, Any]:
+    """The `data` of a Batch event: the ScrapeJob, and the batch object now in the bucket
+    (its rows by state: completed, failed, cancelled)."""
+    return {
+        "namespace": namespace,
+        "name": name,
+        "uid": uid,
+        "batch": {
+            "sequence": sequence,
+            "bucket": bucket,
+            "key": key,
+            "rows": rows,
+            "bytes": size,
+            "sha256": sha256,
+            "counts": dict(counts),
+        },
     }
 
 

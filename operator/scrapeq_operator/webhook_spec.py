@@ -1,4 +1,5 @@
-"""spec.webhooks: which endpoints hear of which phases of a ScrapeJob (docs/webhooks.md).
+"""spec.webhooks: which endpoints hear of which phases of a ScrapeJob, and of each batch of its
+output (docs/webhooks.md).
 
 Pure functions over the spec; the API server already enforced the schema (http/https URLs,
 known event names, at most MAX_WEBHOOKS), so this only shapes it and fills the defaults a spec
@@ -11,7 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from scrapeq_queue import WEBHOOK_EVENT_TYPES, WebhookEventType, WebhookTarget
+from scrapeq_queue import (
+    WEBHOOK_BATCH_EVENT,
+    WEBHOOK_EVENT_TYPES,
+    WebhookEventType,
+    WebhookTarget,
+)
 
 # The CRD's maxItems: a webhook is one POST per phase, not a fan-out service.
 MAX_WEBHOOKS: Final = 5
@@ -44,8 +50,11 @@ def job_webhooks(spec: Mapping[str, Any]) -> tuple[JobWebhook, ...]:
             continue
         if not (isinstance(key, str) and key):
             continue
+        # Without `events`, the phases; Batch only when asked for.
         wanted = entry.get("events") or WEBHOOK_EVENT_TYPES
-        events = frozenset(event for event in WEBHOOK_EVENT_TYPES if event in wanted)
+        events = frozenset(
+            event for event in (*WEBHOOK_EVENT_TYPES, WEBHOOK_BATCH_EVENT) if event in wanted
+        )
         webhooks.append(JobWebhook(url, events, name, key))
     return tuple(webhooks)
 

@@ -3,8 +3,8 @@ scrapeq installed by Helm with a real S3 server (versitygw on the node's pod net
 object store; the first batch lands while later pages are still pending; then the operator pod
 is deleted, the S3 server is stopped for 30 s and the webhook receiver answers 500 for a minute.
 Every row is in exactly one batch, once, the manifest matches the rows, and the receiver gets
-the job's event once, with a valid signature (docs/operator.md, "Output to object storage";
-docs/webhooks.md)."""
+the job's event and each batch's once, with a valid signature (docs/operator.md, "Output to
+object storage"; docs/webhooks.md)."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_output_and_webhook_survive_an_operator_pod_deleted_a_store_outage_and_a
             webhooks=[
                 {
                     "url": receiver.url,
-                    "events": ["Succeeded", "Failed"],
+                    "events": ["Succeeded", "Failed", "Batch"],
                     "secretRef": {"name": "hook", "key": "signing-key"},
                 }
             ],
@@ -217,13 +217,15 @@ def test_output_and_webhook_survive_an_operator_pod_deleted_a_store_outage_and_a
                 what="status.output to name the manifest",
                 every=0.5,
             )
+            batches = int(status_output["batches"])
             time.sleep(max(0.0, RECEIVER_FAILING_SECONDS - (time.monotonic() - failing_since)))
             receiver.failing.clear()
             eventually_blocking(
-                lambda: receiver.accepted,
-                until=lambda accepted: accepted >= 1,
+                lambda: len(set(receiver.accepted_ids)),
+                until=lambda accepted: accepted >= 1 + batches,
                 within=300,
-                what="the Succeeded event to be accepted once the receiver answers again",
+                what="the Succeeded event and every batch's to be accepted once the receiver"
+                " answers again",
                 every=0.5,
             )
         except Exception:
@@ -240,12 +242,20 @@ def test_output_and_webhook_survive_an_operator_pod_deleted_a_store_outage_and_a
     assert {Path(batch["key"]).name for batch in manifest["batches"]} == {
         path.name for path in objects(store) if path.name.startswith("batch-")
     }
-    # The event arrived once (the refused attempts were retries of the same event), and every
-    # request the receiver got was signed with the Secret's key.
+    # Every event arrived once (the refused attempts were retries of the same events): the
+    # job's Succeeded and one per batch, each batch's naming its object; every request the
+    # receiver got was signed with the Secret's key.
     assert all(valid for _, valid in receiver.received)
-    assert receiver.accepted == 1
     assert receiver.refused >= 1
-    event_ids = {event["id"] for event, _ in receiver.received}
-    assert len(event_ids) == 1
-    [event] = {event["type"] for event, _ in receiver.received}
-    assert event == "io.scrapeq.scrapejob.succeeded"
+    assert len(receiver.accepted_ids) == len(set(receiver.accepted_ids)) == 1 + batches
+    accepted = {
+        event["id"]: event for event, _ in receiver.received if event["id"] in receiver.accepted_ids
+    }
+    types = sorted(event["type"] for event in accepted.values())
+    assert types == ["io.scrapeq.scrapejob.batch"] * batches + ["io.scrapeq.scrapejob.succeeded"]
+    batch_keys = sorted(
+        Path(event["data"]["batch"]["key"]).name
+        for event in accepted.values()
+        if event["type"] == "io.scrapeq.scrapejob.batch"
+    )
+    assert batch_keys == sorted(Path(batch["key"]).name for batch in manifest["batches"])

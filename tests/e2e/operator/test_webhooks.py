@@ -53,6 +53,8 @@ class Receiver:
     # While set, every request is answered 500 (after its signature was checked).
     failing: threading.Event = field(default_factory=threading.Event)
     refused: int = 0
+    # The id of each event answered 204, once per answer.
+    accepted_ids: list[str] = field(default_factory=list)
 
     @property
     def accepted(self) -> int:
@@ -83,6 +85,8 @@ def webhook_receiver(host: str = "127.0.0.1") -> Iterator[Receiver]:
                 receiver.refused += 1
                 self.send_response(500)
             else:
+                if valid:
+                    receiver.accepted_ids.append(str(json.loads(body).get("id")))
                 self.send_response(204 if valid else 401)
             self.end_headers()
 

@@ -145,6 +145,7 @@ async def harness_for(
             batch_seconds=settings.batch_seconds,
             key_prefix=prefix,
             changes_only=settings.changes_only,
+            batch_webhooks=settings.batch_webhooks,
         ),
     )
     cluster = StatusAndEvents()
@@ -411,6 +412,71 @@ async def test_an_upload_interrupted_between_cut_and_mark_writes_each_row_in_one
     assert store.puts.count(f"{harness.prefix}/batch-000001.jsonl") == 2
     assert ("Warning", "OutputUnavailable") in harness.cluster.events
     assert ("Normal", "OutputRecovered") in harness.cluster.events
+
+
+async def test_each_uploaded_batch_records_one_event_for_each_endpoint_that_asked_and_only_once(
+    async_connection: Connection,
+    database_url: str,
+    s3_credentials: LocalS3Server,
+    closing: list[OperatorRuntime],
+) -> None:
+    hooks = (
+        queue.WebhookTarget("https://hooks.test/a", "hook", "key"),
+        queue.WebhookTarget("https://hooks.test/b", "hook", "key"),
+    )
+    settings = settings_for(database_url, s3_credentials)
+    # The first upload's answer is lost after the object was written: no batch marked, no event.
+    store = FailingAfterPut(OutputStore(settings), failures=1)
+    harness = await harness_for(
+        async_connection,
+        database_url,
+        s3_credentials,
+        "uid-batch-events",
+        OutputSettings(batch_rows=3, batch_webhooks=hooks),
+        store=cast(OutputStore, store),
+    )
+    closing.append(harness.runtime)
+    await enqueue(async_connection, harness.uid, 6)
+    await finish(async_connection, 6)
+
+    assert await harness.uploader.upload_round() == 0
+    assert await queue.webhook_events_of(async_connection, harness.uid) == []
+    await eventually(
+        lambda: harness.uploader.upload_round(),
+        until=lambda _: len(harness.batch_keys()) == 2,
+        within=20,
+        what="both batches uploaded after the retry delay",
+    )
+
+    events = await queue.webhook_events_of(async_connection, harness.uid)
+    assert sorted((event.url, str(event.event_id)) for event in events) == sorted(
+        (hook.url, str(queue.webhook_event_id(harness.uid, "Batch", hook.url, batch=sequence)))
+        for hook in hooks
+        for sequence in (1, 2)
+    )
+    assert {(event.event_type, event.status) for event in events} == {("Batch", "pending")}
+    cursor = await async_connection.execute(
+        "SELECT batch_sequence, data FROM scrapeq_webhook_events WHERE owner_uid = %s"
+        " AND url = %s ORDER BY batch_sequence",
+        (harness.uid, hooks[0].url),
+    )
+    rows = await cursor.fetchall()
+    assert [(sequence, data["batch"]["key"]) for sequence, data in rows] == [
+        (1, f"{harness.prefix}/batch-000001.jsonl"),
+        (2, f"{harness.prefix}/batch-000002.jsonl"),
+    ]
+    assert [data["batch"]["rows"] for _, data in rows] == [3, 3]
+    # Recording a batch's events again (the batch marked again after a crash) adds none.
+    again = await queue.record_batch_events(
+        async_connection,
+        owner_uid=harness.uid,
+        owner_namespace=NAMESPACE,
+        owner_name=NAME,
+        sequence=1,
+        targets=hooks,
+        data=rows[0][1],
+    )
+    assert again == 0
 
 
 async def test_a_store_stopped_for_a_while_loses_and_duplicates_nothing(

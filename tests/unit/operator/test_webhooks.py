@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-from scrapeq_operator.webhook_events import cloud_event, event_body, retry_delay
+from scrapeq_operator.webhook_events import batch_event_data, cloud_event, event_body, retry_delay
 from scrapeq_operator.webhook_guard import WebhookGuard, WebhookRefused
 from scrapeq_operator.webhook_signing import (
     InvalidSignature,
@@ -130,6 +131,54 @@ def test_the_body_never_names_the_secret_that_signs_it() -> None:
 
     assert b"hook" not in body.replace(b"hooks.example.com", b"")
     assert b"secret" not in body.lower()
+
+
+def test_a_batch_event_is_typed_batch_and_carries_the_batch_object() -> None:
+    data = batch_event_data(
+        namespace="team",
+        name="laptops",
+        uid="uid-1",
+        bucket="crawls",
+        sequence=3,
+        key="p/batch-000003.jsonl",
+        rows=10,
+        size=2048,
+        sha256="ab" * 32,
+        counts={"completed": 9, "failed": 1},
+    )
+    document = cloud_event(replace(outbox_event(), event_type="Batch", data=data))
+
+    assert document["type"] == "io.scrapeq.scrapejob.batch"
+    assert document["data"]["batch"] == {
+        "sequence": 3,
+        "bucket": "crawls",
+        "key": "p/batch-000003.jsonl",
+        "rows": 10,
+        "bytes": 2048,
+        "sha256": "ab" * 32,
+        "counts": {"completed": 9, "failed": 1},
+    }
+
+
+def test_batch_events_go_only_to_endpoints_that_ask_for_them() -> None:
+    spec = {
+        "webhooks": [
+            {"url": "https://a.example/h", "secretRef": {"name": "s", "key": "k"}},
+            {
+                "url": "https://b.example/h",
+                "events": ["Batch", "Succeeded"],
+                "secretRef": {"name": "s", "key": "k"},
+            },
+        ]
+    }
+
+    webhooks = job_webhooks(spec)
+
+    assert [sorted(webhook.events) for webhook in webhooks] == [
+        ["Failed", "Succeeded"],
+        ["Batch", "Succeeded"],
+    ]
+    assert [t.url for t in targets_for(webhooks, "Batch")] == ["https://b.example/h"]
 
 
 def test_webhooks_default_to_both_phases_and_an_endpoint_hears_each_phase_once() -> None:
