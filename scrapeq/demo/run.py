@@ -366,12 +366,7 @@ class Demo:
         if self.s3 is None:
             return
         folder = self.s3.root / DEMO_BUCKET
-        objects = sorted(
-            path
-            for path in folder.rglob("*")
-            # The server's own temporary files are in hidden folders.
-            if path.is_file() and not any(part.startswith(".") for part in path.parts)
-        )
+        objects = self.s3.objects(DEMO_BUCKET)
         say(
             f"S3: {len(objects)} objects in bucket {DEMO_BUCKET} at {self.s3.endpoint} "
             f"(demo-product's screenshot, demo-phones' output batches and manifest.json); "

@@ -123,6 +123,17 @@ class LocalS3Server:
         """Where the server keeps object `key` of `bucket` on disk."""
         return self.root / bucket / key
 
+    def objects(self, bucket: str) -> list[Path]:
+        """The files of the objects in `bucket`, sorted (the server's own temporary files, in
+        hidden folders, left out)."""
+        folder = self.root / bucket
+        return sorted(
+            path
+            for path in folder.rglob("*")
+            if path.is_file()
+            and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+        )
+
     def stop(self) -> None:
         self.stop_server()
         if self._owned_dir and self.base_dir is not None:

@@ -9,7 +9,6 @@ object storage"; docs/webhooks.md)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from typing import Any
 import pytest
 
 from scrapeq.local.node import POD_GATEWAY, POD_NETWORK, LocalNode
+from scrapeq.local.processes import run_kubectl
 from scrapeq.local.release import (
     Release,
     SitePage,
@@ -79,7 +79,7 @@ def output_release(
         },
     ]
     for manifest in (namespace, *secrets):
-        kube_node_apply(kube_node, manifest)
+        run_kubectl(kube_node.kubeconfig, "apply", "-f", "-", stdin=json.dumps(manifest))
     release = install_release(
         kube_node,
         helm_binary,
@@ -100,25 +100,8 @@ def output_release(
         uninstall_release(release)
 
 
-def kube_node_apply(node: LocalNode, manifest: dict[str, Any]) -> None:
-    subprocess.run(
-        ["kubectl", f"--kubeconfig={node.kubeconfig}", "apply", "-f", "-"],
-        input=json.dumps(manifest),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-
-
 def objects(store: LocalS3Server) -> list[Path]:
-    """The bucket's objects (files; the server's own hidden folders left out)."""
-    folder = store.root / BUCKET
-    return sorted(
-        path
-        for path in folder.rglob("*")
-        if path.is_file() and not any(part.startswith(".") for part in path.parts)
-    )
+    return store.objects(BUCKET)
 
 
 def batch_lines(store: LocalS3Server) -> list[dict[str, Any]]:
