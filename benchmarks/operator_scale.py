@@ -11,6 +11,8 @@ database allows and the figures are the operator's own. Measures:
 - enqueue_jobs: `kubectl create` of N single-URL ScrapeJobs -> every row in the queue,
   with stand-in workers completing rows as they appear (a pool that keeps up);
 - status_after_last_completion: the last of those rows completes -> every ScrapeJob Succeeded;
+- status_lag_per_job: for each of those jobs, its row's completion (committed by the stand-in
+  worker) -> a watch the benchmark holds on the ScrapeJobs sees it Succeeded: p50, p99, max;
 - api_writes_per_lifecycle: write requests (POST/PUT/PATCH/DELETE) on scrapejobs, their status
   and Events during create -> run -> Succeeded -> delete, from kube-apiserver's
   apiserver_request_total, per job: all of them, and the operator's alone (total minus the
@@ -62,7 +64,8 @@ COUNTED_RESOURCES = {"scrapejobs", "events"}
 WORKER_BATCH = 1000
 GOALS = {
     "api_writes_per_lifecycle": "<= 4 per single-URL job",
-    "operator_peak_rss": "<= 250 MB at 1,000 ScrapeJobs",
+    "operator_peak_rss": "<= 250 MB at 1,000 ScrapeJobs, <= 300 MB at 10,000",
+    "status_lag_per_job": "p99 <= 10 s",
     "autoscaler_reaction": "<= 5 s",
 }
 
@@ -111,6 +114,44 @@ class Kube:
         template = '{range .items[*]}{.status.phase}{"-"}{"\\n"}{end}'
         listed = self.run("get", "scrapejobs", "-n", NAMESPACE, "-o", f"jsonpath={template}")
         return [line.rstrip("-") or "-" for line in listed.splitlines()]
+
+
+class SucceededWatch:
+    """`kubectl get scrapejobs --watch` in the background: when each ScrapeJob was first seen
+    Succeeded (monotonic), from the events as they arrive."""
+
+    def __init__(self, kube: Kube) -> None:
+        template = '{.metadata.name} {.status.phase}{"\\n"}'
+        self.seen: dict[str, float] = {}
+        self._process = subprocess.Popen(
+            [
+                "kubectl",
+                f"--kubeconfig={kube.kubeconfig}",
+                "get",
+                "scrapejobs",
+                "-n",
+                NAMESPACE,
+                "--watch",
+                "-o",
+                f"jsonpath={template}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            name, _, phase = line.strip().partition(" ")
+            if phase == "Succeeded" and name not in self.seen:
+                self.seen[name] = time.monotonic()
+
+    def stop(self) -> None:
+        terminate(self._process)  # type: ignore[arg-type]
+        self._thread.join(timeout=10)
 
 
 def poll(condition: Callable[[], bool], *, timeout: float, what: str, interval: float) -> None:
@@ -173,6 +214,8 @@ class StandInWorker:
         self.queue = queue
         self.completed = 0
         self.last_completion = time.monotonic()
+        # Each completed row's owner (ScrapeJob name) -> when its completion committed.
+        self.completed_at: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
@@ -200,6 +243,9 @@ class StandInWorker:
                     ],
                 )
                 self.last_completion = time.monotonic()
+                for job in jobs:
+                    if job.owner_name is not None:
+                        self.completed_at[job.owner_name] = self.last_completion
                 self.completed += len(jobs)
 
     def __enter__(self) -> StandInWorker:
@@ -289,6 +335,7 @@ def many_jobs(
         ],
     }
     before = kube.writes()
+    watch = SucceededWatch(kube)
     with StandInWorker(database_url, queue) as worker:
         started = time.monotonic()
         kube.run("create", "-f", "-", stdin=yaml.safe_dump(manifests))
@@ -322,6 +369,23 @@ def many_jobs(
         "status_after_last_completion",
         jobs=count,
         seconds=round(time.monotonic() - last_completion, 2),
+    )
+    poll(
+        lambda: len(watch.seen) >= count,
+        timeout=60,
+        what="the watch to see every job",
+        interval=0.2,
+    )
+    watch.stop()
+    lags = sorted(watch.seen[name] - completed for name, completed in worker.completed_at.items())
+    emit(
+        results,
+        "status_lag_per_job",
+        jobs=len(lags),
+        p50_seconds=round(lags[len(lags) // 2], 2),
+        p99_seconds=round(lags[min(len(lags) - 1, int(len(lags) * 0.99))], 2),
+        max_seconds=round(lags[-1], 2),
+        goal=GOALS["status_lag_per_job"],
     )
 
     # --wait=false: kubectl's own wait checks the objects one by one, slower than the operator.
@@ -483,6 +547,11 @@ def print_table(results: list[dict[str, Any]]) -> None:
         measure = record["measure"]
         if "seconds" in record:
             figure = f"{record['seconds']} s"
+        elif "p99_seconds" in record:
+            figure = (
+                f"p50 {record['p50_seconds']} s, p99 {record['p99_seconds']} s, "
+                f"max {record['max_seconds']} s"
+            )
         elif "median_seconds" in record:
             figure = f"median {record['median_seconds']} s, max {record['max_seconds']} s"
         elif "mb" in record:
