@@ -380,6 +380,28 @@ $$;
 
 
 --
+-- Name: scrapeq_crawl_flags(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_crawl_flags(result jsonb) RETURNS smallint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT nullif(
+        CASE result->'changed' WHEN 'true' THEN 1 WHEN 'false' THEN 2 ELSE 0 END
+        | CASE WHEN result->'validators' = 'false' THEN 4 ELSE 0 END
+        | CASE WHEN jsonb_typeof(result->'skipped') = 'string' THEN 8 ELSE 0 END,
+        0)::smallint
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_crawl_flags(result jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_crawl_flags(result jsonb) IS 'scrapeq: the crawl-memory flags of a result (1 changed, 2 unchanged, 4 without validators, 8 skipped); NULL when none.';
+
+
+--
 -- Name: scrapeq_fill_host_key(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -1950,6 +1972,7 @@ CREATE TABLE public.scraping_jobs (
     source_progress jsonb,
     session_id bigint,
     tried_sessions bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    crawl_flags smallint,
     CONSTRAINT scrapeq_jobs_attempt_valid CHECK ((attempt >= 0)),
     CONSTRAINT scrapeq_jobs_backoff_valid CHECK ((retry_backoff_seconds >= (0)::double precision)),
     CONSTRAINT scrapeq_jobs_depth_valid CHECK ((depth >= 0)),
@@ -2023,6 +2046,13 @@ COMMENT ON COLUMN public.scraping_jobs.session_id IS 'The session the row''s lat
 --
 
 COMMENT ON COLUMN public.scraping_jobs.tried_sessions IS 'The sessions the row was blocked on; the next page uses another, and the row fails as blocked after MAX_TRIED_SESSIONS.';
+
+
+--
+-- Name: COLUMN scraping_jobs.crawl_flags; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scraping_jobs.crawl_flags IS 'What the completed row''s result says of its crawl memory (scrapeq_crawl_flags: 1 changed, 2 unchanged, 4 fetched without validators, 8 skipped), set when the row completes; NULL: none of them.';
 
 
 --
@@ -2467,4 +2497,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0011_source_rows'),
     ('0012_crawl_memory'),
     ('0013_sessions'),
-    ('0014_batch_webhooks');
+    ('0014_batch_webhooks'),
+    ('0018_crawl_flags');

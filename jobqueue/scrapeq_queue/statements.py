@@ -125,7 +125,7 @@ JOB_COMPLETE_MANY: Final = """
 WITH done AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'completed', result = outcome.result, finished_at = now(), updated_at = now(),
-        lease_expires_at = NULL
+        lease_expires_at = NULL, crawl_flags = scrapeq_crawl_flags(outcome.result)
     FROM (
         SELECT given.id, given.attempt, result.value AS result, given.duration
         FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[],
@@ -619,13 +619,13 @@ SELECT owner_uid,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        min(processing_started_at) AS first_started_at,
        max(finished_at) AS last_finished_at,
-       -- Rows with a crawl key (their results say "changed"; docs/worker.md).
-       count(*) FILTER (WHERE status = 'completed' AND result->'changed' = 'true') AS changed,
-       count(*) FILTER (WHERE status = 'completed' AND result->'changed' = 'false')
-           AS unchanged,
-       count(*) FILTER (WHERE status = 'completed' AND result->'validators' = 'false')
+       -- Rows with a crawl key, from the flags their completion kept (scrapeq_crawl_flags):
+       -- the results themselves are not read.
+       count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 1 <> 0) AS changed,
+       count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 2 <> 0) AS unchanged,
+       count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 4 <> 0)
            AS without_validators,
-       count(*) FILTER (WHERE status = 'completed' AND result ? 'skipped') AS skipped,
+       count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 8 <> 0) AS skipped,
        coalesce(sum(cardinality(tried_sessions)), 0) AS blocked
 FROM scraping_jobs
 WHERE owner_uid = ANY(%(owner_uids)s::text[])
