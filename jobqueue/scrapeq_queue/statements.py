@@ -1246,7 +1246,7 @@ ORDER BY sequence
 
 # What a batch's object holds for each of its rows, in id order.
 OUTPUT_BATCH_ROWS: Final = """
-SELECT id, url_to_scrape, status, result, last_error, finished_at
+SELECT id, url_to_scrape, status, result, last_error, finished_at, payload ? 'source'
 FROM scraping_jobs
 WHERE id = ANY(%(row_ids)s) AND owner_uid = %(owner_uid)s
 ORDER BY id

@@ -131,6 +131,23 @@ class LoggedPart:
         self.stop()
 
 
+def wait_for_established_crd(kubeconfig: Path, name: str, *, timeout: float = 60) -> None:
+    """Wait until CustomResourceDefinition `name` is Established (its resources are served).
+
+    Polled rather than `kubectl wait --for=condition=Established`: that fails at once, rather
+    than waits, while a freshly created CRD has no conditions yet.
+    """
+    established = '{.status.conditions[?(@.type=="Established")].status}'
+
+    def is_established() -> bool:
+        result = run_kubectl(
+            kubeconfig, "get", "crd", name, "-o", f"jsonpath={established}", check=False
+        )
+        return result.returncode == 0 and result.stdout.strip() == "True"
+
+    wait_until(is_established, timeout=timeout, what=f"CRD {name} to be Established", interval=0.2)
+
+
 def free_port() -> int:
     """Return a TCP port on 127.0.0.1 that is free right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from scrapeq.local.processes import wait_for_established_crd
 from tests.e2e.operator.operator_parts import CRD_PATH, Kubectl, OperatorProcess, WorkerProcesses
 from tests.waiting import eventually_blocking
 
@@ -19,12 +20,7 @@ def kubectl(kube_cluster: Any) -> Kubectl:
     """kubectl as admin, with the ScrapeJob CRD installed and established."""
     client = Kubectl(Path(kube_cluster.kubeconfig))
     client.run("apply", "-f", str(CRD_PATH))
-    client.run(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/scrapejobs.scrapeq.io",
-    )
+    wait_for_established_crd(Path(kube_cluster.kubeconfig), "scrapejobs.scrapeq.io")
     # Discovery of the new group can lag the Established condition by a moment.
     eventually_blocking(
         lambda: client.run("get", "scrapejobs", "-A", check=False).returncode == 0,
