@@ -1,0 +1,92 @@
+"""Site policies hold with real `scrapeq worker` processes: three workers (8 page slots each)
+claim from one PostgreSQL queue, and the local site counts the requests it has in flight, per
+host and per job. Pages are `render: false`: limits live in the claim, the same for both engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import scrapeq_queue as queue
+from scrapeq_queue.rows import Owner
+
+from .conftest import Connection
+from .polite_site import PoliteSite, running_polite_site
+from .test_host_politeness import A, B, all_completed, three_workers
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+def polite_site() -> Iterator[PoliteSite]:
+    yield from running_polite_site()
+
+
+async def enqueue_job(
+    connection: Connection, name: str, urls: list[str], **politeness: Any
+) -> list[int]:
+    payload: dict[str, Any] = {"render": False}
+    if politeness:
+        payload["politeness"] = politeness
+    await queue.enqueue_for_owner(
+        connection,
+        Owner(uid=f"uid-{name}", namespace="team", name=name),
+        urls,
+        payload=payload,
+        max_retries=5,
+    )
+    cursor = await connection.execute(
+        "SELECT id FROM scraping_jobs WHERE owner_uid = %s ORDER BY id", (f"uid-{name}",)
+    )
+    return [row[0] for row in await cursor.fetchall()]
+
+
+async def test_a_policy_of_one_request_holds_while_a_scrapejob_asks_for_fifty(
+    polite_site: PoliteSite, connection: Connection, database_url: str, tmp_path: Path
+) -> None:
+    await queue.apply_site_policy(
+        connection, queue.SitePolicy(name="gentle", patterns=(A,), max_concurrent_per_site=1)
+    )
+    greedy = await enqueue_job(
+        connection,
+        "greedy",
+        [polite_site.url(A, f"/page/{n}?ms=100") for n in range(16)],
+        maxConcurrentPerSite=50,
+    )
+    async with three_workers(database_url, tmp_path):
+        await all_completed(connection, greedy, 90, "the greedy job's rows")
+    assert len(polite_site.arrivals(A, "/page/")) == 16
+    assert polite_site.records[A].max_in_flight == 1
+
+
+async def test_a_job_asking_for_one_gets_one_while_another_job_gets_the_policys_four(
+    polite_site: PoliteSite, connection: Connection, database_url: str, tmp_path: Path
+) -> None:
+    # Four is above the workers' default (2 per site): the policy, not the pool, sets it.
+    await queue.apply_site_policy(
+        connection, queue.SitePolicy(name="shops", patterns=(B,), max_concurrent_per_site=4)
+    )
+    careful = await enqueue_job(
+        connection,
+        "careful",
+        [polite_site.url(B, f"/page/c{n}?ms=200&group=careful") for n in range(12)],
+        maxConcurrentPerSite=1,
+    )
+    plain = await enqueue_job(
+        connection,
+        "plain",
+        [polite_site.url(B, f"/page/p{n}?ms=200&group=plain") for n in range(36)],
+    )
+    async with three_workers(database_url, tmp_path):
+        await all_completed(connection, plain, 90, "the plain job's rows")
+        await all_completed(connection, careful, 90, "the careful job's rows")
+    record = polite_site.records[B]
+    assert record.group_max_in_flight["careful"] == 1
+    # The careful job holds at most one of the site's four slots: the other job had the rest.
+    assert record.group_max_in_flight["plain"] >= 3
+    assert record.max_in_flight == 4
+    state = (await queue.site_states(connection, [B]))[B]
+    assert state.max_in_flight == 4
