@@ -122,6 +122,7 @@ from scrapeq_queue.rows import (
 )
 from scrapeq_queue.site_policies import (
     SITE_NOT_ALLOWED_REASON,
+    NamespaceRule,
     SitePolicy,
     SiteRule,
     apply_site_policy,
@@ -173,6 +174,7 @@ __all__ = [
     "FollowUrl",
     "InvalidJob",
     "NamedOwner",
+    "NamespaceRule",
     "NewJob",
     "Owner",
     "OwnerProgress",

@@ -80,6 +80,20 @@ class SitePolicy:
 
 
 @dataclass(frozen=True)
+class NamespaceRule:
+    """Which namespaces one policy lets crawl its sites."""
+
+    policy: str
+    allowed: frozenset[str] | None  # None: every namespace not denied
+    denied: frozenset[str]
+
+    def refuses(self, namespace: str) -> bool:
+        return namespace in self.denied or (
+            self.allowed is not None and namespace not in self.allowed
+        )
+
+
+@dataclass(frozen=True)
 class SiteRule:
     """What the site policies say about one site: the most specific pattern that matches it,
     and the strictest of each setting of the policies naming that pattern."""
@@ -92,6 +106,15 @@ class SiteRule:
     respect_robots_txt: bool | None
     user_agent: str | None
     contact: str | None
+    # The policies of the pattern that name namespaces, by name.
+    namespace_rules: tuple[NamespaceRule, ...] = ()
+
+    def refusing_policy(self, namespace: str | None) -> str | None:
+        """The first policy (by name) that refuses `namespace` this site; None when none does.
+        Rows without an owner (namespace None) are never refused."""
+        if namespace is None:
+            return None
+        return next((rule.policy for rule in self.namespace_rules if rule.refuses(namespace)), None)
 
 
 @translate_database_errors
@@ -146,7 +169,7 @@ async def site_rules(
     )
     rules: dict[str, SiteRule] = {}
     for row in await cursor.fetchall():
-        host_key, pattern, policies, limit, delay, robots, user_agent, contact = row
+        host_key, pattern, policies, limit, delay, robots, user_agent, contact, named = row
         rules[host_key] = SiteRule(
             host_key=host_key,
             pattern=pattern,
@@ -156,6 +179,14 @@ async def site_rules(
             respect_robots_txt=robots,
             user_agent=user_agent,
             contact=contact,
+            namespace_rules=tuple(
+                NamespaceRule(
+                    policy=entry["policy"],
+                    allowed=None if entry["allow"] is None else frozenset(entry["allow"]),
+                    denied=frozenset(entry["deny"] or ()),
+                )
+                for entry in named or ()
+            ),
         )
     return rules
 

@@ -116,7 +116,15 @@ SELECT scrapeq_site_policies_resolve()
 # matches it and the policies' settings for it.
 SITE_RULES: Final = """
 SELECT given.host_key, rules.pattern, rules.policies, rules.max_in_flight, rules.delay_seconds,
-       rules.respect_robots_txt, rules.user_agent, rules.contact
+       rules.respect_robots_txt, rules.user_agent, rules.contact,
+       (SELECT jsonb_agg(jsonb_build_object('policy', policies.policy,
+                                            'allow', policies.allowed_namespaces,
+                                            'deny', policies.denied_namespaces)
+                         ORDER BY policies.policy)
+        FROM scrapeq_site_policies AS policies
+        WHERE policies.pattern = rules.pattern
+          AND (policies.allowed_namespaces IS NOT NULL
+               OR cardinality(policies.denied_namespaces) > 0)) AS namespace_rules
 FROM unnest(%(host_keys)s::text[]) AS given(host_key)
 LEFT JOIN scrapeq_site_rules AS rules
     ON rules.pattern = scrapeq_site_policy_pattern(given.host_key)

@@ -284,6 +284,14 @@ async def test_a_namespace_a_policy_refuses_is_named_with_the_policy(
         "a.partner.test": "partners-only",
     }
     assert await queue.refusing_policies(async_connection, sites, "partners") == {}
+    rules = await queue.site_rules(async_connection, sites)
+    assert {site: rule.refusing_policy("team") for site, rule in rules.items()} == {
+        "bank.test": "no-bank",
+        "a.partner.test": "partners-only",
+        "open.test": None,
+    }
+    assert rules["a.partner.test"].refusing_policy("partners") is None
+    assert rules["bank.test"].refusing_policy(None) is None
 
 
 @pytest.mark.parametrize(

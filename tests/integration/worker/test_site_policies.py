@@ -1,6 +1,8 @@
 """Site policies hold with real `scrapeq worker` processes: three workers (8 page slots each)
 claim from one PostgreSQL queue, and the local site counts the requests it has in flight, per
 host and per job. Pages are `render: false`: limits live in the claim, the same for both engines.
+A namespace a policy refuses never reaches the site, and a policy's robots.txt rule wins over
+a job's looser one.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import pytest
 import scrapeq_queue as queue
 from scrapeq_queue.rows import Owner
 
-from .conftest import Connection
-from .polite_site import PoliteSite, running_polite_site
-from .test_host_politeness import A, B, all_completed, three_workers
+from tests.waiting import eventually
+
+from .conftest import Connection, job_row
+from .polite_site import PoliteSite, Robots, running_polite_site
+from .test_host_politeness import A, B, C, D, all_completed, three_workers
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
 
@@ -90,3 +94,44 @@ async def test_a_job_asking_for_one_gets_one_while_another_job_gets_the_policys_
     assert record.max_in_flight == 4
     state = (await queue.site_states(connection, [B]))[B]
     assert state.max_in_flight == 4
+
+
+async def test_a_row_of_a_site_its_namespace_may_not_crawl_fails_for_good_and_is_never_fetched(
+    polite_site: PoliteSite, connection: Connection, database_url: str, tmp_path: Path
+) -> None:
+    await queue.apply_site_policy(
+        connection, queue.SitePolicy(name="no-team", patterns=(C,), denied_namespaces=("team",))
+    )
+    refused = await enqueue_job(connection, "refused", [polite_site.url(C, "/page/1")])
+    allowed = await enqueue_job(connection, "allowed", [polite_site.url(D, "/page/1")])
+    async with three_workers(database_url, tmp_path):
+        await all_completed(connection, allowed, 60, "the allowed site's row")
+
+        async def refused_failed() -> bool:
+            row = await job_row(connection, refused[0])
+            return row.status == "failed"
+
+        await eventually(refused_failed, within=30, what="the refused row failed")
+    row = await job_row(connection, refused[0])
+    assert row.last_reason == "site_not_allowed"
+    assert polite_site.arrivals(C) == []
+
+
+async def test_a_policy_that_obeys_robots_txt_wins_over_a_job_that_does_not(
+    polite_site: PoliteSite, connection: Connection, database_url: str, tmp_path: Path
+) -> None:
+    polite_site.robots[D] = Robots(200, "User-agent: *\nDisallow: /page/private\n")
+    await queue.apply_site_policy(
+        connection, queue.SitePolicy(name="robots", patterns=(D,), respect_robots_txt=True)
+    )
+    [forbidden] = await enqueue_job(
+        connection, "careless", [polite_site.url(D, "/page/private/1")], respectRobotsTxt=False
+    )
+    async with three_workers(database_url, tmp_path):
+
+        async def failed() -> bool:
+            return (await job_row(connection, forbidden)).status == "failed"
+
+        await eventually(failed, within=30, what="the disallowed row failed")
+    assert (await job_row(connection, forbidden)).last_reason == "robots_disallowed"
+    assert polite_site.arrivals(D, "/page/") == []
