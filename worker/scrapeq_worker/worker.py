@@ -31,7 +31,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import scrapeq_queue
 from scrapeq_queue import ClaimedJob, PageMemory
@@ -66,6 +66,7 @@ from .scraper import Scraper, ScrapeResult
 from .session_pool import SessionPool
 from .settings import WorkerSettings
 from .url_sources import SourceExpansion, is_object_source, is_source_row
+from .user_agent import user_agent
 
 logger = logging.getLogger(__name__)
 
@@ -430,6 +431,7 @@ class Worker:
                     )
                     rule = await self._site_rule(job)
                     await self._obey_robots_txt(job, options, rule)
+                    options = with_policy_user_agent(options, rule)
                     options, session = await self.sessions.take(job, options)
                     try:
                         if is_source_row(job.payload):
@@ -625,3 +627,19 @@ class Worker:
         for entry in leftovers:
             self.metrics.jobs_released.labels(entry.job.queue).inc()
         logger.info("released %d unfinished jobs back to the queue", released)
+
+
+def with_policy_user_agent(options: JobOptions, rule: SiteRule | None) -> JobOptions:
+    """`options` with the User-Agent the site's policy sets (its userAgent, else scrapeq's own
+    with the policy's contact), which replaces one the job's headers name: the cluster admin
+    decides how the cluster introduces itself to a site. Unchanged when the policy sets
+    neither."""
+    if rule is None or (rule.user_agent is None and rule.contact is None):
+        return options
+    agent = rule.user_agent or user_agent(rule.contact)
+    headers = {
+        name: value
+        for name, value in (options.headers or {}).items()
+        if name.lower() != "user-agent"
+    }
+    return replace(options, headers={**headers, "User-Agent": agent})

@@ -52,6 +52,8 @@ class HostRecord:
     # Pages in flight at once per `group` query parameter (a page of one job, say), and the most.
     group_in_flight: collections.Counter[str] = field(default_factory=collections.Counter)
     group_max_in_flight: collections.Counter[str] = field(default_factory=collections.Counter)
+    # The User-Agent of every page request, in arrival order.
+    user_agents: list[str] = field(default_factory=list)
 
 
 class PoliteSite:
@@ -128,6 +130,7 @@ class PoliteSite:
         record = self.records[self._host(request)]
         record.arrivals.append((time.monotonic(), request.path))
         group = request.query.get("group", "")
+        record.user_agents.append(request.headers.get("User-Agent", ""))
         record.in_flight += 1
         record.max_in_flight = max(record.max_in_flight, record.in_flight)
         record.group_in_flight[group] += 1

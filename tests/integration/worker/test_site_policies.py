@@ -135,3 +135,37 @@ async def test_a_policy_that_obeys_robots_txt_wins_over_a_job_that_does_not(
         await eventually(failed, within=30, what="the disallowed row failed")
     assert (await job_row(connection, forbidden)).last_reason == "robots_disallowed"
     assert polite_site.arrivals(D, "/page/") == []
+
+
+async def test_a_site_hears_the_user_agent_and_contact_its_policy_sets(
+    polite_site: PoliteSite, connection: Connection, database_url: str, tmp_path: Path
+) -> None:
+    await queue.apply_site_policy(
+        connection,
+        queue.SitePolicy(name="agent", patterns=(A,), user_agent="ExampleBot/1.0 (+ops@example)"),
+    )
+    await queue.apply_site_policy(
+        connection,
+        queue.SitePolicy(name="contact", patterns=(B,), contact="https://crawler.example/about"),
+    )
+    ids = await enqueue_job(
+        connection,
+        "agents",
+        [
+            polite_site.url(A, "/page/a"),
+            polite_site.url(B, "/page/b"),
+            polite_site.url(C, "/page/c"),
+        ],
+    )
+    # The job's own User-Agent gives way where a policy sets one.
+    await connection.execute(
+        "UPDATE scraping_jobs SET payload = payload || %s::jsonb WHERE id = ANY(%s)",
+        ('{"headers": {"user-agent": "JobAgent/9"}}', ids),
+    )
+    async with three_workers(database_url, tmp_path):
+        await all_completed(connection, ids, 60, "the rows of the three sites")
+    assert polite_site.records[A].user_agents == ["ExampleBot/1.0 (+ops@example)"]
+    [on_b] = polite_site.records[B].user_agents
+    assert on_b.startswith("Mozilla/5.0 (compatible; scrapeq/")
+    assert on_b.endswith("; +https://crawler.example/about)")
+    assert polite_site.records[C].user_agents == ["JobAgent/9"]
