@@ -3,6 +3,7 @@
 | generated file                                   | source                              |
 |--------------------------------------------------|-------------------------------------|
 | charts/scrapeq/files/scrapejobs.scrapeq.io.yaml  | crds/scrapejobs.scrapeq.io.yaml     |
+| charts/scrapeq/files/sitepolicies.scrapeq.io.yaml| crds/sitepolicies.scrapeq.io.yaml   |
 | charts/scrapeq/files/operator-rules.yaml         | deploy/rbac/operator.yaml (rules)   |
 | charts/scrapeq/files/scrapeq-alerts.yaml         | deploy/prometheus/scrapeq-alerts.yaml|
 | deploy/grafana/scrapeq-dashboard.json            | scripts/dashboard.py                |
@@ -82,13 +83,20 @@ def documented_options(page: Path) -> str:
 
 
 def operator_rules() -> str:
-    """The ClusterRole's rules (`rules`) and the pool Role's (`poolRules`; the chart replaces
-    their resourceNames with its own pools' Deployments)."""
+    """The ClusterRole's rules (`rules`), the SitePolicy ClusterRole's (`sitePolicyRules`) and
+    the pool Role's (`poolRules`; the chart replaces their resourceNames with its own pools'
+    Deployments)."""
     documents = list(yaml.safe_load_all((ROOT / "deploy" / "rbac" / "operator.yaml").read_text()))
-    cluster_role = next(doc for doc in documents if doc and doc.get("kind") == "ClusterRole")
+    cluster_roles = [doc for doc in documents if doc and doc.get("kind") == "ClusterRole"]
+    cluster_role, site_policy_role = cluster_roles
     pool_role = next(doc for doc in documents if doc and doc.get("kind") == "Role")
     return HEADER.format(source="deploy/rbac/operator.yaml") + yaml.safe_dump(
-        {"rules": cluster_role["rules"], "poolRules": pool_role["rules"]}, sort_keys=False
+        {
+            "rules": cluster_role["rules"],
+            "sitePolicyRules": site_policy_role["rules"],
+            "poolRules": pool_role["rules"],
+        },
+        sort_keys=False,
     )
 
 
@@ -119,6 +127,9 @@ def expected_files() -> dict[Path, str]:
         CHART / "Chart.yaml": chart_metadata(),
         CHART / "files" / "scrapejobs.scrapeq.io.yaml": (
             ROOT / "crds" / "scrapejobs.scrapeq.io.yaml"
+        ).read_text(),
+        CHART / "files" / "sitepolicies.scrapeq.io.yaml": (
+            ROOT / "crds" / "sitepolicies.scrapeq.io.yaml"
         ).read_text(),
         CHART / "files" / "operator-rules.yaml": operator_rules(),
         CHART / "files" / "scrapeq-alerts.yaml": (

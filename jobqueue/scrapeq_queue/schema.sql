@@ -33,7 +33,8 @@ CREATE TYPE public.scrapeq_claim_visit AS (
 	touch boolean,
 	id bigint,
 	priority integer,
-	run_at timestamp with time zone
+	run_at timestamp with time zone,
+	owner_key text
 );
 
 
@@ -105,11 +106,11 @@ BEGIN
     CROSS JOIN LATERAL (
         SELECT ROW(host.queue, host.host_key, host.generation, host.head_id, host.host_limit,
                    host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                   next.run_at)::scrapeq_claim_visit AS step
+                   next.run_at, next.owner_key)::scrapeq_claim_visit AS step
         FROM (
             SELECT heads.queue, heads.host_key, heads.generation, heads.head_priority,
                    heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
-                   state.delay, state.touch
+                   state.delay, state.touch, state.job_limits
             -- The head order cut into four stretches, walked in this order: higher priorities
             -- than the start's; the start's priority after the start; the same priority up to the
             -- start (hosts of equal priority take turns); lower priorities. Each stretch is a
@@ -139,7 +140,7 @@ BEGIN
             -- A nested loop keeps the walk's order (a hash join would not). A host inside its
             -- delay or pause is passed over here.
             CROSS JOIN LATERAL (
-                SELECT hosts.last_finished_at, hosts.last_claimed_id,
+                SELECT hosts.last_finished_at, hosts.last_claimed_id, hosts.job_limits,
                        hosts.touched_at < now() - interval '1 minute' AS touch,
                        scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
                                           hosts.crawl_delay_seconds, hosts.breaker_trips,
@@ -158,6 +159,20 @@ BEGIN
             SELECT count(*) AS running FROM scraping_jobs AS jobs
             WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
         ) AS busy
+        -- Where jobs set their own limits on the host: the owners whose rows are at their
+        -- job's limit or inside its delay (scrapeq_site_job_limits; NULL: no job set any).
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN host.job_limits THEN ARRAY(
+                SELECT own.owner_key FROM scrapeq_site_job_limits AS own
+                LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+                WHERE own.host_key = host.host_key
+                  AND (scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                       <= (SELECT count(*) FROM scraping_jobs AS jobs
+                           WHERE jobs.host_key = own.host_key AND jobs.status = 'processing'
+                             AND coalesce(jobs.owner_uid, '') = own.owner_key)
+                       OR last.updated_at + make_interval(secs => own.delay_seconds) > now())
+            ) END AS full
+        ) AS own
         -- The host's turn: only a host with a free slot and past its delay is locked.
         CROSS JOIN LATERAL (
             SELECT CASE
@@ -169,11 +184,14 @@ BEGIN
                 ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
         ) AS turn
         LEFT JOIN LATERAL (
-            SELECT jobs.id, jobs.priority, jobs.run_at
+            SELECT jobs.id, jobs.priority, jobs.run_at,
+                   CASE WHEN own.full IS NOT NULL THEN coalesce(jobs.owner_uid, '') END
+                       AS owner_key
             FROM scraping_jobs AS jobs
             WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
               AND jobs.queue = host.queue AND jobs.priority >= host.head_priority
               AND jobs.run_at <= now()
+              AND (own.full IS NULL OR coalesce(jobs.owner_uid, '') <> ALL (own.full))
             ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
             LIMIT host.host_limit - busy.running
             -- Only the holder of a host's lock claims its rows, but another statement (a cancel,
@@ -235,16 +253,48 @@ BEGIN
         ) AS state ON true
         LEFT JOIN scraping_jobs AS last ON last.id = state.last_claimed_id
     ),
+    own_visited AS (
+        -- Each job with limits of its own among the walked rows, its rows in flight on the
+        -- host counted afresh (the host's lock keeps other claims off them).
+        SELECT own.host_key, own.owner_key, own.delay_seconds,
+               CASE WHEN last.updated_at + make_interval(secs => own.delay_seconds) > now()
+                    THEN 0
+                    -- (NULL: the job named only a delay of 0, and has no limit of its own)
+                    ELSE scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                         - busy.running END AS free
+        FROM (SELECT DISTINCT walked.host_key, walked.owner_key FROM walked
+              WHERE walked.owner_key IS NOT NULL AND walked.id IS NOT NULL) AS owner
+        JOIN scrapeq_site_job_limits AS own
+            ON own.host_key = owner.host_key AND own.owner_key = owner.owner_key
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS running FROM scraping_jobs AS jobs
+            WHERE jobs.host_key = own.host_key AND jobs.status = 'processing'
+              AND coalesce(jobs.owner_uid, '') = own.owner_key
+        ) AS busy
+        LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+    ),
     chosen AS (
-        -- The best `claim_limit` walked rows within their hosts' free slots.
+        -- The best `claim_limit` walked rows within their jobs' own free slots, then within
+        -- their hosts'.
         SELECT ranked.id
         FROM (
-            SELECT walked.id, walked.priority, walked.run_at, visited.free,
-                   row_number() OVER (PARTITION BY walked.host_key
-                                      ORDER BY walked.priority DESC, walked.run_at, walked.id)
+            SELECT mine.id, mine.priority, mine.run_at, visited.free,
+                   row_number() OVER (PARTITION BY mine.host_key
+                                      ORDER BY mine.priority DESC, mine.run_at, mine.id)
                        AS rank
-            FROM walked JOIN visited ON visited.host_key = walked.host_key
-            WHERE walked.id IS NOT NULL
+            FROM (
+                SELECT walked.id, walked.host_key, walked.priority, walked.run_at,
+                       own_visited.free AS own_free,
+                       row_number() OVER (PARTITION BY walked.host_key, walked.owner_key
+                                          ORDER BY walked.priority DESC, walked.run_at,
+                                                   walked.id) AS own_rank
+                FROM walked
+                LEFT JOIN own_visited ON own_visited.host_key = walked.host_key
+                                     AND own_visited.owner_key = walked.owner_key
+                WHERE walked.id IS NOT NULL
+            ) AS mine
+            JOIN visited ON visited.host_key = mine.host_key
+            WHERE mine.own_free IS NULL OR mine.own_rank <= mine.own_free
         ) AS ranked
         WHERE ranked.rank <= ranked.free
         ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
@@ -293,6 +343,26 @@ BEGIN
             FOR NO KEY UPDATE SKIP LOCKED
         ) AS unlocked ON true
         WHERE hosts.host_key = given.host_key
+    ),
+    own_taken AS (
+        -- A job with a delay of its own on a host (one row at a time) records its attempt.
+        UPDATE scrapeq_site_job_limits AS own
+        SET last_claimed_id = given.id
+        FROM (
+            SELECT DISTINCT ON (claimed.host_key, own_visited.owner_key) claimed.host_key,
+                   own_visited.owner_key, claimed.id
+            FROM claimed
+            JOIN own_visited ON own_visited.host_key = claimed.host_key
+                            AND own_visited.owner_key = coalesce(claimed.owner_uid, '')
+            WHERE own_visited.delay_seconds > 0
+            ORDER BY claimed.host_key, own_visited.owner_key, claimed.id DESC
+        ) AS given
+        JOIN LATERAL (
+            SELECT FROM scrapeq_site_job_limits AS free
+            WHERE free.host_key = given.host_key AND free.owner_key = given.owner_key
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS unlocked ON true
+        WHERE own.host_key = given.host_key AND own.owner_key = given.owner_key
     ),
     reheaded AS (
         -- A host that gave fewer rows than it had free slots (its due rows of that priority ran
@@ -464,8 +534,7 @@ CREATE FUNCTION public.scrapeq_hosts_after_insert() RETURNS trigger
 BEGIN
     PERFORM scrapeq_hosts_pending(
         array_agg(queue), array_agg(host_key), array_agg(priority), array_agg(run_at),
-        array_agg(id), array_agg(scrapeq_payload_max_per_host(payload)),
-        array_agg(scrapeq_payload_delay_seconds(payload)))
+        array_agg(id))
     FROM new_rows WHERE status = 'pending';
     RETURN NULL;
 END;
@@ -481,18 +550,17 @@ CREATE FUNCTION public.scrapeq_hosts_after_pending() RETURNS trigger
     AS $$
 BEGIN
     PERFORM scrapeq_hosts_pending(ARRAY[NEW.queue], ARRAY[NEW.host_key], ARRAY[NEW.priority],
-                                  ARRAY[NEW.run_at], ARRAY[NEW.id], ARRAY[NULL::integer],
-                                  ARRAY[NULL::double precision]);
+                                  ARRAY[NEW.run_at], ARRAY[NEW.id]);
     RETURN NULL;
 END;
 $$;
 
 
 --
--- Name: scrapeq_hosts_pending(text[], text[], integer[], timestamp with time zone[], bigint[], integer[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
+-- Name: scrapeq_hosts_pending(text[], text[], integer[], timestamp with time zone[], bigint[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.scrapeq_hosts_pending(queues text[], host_keys text[], priorities integer[], run_ats timestamp with time zone[], ids bigint[], limits integer[], delays double precision[]) RETURNS void
+CREATE FUNCTION public.scrapeq_hosts_pending(queues text[], host_keys text[], priorities integer[], run_ats timestamp with time zone[], ids bigint[]) RETURNS void
     LANGUAGE sql
     AS $$
     SELECT FROM scrapeq_hosts AS hosts
@@ -501,26 +569,10 @@ CREATE FUNCTION public.scrapeq_hosts_pending(queues text[], host_keys text[], pr
     FOR KEY SHARE;
     INSERT INTO scrapeq_hosts (host_key)
     SELECT DISTINCT given.host_key FROM unnest(host_keys) AS given(host_key)
+    -- (the sites known already are left out here, so that only new ones reach the trigger)
+    WHERE NOT EXISTS (SELECT FROM scrapeq_hosts AS hosts WHERE hosts.host_key = given.host_key)
     ORDER BY given.host_key
     ON CONFLICT (host_key) DO NOTHING;
-    UPDATE scrapeq_hosts AS hosts
-    SET max_in_flight = coalesce(named.max_in_flight, hosts.max_in_flight),
-        delay_seconds = coalesce(named.delay_seconds, hosts.delay_seconds)
-    FROM (
-        SELECT given.host_key,
-               (array_agg(given.max_in_flight ORDER BY given.id DESC)
-                   FILTER (WHERE given.max_in_flight IS NOT NULL))[1] AS max_in_flight,
-               (array_agg(given.delay_seconds ORDER BY given.id DESC)
-                   FILTER (WHERE given.delay_seconds IS NOT NULL))[1] AS delay_seconds
-        FROM unnest(host_keys, ids, limits, delays)
-             AS given(host_key, id, max_in_flight, delay_seconds)
-        WHERE given.max_in_flight IS NOT NULL OR given.delay_seconds IS NOT NULL
-        GROUP BY given.host_key
-    ) AS named
-    WHERE hosts.host_key = named.host_key
-      AND (hosts.max_in_flight IS DISTINCT FROM coalesce(named.max_in_flight, hosts.max_in_flight)
-           OR hosts.delay_seconds IS DISTINCT FROM coalesce(named.delay_seconds,
-                                                             hosts.delay_seconds));
     INSERT INTO scrapeq_host_queues AS known (queue, host_key, head_priority, head_run_at,
                                               head_id)
     SELECT DISTINCT ON (given.queue, given.host_key)
@@ -544,6 +596,93 @@ $$;
 
 
 --
+-- Name: scrapeq_hosts_take_policy(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_hosts_take_policy() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    SELECT rules.pattern, rules.max_in_flight, rules.delay_seconds
+    INTO NEW.policy_pattern, NEW.max_in_flight, NEW.delay_seconds
+    FROM scrapeq_site_rules AS rules
+    WHERE rules.pattern = scrapeq_site_policy_pattern(NEW.host_key);
+    RETURN NEW;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_job_limit(integer, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_job_limit(max_in_flight integer, delay_seconds double precision) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN delay_seconds > 0 THEN 1 ELSE max_in_flight END
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_job_limit(max_in_flight integer, delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_job_limit(max_in_flight integer, delay_seconds double precision) IS 'scrapeq: how many of one job''s rows may be in flight on a site by its own limits (NULL: none of its own); used by the claim and the autoscaler''s backlog count.';
+
+
+--
+-- Name: scrapeq_job_limits_after_insert(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_job_limits_after_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM scrapeq_job_limits_named(
+        array_agg(host_key), array_agg(coalesce(owner_uid, '')), array_agg(id),
+        array_agg(scrapeq_payload_max_per_host(payload)),
+        array_agg(scrapeq_payload_delay_seconds(payload)))
+    FROM new_rows WHERE status = 'pending';
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_job_limits_named(text[], text[], bigint[], integer[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_job_limits_named(host_keys text[], owner_keys text[], ids bigint[], limits integer[], delays double precision[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF limits IS NULL OR NOT EXISTS (SELECT FROM unnest(limits, delays) AS given(lim, del)
+                                     WHERE given.lim IS NOT NULL OR given.del IS NOT NULL) THEN
+        RETURN;  -- the common case: no row names limits of its own
+    END IF;
+    INSERT INTO scrapeq_site_job_limits (host_key, owner_key, max_in_flight, delay_seconds)
+    SELECT named.host_key, named.owner_key, named.max_in_flight, named.delay_seconds
+    FROM scrapeq_named_job_limits(host_keys, owner_keys, ids, limits, delays) AS named
+    ORDER BY named.host_key, named.owner_key
+    ON CONFLICT (host_key, owner_key) DO NOTHING;
+    UPDATE scrapeq_site_job_limits AS own
+    SET max_in_flight = coalesce(named.max_in_flight, own.max_in_flight),
+        delay_seconds = coalesce(named.delay_seconds, own.delay_seconds)
+    FROM scrapeq_named_job_limits(host_keys, owner_keys, ids, limits, delays) AS named
+    WHERE own.host_key = named.host_key AND own.owner_key = named.owner_key
+      AND (own.max_in_flight, own.delay_seconds)
+          IS DISTINCT FROM (coalesce(named.max_in_flight, own.max_in_flight),
+                            coalesce(named.delay_seconds, own.delay_seconds));
+    UPDATE scrapeq_hosts AS hosts SET job_limits = true
+    WHERE NOT hosts.job_limits
+      AND hosts.host_key IN (SELECT named.host_key
+                             FROM scrapeq_named_job_limits(host_keys, owner_keys, ids, limits,
+                                                           delays) AS named);
+END;
+$$;
+
+
+--
 -- Name: scrapeq_mark_undelivered(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -556,6 +695,25 @@ BEGIN
     END IF;
     RETURN NEW;
 END
+$$;
+
+
+--
+-- Name: scrapeq_named_job_limits(text[], text[], bigint[], integer[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_named_job_limits(host_keys text[], owner_keys text[], ids bigint[], limits integer[], delays double precision[]) RETURNS TABLE(host_key text, owner_key text, max_in_flight integer, delay_seconds double precision)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT given.host_key, given.owner_key,
+           (array_agg(given.max_in_flight ORDER BY given.id DESC)
+               FILTER (WHERE given.max_in_flight IS NOT NULL))[1],
+           (array_agg(given.delay_seconds ORDER BY given.id DESC)
+               FILTER (WHERE given.delay_seconds IS NOT NULL))[1]
+    FROM unnest(host_keys, owner_keys, ids, limits, delays)
+         AS given(host_key, owner_key, id, max_in_flight, delay_seconds)
+    WHERE given.max_in_flight IS NOT NULL OR given.delay_seconds IS NOT NULL
+    GROUP BY given.host_key, given.owner_key
 $$;
 
 
@@ -814,6 +972,110 @@ BEGIN
     RETURN QUERY SELECT v_session_retired, v_proxy_retired;
 END;
 $$;
+
+
+--
+-- Name: scrapeq_site_patterns(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_site_patterns(host_key text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT ARRAY[host_key]
+           || ARRAY(SELECT '*.' || array_to_string(labels.label[position:], '.')
+                    FROM (SELECT string_to_array(host_key, '.')) AS labels(label),
+                         generate_subscripts(labels.label, 1) AS position
+                    ORDER BY position)
+           || ARRAY['*']
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_site_patterns(host_key text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_site_patterns(host_key text) IS 'scrapeq: the site patterns that may apply to a site, most specific first (docs/queue.md, "Site policies").';
+
+
+--
+-- Name: scrapeq_site_policies_resolve(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_site_policies_resolve() RETURNS bigint
+    LANGUAGE sql
+    AS $$
+    WITH resolved AS (
+        SELECT hosts.host_key, rules.pattern, rules.max_in_flight, rules.delay_seconds
+        FROM scrapeq_hosts AS hosts
+        LEFT JOIN scrapeq_site_rules AS rules
+            ON rules.pattern = scrapeq_site_policy_pattern(hosts.host_key)
+    ),
+    changed AS (
+        UPDATE scrapeq_hosts AS hosts
+        SET policy_pattern = resolved.pattern,
+            max_in_flight = resolved.max_in_flight,
+            delay_seconds = resolved.delay_seconds
+        FROM resolved
+        WHERE hosts.host_key = resolved.host_key
+          AND (hosts.policy_pattern, hosts.max_in_flight, hosts.delay_seconds)
+              IS DISTINCT FROM (resolved.pattern, resolved.max_in_flight, resolved.delay_seconds)
+        RETURNING 1
+    )
+    SELECT count(*) FROM changed
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_site_policies_resolve(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_site_policies_resolve() IS 'scrapeq: resolves every known site''s policy into scrapeq_hosts again; answers how many sites changed.';
+
+
+--
+-- Name: scrapeq_site_policy_pattern(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_site_policy_pattern(host_key text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT candidate.pattern
+    FROM unnest(scrapeq_site_patterns(host_key)) WITH ORDINALITY AS candidate(pattern, rank)
+    WHERE EXISTS (SELECT FROM scrapeq_site_policies AS policies
+                  WHERE policies.pattern = candidate.pattern)
+    ORDER BY candidate.rank
+    LIMIT 1
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_site_policy_pattern(host_key text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_site_policy_pattern(host_key text) IS 'scrapeq: the most specific pattern of a site policy that applies to a site; NULL when none does.';
+
+
+--
+-- Name: scrapeq_site_refusing_policy(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_site_refusing_policy(pattern text, namespace text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT policies.policy FROM scrapeq_site_policies AS policies
+    WHERE policies.pattern = scrapeq_site_refusing_policy.pattern
+      AND (namespace = ANY(policies.denied_namespaces)
+           OR NOT namespace = ANY(coalesce(policies.allowed_namespaces, ARRAY[namespace])))
+    ORDER BY policies.policy
+    LIMIT 1
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_site_refusing_policy(pattern text, namespace text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_site_refusing_policy(pattern text, namespace text) IS 'scrapeq: the first site policy of a pattern that refuses a namespace; NULL when none does.';
 
 
 --
@@ -1289,6 +1551,8 @@ CREATE TABLE public.scrapeq_hosts (
     recent_responses bigint DEFAULT 0 NOT NULL,
     recent_responses_at timestamp with time zone,
     breaker_trips integer DEFAULT 0 NOT NULL,
+    policy_pattern text,
+    job_limits boolean DEFAULT false NOT NULL,
     CONSTRAINT scrapeq_hosts_breaker_trips_valid CHECK ((breaker_trips >= 0)),
     CONSTRAINT scrapeq_hosts_delays_valid CHECK ((((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision)) AND (crawl_delay_seconds >= (0)::double precision))),
     CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR (max_in_flight > 0))),
@@ -1308,14 +1572,14 @@ COMMENT ON TABLE public.scrapeq_hosts IS 'scrapeq: each site''s politeness state
 -- Name: COLUMN scrapeq_hosts.max_in_flight; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.scrapeq_hosts.max_in_flight IS 'The limit of requests in flight the latest producer that named one gave (payload.politeness.maxConcurrentPerSite); NULL: the claiming pool''s default. See scrapeq_host_limit.';
+COMMENT ON COLUMN public.scrapeq_hosts.max_in_flight IS 'The site''s limit from its site policy (NULL: the claiming pool''s default).';
 
 
 --
 -- Name: COLUMN scrapeq_hosts.delay_seconds; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.scrapeq_hosts.delay_seconds IS 'The delay between requests the latest producer that named one gave (payload.politeness.delaySeconds); NULL: the claiming pool''s default. See scrapeq_host_delay.';
+COMMENT ON COLUMN public.scrapeq_hosts.delay_seconds IS 'The site''s delay from its site policy (NULL: the claiming pool''s default).';
 
 
 --
@@ -1386,6 +1650,20 @@ COMMENT ON COLUMN public.scrapeq_hosts.recent_responses_at IS 'When the newest r
 --
 
 COMMENT ON COLUMN public.scrapeq_hosts.breaker_trips IS 'How many times in a row the server-error breaker tripped (0: closed). While above 0 the site takes one request at a time after its pause (the probe); a completed row closes it, a server error trips it again with a doubled pause.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.policy_pattern; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.policy_pattern IS 'The pattern of the site policies that apply to the site (the most specific match; NULL: none).';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.job_limits; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.job_limits IS 'Some job named its own limit or delay on the site (scrapeq_site_job_limits): the claim looks them up.';
 
 
 --
@@ -1734,6 +2012,93 @@ ALTER TABLE public.scrapeq_sessions ALTER COLUMN session_id ADD GENERATED ALWAYS
     NO MAXVALUE
     CACHE 1
 );
+
+
+--
+-- Name: scrapeq_site_job_limits; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_site_job_limits (
+    host_key text NOT NULL,
+    owner_key text NOT NULL,
+    max_in_flight integer,
+    delay_seconds double precision,
+    last_claimed_id bigint,
+    CONSTRAINT scrapeq_site_job_limits_valid CHECK ((((max_in_flight IS NULL) OR (max_in_flight > 0)) AND ((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision))))
+);
+
+
+--
+-- Name: TABLE scrapeq_site_job_limits; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_site_job_limits IS 'scrapeq: a job''s own limit and delay on a site, binding only its rows (owner_key: the owner_uid, or '''' for the rows without an owner, which share one group per site).';
+
+
+--
+-- Name: COLUMN scrapeq_site_job_limits.last_claimed_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_site_job_limits.last_claimed_id IS 'A delayed group''s latest claimed row: its next row starts no sooner than the delay after that one ended.';
+
+
+--
+-- Name: scrapeq_site_policies; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_site_policies (
+    policy text NOT NULL,
+    pattern text NOT NULL,
+    max_in_flight integer,
+    delay_seconds double precision,
+    respect_robots_txt boolean,
+    user_agent text,
+    contact text,
+    allowed_namespaces text[],
+    denied_namespaces text[] DEFAULT '{}'::text[] NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT scrapeq_site_policies_delay_valid CHECK (((delay_seconds IS NULL) OR ((delay_seconds >= (0)::double precision) AND (delay_seconds <= (3600)::double precision)))),
+    CONSTRAINT scrapeq_site_policies_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR ((max_in_flight >= 1) AND (max_in_flight <= 1000)))),
+    CONSTRAINT scrapeq_site_policies_pattern_valid CHECK (((pattern = '*'::text) OR (pattern ~ '^(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*$'::text))),
+    CONSTRAINT scrapeq_site_policies_texts_valid CHECK (((length(policy) <= 253) AND (length(user_agent) <= 512) AND (length(contact) <= 512)))
+);
+
+
+--
+-- Name: TABLE scrapeq_site_policies; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_site_policies IS 'scrapeq: the cluster''s site policies (SitePolicy resources, synced by the operator): one row per policy and site pattern (example.com, *.example.com, or *).';
+
+
+--
+-- Name: COLUMN scrapeq_site_policies.allowed_namespaces; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_site_policies.allowed_namespaces IS 'Namespaces whose ScrapeJobs may crawl the pattern''s sites; NULL: every namespace not denied.';
+
+
+--
+-- Name: scrapeq_site_rules; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.scrapeq_site_rules AS
+ SELECT policies.pattern,
+    min(policies.max_in_flight) AS max_in_flight,
+    max(policies.delay_seconds) AS delay_seconds,
+    bool_or(policies.respect_robots_txt) AS respect_robots_txt,
+    (array_agg(policies.user_agent ORDER BY policies.policy) FILTER (WHERE (policies.user_agent IS NOT NULL)))[1] AS user_agent,
+    (array_agg(policies.contact ORDER BY policies.policy) FILTER (WHERE (policies.contact IS NOT NULL)))[1] AS contact,
+    array_agg(policies.policy ORDER BY policies.policy) AS policies
+   FROM public.scrapeq_site_policies policies
+  GROUP BY policies.pattern;
+
+
+--
+-- Name: VIEW scrapeq_site_rules; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.scrapeq_site_rules IS 'scrapeq: per site pattern, what the site policies naming it set together (the strictest of each setting).';
 
 
 --
@@ -2223,6 +2588,22 @@ ALTER TABLE ONLY public.scrapeq_sessions
 
 
 --
+-- Name: scrapeq_site_job_limits scrapeq_site_job_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_site_job_limits
+    ADD CONSTRAINT scrapeq_site_job_limits_pkey PRIMARY KEY (host_key, owner_key);
+
+
+--
+-- Name: scrapeq_site_policies scrapeq_site_policies_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_site_policies
+    ADD CONSTRAINT scrapeq_site_policies_pkey PRIMARY KEY (pattern, policy);
+
+
+--
 -- Name: scrapeq_webhook_events scrapeq_webhook_events_event_id_key; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2389,6 +2770,13 @@ CREATE INDEX scrapeq_webhook_events_due ON public.scrapeq_webhook_events USING b
 
 
 --
+-- Name: scrapeq_hosts scrapeq_hosts_policy_on_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_hosts_policy_on_insert BEFORE INSERT ON public.scrapeq_hosts FOR EACH ROW EXECUTE FUNCTION public.scrapeq_hosts_take_policy();
+
+
+--
 -- Name: scraping_jobs scrapeq_jobs_fill_host_key; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -2407,6 +2795,13 @@ CREATE TRIGGER scrapeq_jobs_hosts_on_insert AFTER INSERT ON public.scraping_jobs
 --
 
 CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status, run_at, priority ON public.scraping_jobs FOR EACH ROW WHEN (((new.status = 'pending'::public.scraping_job_status) AND ((old.status <> 'pending'::public.scraping_job_status) OR (new.run_at < old.run_at) OR (new.priority > old.priority)))) EXECUTE FUNCTION public.scrapeq_hosts_after_pending();
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_job_limits_on_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_job_limits_on_insert AFTER INSERT ON public.scraping_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.scrapeq_job_limits_after_insert();
 
 
 --
@@ -2471,6 +2866,14 @@ ALTER TABLE ONLY public.scrapeq_sessions
 
 
 --
+-- Name: scrapeq_site_job_limits scrapeq_site_job_limits_host_key_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_site_job_limits
+    ADD CONSTRAINT scrapeq_site_job_limits_host_key_fkey FOREIGN KEY (host_key) REFERENCES public.scrapeq_hosts(host_key) ON DELETE CASCADE;
+
+
+--
 -- Name: scraping_jobs scraping_jobs_parent_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2498,4 +2901,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0012_crawl_memory'),
     ('0013_sessions'),
     ('0014_batch_webhooks'),
+    ('0015_site_policies'),
     ('0018_crawl_flags');

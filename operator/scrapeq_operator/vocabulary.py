@@ -7,6 +7,8 @@ from __future__ import annotations
 GROUP = "scrapeq.io"
 VERSION = "v1alpha1"
 PLURAL = "scrapejobs"
+# The cluster-scoped SitePolicy (docs/operator.md, "Site policies").
+SITE_POLICY_PLURAL = "sitepolicies"
 
 # Finalizer that keeps a deleted ScrapeJob until its rows are cancelled in PostgreSQL.
 FINALIZER = f"{GROUP}/cancel-rows"

@@ -27,7 +27,8 @@ CREATE TYPE scrapeq_claim_visit AS (
     touch BOOLEAN,            -- touched_at is over a minute old
     id BIGINT,
     priority INTEGER,
-    run_at TIMESTAMPTZ
+    run_at TIMESTAMPTZ,
+    owner_key TEXT            -- the row's owner (owner_uid, or ''), where jobs set own limits
 );
 
 -- Claims up to `claim_limit` due pending rows of `wanted_queues` for `claimer`, best first,
@@ -95,11 +96,11 @@ BEGIN
     CROSS JOIN LATERAL (
         SELECT ROW(host.queue, host.host_key, host.generation, host.head_id, host.host_limit,
                    host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                   next.run_at)::scrapeq_claim_visit AS step
+                   next.run_at, next.owner_key)::scrapeq_claim_visit AS step
         FROM (
             SELECT heads.queue, heads.host_key, heads.generation, heads.head_priority,
                    heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
-                   state.delay, state.touch
+                   state.delay, state.touch, state.job_limits
             -- The head order cut into four stretches, walked in this order: higher priorities
             -- than the start's; the start's priority after the start; the same priority up to the
             -- start (hosts of equal priority take turns); lower priorities. Each stretch is a
@@ -129,7 +130,7 @@ BEGIN
             -- A nested loop keeps the walk's order (a hash join would not). A host inside its
             -- delay or pause is passed over here.
             CROSS JOIN LATERAL (
-                SELECT hosts.last_finished_at, hosts.last_claimed_id,
+                SELECT hosts.last_finished_at, hosts.last_claimed_id, hosts.job_limits,
                        hosts.touched_at < now() - interval '1 minute' AS touch,
                        scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
                                           hosts.crawl_delay_seconds, hosts.breaker_trips,
@@ -148,6 +149,20 @@ BEGIN
             SELECT count(*) AS running FROM scraping_jobs AS jobs
             WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
         ) AS busy
+        -- Where jobs set their own limits on the host: the owners whose rows are at their
+        -- job's limit or inside its delay (scrapeq_site_job_limits; NULL: no job set any).
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN host.job_limits THEN ARRAY(
+                SELECT own.owner_key FROM scrapeq_site_job_limits AS own
+                LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+                WHERE own.host_key = host.host_key
+                  AND (scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                       <= (SELECT count(*) FROM scraping_jobs AS jobs
+                           WHERE jobs.host_key = own.host_key AND jobs.status = 'processing'
+                             AND coalesce(jobs.owner_uid, '') = own.owner_key)
+                       OR last.updated_at + make_interval(secs => own.delay_seconds) > now())
+            ) END AS full
+        ) AS own
         -- The host's turn: only a host with a free slot and past its delay is locked.
         CROSS JOIN LATERAL (
             SELECT CASE
@@ -159,11 +174,14 @@ BEGIN
                 ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
         ) AS turn
         LEFT JOIN LATERAL (
-            SELECT jobs.id, jobs.priority, jobs.run_at
+            SELECT jobs.id, jobs.priority, jobs.run_at,
+                   CASE WHEN own.full IS NOT NULL THEN coalesce(jobs.owner_uid, '') END
+                       AS owner_key
             FROM scraping_jobs AS jobs
             WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
               AND jobs.queue = host.queue AND jobs.priority >= host.head_priority
               AND jobs.run_at <= now()
+              AND (own.full IS NULL OR coalesce(jobs.owner_uid, '') <> ALL (own.full))
             ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
             LIMIT host.host_limit - busy.running
             -- Only the holder of a host's lock claims its rows, but another statement (a cancel,
@@ -225,16 +243,48 @@ BEGIN
         ) AS state ON true
         LEFT JOIN scraping_jobs AS last ON last.id = state.last_claimed_id
     ),
+    own_visited AS (
+        -- Each job with limits of its own among the walked rows, its rows in flight on the
+        -- host counted afresh (the host's lock keeps other claims off them).
+        SELECT own.host_key, own.owner_key, own.delay_seconds,
+               CASE WHEN last.updated_at + make_interval(secs => own.delay_seconds) > now()
+                    THEN 0
+                    -- (NULL: the job named only a delay of 0, and has no limit of its own)
+                    ELSE scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                         - busy.running END AS free
+        FROM (SELECT DISTINCT walked.host_key, walked.owner_key FROM walked
+              WHERE walked.owner_key IS NOT NULL AND walked.id IS NOT NULL) AS owner
+        JOIN scrapeq_site_job_limits AS own
+            ON own.host_key = owner.host_key AND own.owner_key = owner.owner_key
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS running FROM scraping_jobs AS jobs
+            WHERE jobs.host_key = own.host_key AND jobs.status = 'processing'
+              AND coalesce(jobs.owner_uid, '') = own.owner_key
+        ) AS busy
+        LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+    ),
     chosen AS (
-        -- The best `claim_limit` walked rows within their hosts' free slots.
+        -- The best `claim_limit` walked rows within their jobs' own free slots, then within
+        -- their hosts'.
         SELECT ranked.id
         FROM (
-            SELECT walked.id, walked.priority, walked.run_at, visited.free,
-                   row_number() OVER (PARTITION BY walked.host_key
-                                      ORDER BY walked.priority DESC, walked.run_at, walked.id)
+            SELECT mine.id, mine.priority, mine.run_at, visited.free,
+                   row_number() OVER (PARTITION BY mine.host_key
+                                      ORDER BY mine.priority DESC, mine.run_at, mine.id)
                        AS rank
-            FROM walked JOIN visited ON visited.host_key = walked.host_key
-            WHERE walked.id IS NOT NULL
+            FROM (
+                SELECT walked.id, walked.host_key, walked.priority, walked.run_at,
+                       own_visited.free AS own_free,
+                       row_number() OVER (PARTITION BY walked.host_key, walked.owner_key
+                                          ORDER BY walked.priority DESC, walked.run_at,
+                                                   walked.id) AS own_rank
+                FROM walked
+                LEFT JOIN own_visited ON own_visited.host_key = walked.host_key
+                                     AND own_visited.owner_key = walked.owner_key
+                WHERE walked.id IS NOT NULL
+            ) AS mine
+            JOIN visited ON visited.host_key = mine.host_key
+            WHERE mine.own_free IS NULL OR mine.own_rank <= mine.own_free
         ) AS ranked
         WHERE ranked.rank <= ranked.free
         ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
@@ -283,6 +333,26 @@ BEGIN
             FOR NO KEY UPDATE SKIP LOCKED
         ) AS unlocked ON true
         WHERE hosts.host_key = given.host_key
+    ),
+    own_taken AS (
+        -- A job with a delay of its own on a host (one row at a time) records its attempt.
+        UPDATE scrapeq_site_job_limits AS own
+        SET last_claimed_id = given.id
+        FROM (
+            SELECT DISTINCT ON (claimed.host_key, own_visited.owner_key) claimed.host_key,
+                   own_visited.owner_key, claimed.id
+            FROM claimed
+            JOIN own_visited ON own_visited.host_key = claimed.host_key
+                            AND own_visited.owner_key = coalesce(claimed.owner_uid, '')
+            WHERE own_visited.delay_seconds > 0
+            ORDER BY claimed.host_key, own_visited.owner_key, claimed.id DESC
+        ) AS given
+        JOIN LATERAL (
+            SELECT FROM scrapeq_site_job_limits AS free
+            WHERE free.host_key = given.host_key AND free.owner_key = given.owner_key
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS unlocked ON true
+        WHERE own.host_key = given.host_key AND own.owner_key = given.owner_key
     ),
     reheaded AS (
         -- A host that gave fewer rows than it had free slots (its due rows of that priority ran

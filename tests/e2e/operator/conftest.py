@@ -11,21 +11,28 @@ from typing import Any
 import pytest
 
 from scrapeq.local.processes import wait_for_established_crd
-from tests.e2e.operator.operator_parts import CRD_PATH, Kubectl, OperatorProcess, WorkerProcesses
+from tests.e2e.operator.operator_parts import (
+    CRD_PATH,
+    SITE_POLICY_CRD_PATH,
+    Kubectl,
+    OperatorProcess,
+    WorkerProcesses,
+)
 from tests.waiting import eventually_blocking
 
 
 @pytest.fixture(scope="session")
 def kubectl(kube_cluster: Any) -> Kubectl:
-    """kubectl as admin, with the ScrapeJob CRD installed and established."""
+    """kubectl as admin, with the ScrapeJob and SitePolicy CRDs installed and established."""
     client = Kubectl(Path(kube_cluster.kubeconfig))
-    client.run("apply", "-f", str(CRD_PATH))
-    wait_for_established_crd(Path(kube_cluster.kubeconfig), "scrapejobs.scrapeq.io")
+    client.run("apply", "-f", str(CRD_PATH), "-f", str(SITE_POLICY_CRD_PATH))
+    for crd in ("scrapejobs.scrapeq.io", "sitepolicies.scrapeq.io"):
+        wait_for_established_crd(Path(kube_cluster.kubeconfig), crd)
     # Discovery of the new group can lag the Established condition by a moment.
     eventually_blocking(
-        lambda: client.run("get", "scrapejobs", "-A", check=False).returncode == 0,
+        lambda: client.run("get", "scrapejobs,sitepolicies", "-A", check=False).returncode == 0,
         within=30,
-        what="the scrapejobs resource to be served",
+        what="the scrapejobs and sitepolicies resources to be served",
     )
     return client
 
