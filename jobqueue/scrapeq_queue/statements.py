@@ -97,6 +97,14 @@ SITE_POLICY_DELETE: Final = """
 DELETE FROM scrapeq_site_policies WHERE policy = %(policy)s
 """
 
+# Removes the policies the cluster no longer has: not among `names` (the cluster's listing)
+# and not written since `listed_at` (a policy created during the listing is kept).
+SITE_POLICIES_RETAIN: Final = """
+DELETE FROM scrapeq_site_policies
+WHERE policy <> ALL(%(names)s::text[]) AND updated_at < %(listed_at)s
+RETURNING policy
+"""
+
 # Records one site policy: a row per pattern, each with the policy's settings.
 SITE_POLICY_INSERT: Final = """
 INSERT INTO scrapeq_site_policies (policy, pattern, max_in_flight, delay_seconds,
