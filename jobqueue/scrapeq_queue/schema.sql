@@ -529,10 +529,11 @@ CREATE FUNCTION public.scrapeq_mark_undelivered() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF EXISTS (SELECT 1 FROM scrapeq_outputs WHERE owner_uid = NEW.owner_uid) THEN
-        NEW.undelivered := true;
-    END IF;
-    RETURN NEW;
+    UPDATE scraping_jobs AS jobs SET undelivered = true
+    FROM new_rows
+    JOIN scrapeq_outputs AS outputs ON outputs.owner_uid = new_rows.owner_uid
+    WHERE jobs.id = new_rows.id AND NOT new_rows.undelivered;
+    RETURN NULL;
 END
 $$;
 
@@ -2383,7 +2384,7 @@ CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status, run_at, pri
 -- Name: scraping_jobs scrapeq_jobs_mark_undelivered; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER scrapeq_jobs_mark_undelivered BEFORE INSERT ON public.scraping_jobs FOR EACH ROW WHEN (((new.owner_uid IS NOT NULL) AND (NOT new.undelivered))) EXECUTE FUNCTION public.scrapeq_mark_undelivered();
+CREATE TRIGGER scrapeq_jobs_mark_undelivered AFTER INSERT ON public.scraping_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.scrapeq_mark_undelivered();
 
 
 --
@@ -2467,4 +2468,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0011_source_rows'),
     ('0012_crawl_memory'),
     ('0013_sessions'),
-    ('0014_batch_webhooks');
+    ('0014_batch_webhooks'),
+    ('0017_undelivered_per_statement');
