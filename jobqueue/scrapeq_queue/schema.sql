@@ -528,11 +528,21 @@ $$;
 CREATE FUNCTION public.scrapeq_mark_undelivered() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    owners_with_output TEXT[];
 BEGIN
-    UPDATE scraping_jobs AS jobs SET undelivered = true
-    FROM new_rows
-    JOIN scrapeq_outputs AS outputs ON outputs.owner_uid = new_rows.owner_uid
-    WHERE jobs.id = new_rows.id AND NOT new_rows.undelivered;
+    -- The owners first (a statement's rows have one or a few): the plan of a statement over
+    -- new_rows is made once, for a table it takes to be one row long, so a join of new_rows
+    -- with scraping_jobs would probe the table for every new row even when nothing matches.
+    SELECT array_agg(owners.owner_uid) INTO owners_with_output
+    FROM (SELECT DISTINCT owner_uid FROM new_rows WHERE NOT undelivered) AS owners
+    JOIN scrapeq_outputs AS outputs ON outputs.owner_uid = owners.owner_uid;
+    IF owners_with_output IS NOT NULL THEN
+        UPDATE scraping_jobs AS jobs SET undelivered = true
+        FROM new_rows
+        WHERE jobs.id = new_rows.id AND NOT new_rows.undelivered
+          AND new_rows.owner_uid = ANY (owners_with_output);
+    END IF;
     RETURN NULL;
 END
 $$;

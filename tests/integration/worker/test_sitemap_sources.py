@@ -15,6 +15,7 @@ from scrapeq_queue.rows import NewJob, Owner
 from scrapeq_queue.source_rows import (
     ExpandedBatch,
     ExpandedEntry,
+    KeyedEntries,
     SourceProgress,
     enqueue_expanded,
     source_progress,
@@ -186,7 +187,7 @@ class InterruptedRows:
     async def enqueue_expanded(
         self,
         job: queue.ClaimedJob,
-        entries: Sequence[ExpandedEntry],
+        entries: Sequence[ExpandedEntry] | KeyedEntries,
         *,
         entries_done: int,
         skipped: int,
@@ -297,7 +298,7 @@ class CountingRows:
     async def enqueue_expanded(
         self,
         job: queue.ClaimedJob,
-        entries: Sequence[ExpandedEntry],
+        entries: Sequence[ExpandedEntry] | KeyedEntries,
         *,
         entries_done: int,
         skipped: int,
