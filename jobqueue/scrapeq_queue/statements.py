@@ -630,7 +630,10 @@ SELECT owner_uid,
        count(*) FILTER (WHERE status = 'completed' AND result->'validators' = 'false')
            AS without_validators,
        count(*) FILTER (WHERE status = 'completed' AND result ? 'skipped') AS skipped,
-       coalesce(sum(cardinality(tried_sessions)), 0) AS blocked
+       coalesce(sum(cardinality(tried_sessions)), 0) AS blocked,
+       -- Source rows not finished yet: their expansion may still add rows (docs/queue.md,
+       -- "Source rows"), so the total is not known until this is 0.
+       count(*) FILTER (WHERE finished_at IS NULL AND payload ? 'source') AS expanding
 FROM scraping_jobs
 WHERE owner_uid = ANY(%(owner_uids)s::text[])
 GROUP BY owner_uid

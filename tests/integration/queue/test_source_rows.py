@@ -246,3 +246,49 @@ async def test_a_plain_insert_marks_undelivered_only_the_rows_of_owners_with_an_
         "https://shop.test/4": True,
         "https://shop.test/5": True,
     }
+
+
+@pytest.mark.timeout(60)
+async def test_owner_progress_counts_the_source_rows_not_finished_as_expanding(
+    async_connection: Connection,
+) -> None:
+    async def expanding() -> tuple[int, int]:
+        progress = (await queue.owner_progress(async_connection, [OWNER.uid]))[OWNER.uid]
+        return progress.total, progress.expanding
+
+    await enqueue_source(async_connection)
+    assert await expanding() == (1, 1)
+    source = await claim_source(async_connection)
+    await enqueue_expanded(
+        async_connection,
+        source,
+        [*pages("a"), ExpandedEntry("https://shop.test/more.xml", is_sitemap=True)],
+        entries_done=2,
+    )
+    assert await expanding() == (3, 2)
+
+    await queue.complete_job(
+        async_connection, source.id, source.attempt, result={}, duration_seconds=0.1
+    )
+    assert await expanding() == (3, 1)
+    (more,) = [job for job in await claim_all(async_connection) if job.url.endswith(".xml")]
+    await queue.fail_job(
+        async_connection,
+        more.id,
+        more.attempt,
+        error="gone",
+        reason="http_404",
+        duration_seconds=0.1,
+    )
+    assert await expanding() == (3, 0)
+
+
+async def claim_all(connection: Connection) -> list[queue.ClaimedJob]:
+    return await queue.claim_jobs(
+        connection,
+        worker_id="worker-a",
+        queues=["default"],
+        limit=10,
+        lease_seconds=30,
+        politeness=queue.NO_SITE_LIMIT,
+    )
