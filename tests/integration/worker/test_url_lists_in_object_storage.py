@@ -11,11 +11,11 @@ import pytest
 import scrapeq_queue as queue
 from scrapeq_queue.payload import OBJECT_SOURCE_URL
 from scrapeq_queue.rows import NewJob
+from scrapeq_worker import object_store
 from scrapeq_worker.errors import PermanentFailure
 from scrapeq_worker.http_engine import HttpEngine
 from scrapeq_worker.job_options import options_from_payload
 from scrapeq_worker.network_guard import NetworkGuard
-from scrapeq_worker import object_store
 from scrapeq_worker.object_store import ObjectStore, ObjectStoreConfig
 from scrapeq_worker.url_sources import SourceExpansion
 
