@@ -237,7 +237,8 @@ class _Batches:
 
     At most one insert is in flight: `add` sends a full batch once the one before it is in, and
     returns while it is inserted, so that the caller reads on; `flush` sends the rest and waits
-    for it. Memory: the batch in flight and the one being filled.
+    for it. Memory: the batch in flight, the next one keyed and waiting for it, and the one
+    being filled.
     """
 
     def __init__(
