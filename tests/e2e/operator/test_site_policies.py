@@ -126,8 +126,10 @@ def test_a_policy_deleted_while_no_operator_ran_is_removed_when_one_starts(
     kubectl.apply(site_policy(kept, sites=[other], maxConcurrentPerSite=2))
     first = operator_factory(database_url)
     eventually_blocking(
-        lambda: (site_rule(database_url, site).policies, site_rule(database_url, other).policies)
-        == ((gone,), (kept,)),
+        lambda: (
+            (site_rule(database_url, site).policies, site_rule(database_url, other).policies)
+            == ((gone,), (kept,))
+        ),
         within=30,
         what="both policies synced into PostgreSQL",
     )

@@ -237,7 +237,8 @@ async def test_retaining_the_listed_policies_removes_the_others_but_not_one_writ
             queue.SitePolicy(name=name, patterns=(f"{name}.test",), max_concurrent_per_site=1),
         )
     await async_connection.execute(
-        "INSERT INTO scraping_jobs (url_to_scrape, parser_type) VALUES ('https://deleted.test/', 'c')"
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type) VALUES (%s, 'classic')",
+        ("https://deleted.test/",),
     )
     listed_at = await queue.database_now(async_connection)
     # Created while the cluster was being listed: not in the listing, but newer than it.
