@@ -7,6 +7,8 @@ from __future__ import annotations
 GROUP = "scrapeq.io"
 VERSION = "v1alpha1"
 PLURAL = "scrapejobs"
+# The cluster-scoped QueuePolicy (queue_access.py): which namespaces may use which queues.
+QUEUE_POLICY_PLURAL = "queuepolicies"
 
 # Finalizer that keeps a deleted ScrapeJob until its rows are cancelled in PostgreSQL.
 FINALIZER = f"{GROUP}/cancel-rows"

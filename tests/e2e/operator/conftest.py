@@ -10,20 +10,28 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.operator.operator_parts import CRD_PATH, Kubectl, OperatorProcess, WorkerProcesses
+from tests.e2e.operator.operator_parts import (
+    CRD_PATH,
+    QUEUE_POLICY_CRD_PATH,
+    Kubectl,
+    OperatorProcess,
+    WorkerProcesses,
+)
 from tests.waiting import eventually_blocking
 
 
 @pytest.fixture(scope="session")
 def kubectl(kube_cluster: Any) -> Kubectl:
-    """kubectl as admin, with the ScrapeJob CRD installed and established."""
+    """kubectl as admin, with the ScrapeJob and QueuePolicy CRDs installed and established (no
+    QueuePolicy exists unless a test creates one: every namespace may use every queue)."""
     client = Kubectl(Path(kube_cluster.kubeconfig))
-    client.run("apply", "-f", str(CRD_PATH))
+    client.run("apply", "-f", str(CRD_PATH), "-f", str(QUEUE_POLICY_CRD_PATH))
     client.run(
         "wait",
         "--for=condition=Established",
         "--timeout=60s",
         "crd/scrapejobs.scrapeq.io",
+        "crd/queuepolicies.scrapeq.io",
     )
     # Discovery of the new group can lag the Established condition by a moment.
     eventually_blocking(
