@@ -159,6 +159,7 @@ def test_a_live_definition_is_applied_from_its_own_file() -> None:
         "host_limits.sql": ["0003_politeness", "0005_site_politeness"],
         "payload_limits.sql": ["0003_politeness", "0005_site_politeness"],
         "hosts_pending.sql": ["0003_politeness", "0005_site_politeness"],
+        "namespace_heads.sql": ["0016_tenancy"],
     }
     for name, migrations in applying.items():
         text = resources.files("scrapeq_queue").joinpath("sql", name).read_text(encoding="utf-8")
@@ -177,6 +178,9 @@ CLAIM_PATH_FUNCTIONS = (
     "scrapeq_hosts_pending",
     "scrapeq_hosts_after_insert",
     "scrapeq_hosts_after_pending",
+    "scrapeq_heads_pending",
+    "scrapeq_heads_after_insert",
+    "scrapeq_heads_after_pending",
     "scrapeq_payload_max_per_host",
     "scrapeq_payload_delay_seconds",
 )
