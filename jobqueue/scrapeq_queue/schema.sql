@@ -34,7 +34,8 @@ CREATE TYPE public.scrapeq_claim_visit AS (
 	touch boolean,
 	id bigint,
 	priority integer,
-	run_at timestamp with time zone
+	run_at timestamp with time zone,
+	row_namespace text
 );
 
 
@@ -65,6 +66,9 @@ DECLARE
     -- The advisory-lock space of host turns: a claim holds (host_turns, hashtext(host_key))
     -- while it counts and takes the host's rows. 'scrq' in ASCII.
     host_turns CONSTANT INTEGER := 1935897201;
+    -- The advisory-lock space of capped namespaces' turns: a claim holds (namespace_caps,
+    -- hashtext(namespace)) while it counts and takes a capped namespace's rows. 'scrn' in ASCII.
+    namespace_caps CONSTANT INTEGER := 1935896174;
     -- How many hosts a claim may pass over (full, paused, inside a delay, held by another
     -- claim) besides those it takes rows from.
     passed_over CONSTANT INTEGER := 5000;
@@ -77,6 +81,11 @@ DECLARE
     -- scrapeq.namespace_turns, on unless set to off (docs/queue.md, "Namespace turns").
     namespace_turns CONSTANT BOOLEAN :=
         coalesce(nullif(current_setting('scrapeq.namespace_turns', true), ''), 'on')::boolean;
+    -- The caps on rows in flight per namespace (scrapeq_namespace_limits): the namespaces with
+    -- a cap of their own and their caps, and the cap of every other namespace (`*`).
+    capped_namespaces TEXT[];
+    capped_limits INTEGER[];
+    every_cap INTEGER;
 BEGIN
     -- 1. The queues, each once (a repeated name would walk and lock the same hosts twice).
     IF cardinality(wanted_queues) > 1 THEN
@@ -92,6 +101,11 @@ BEGIN
     -- value (a sequence read is volatile, and would keep the look-up below off the index).
     marks := ARRAY(SELECT pg_sequence_last_value(scrapeq_claim_turn_slot(given.queue))
                    FROM unnest(wanted_queues) AS given(queue));
+    SELECT array_agg(caps.owner_namespace) FILTER (WHERE caps.owner_namespace <> '*'),
+           array_agg(caps.max_in_flight) FILTER (WHERE caps.owner_namespace <> '*'),
+           min(caps.max_in_flight) FILTER (WHERE caps.owner_namespace = '*')
+    INTO capped_namespaces, capped_limits, every_cap
+    FROM scrapeq_namespace_limits AS caps;
 
     -- 3. The walk. Each queue's heads in walk order; a host that looks free is locked (never
     -- waiting) with its due rows up to its free slots (SKIP LOCKED).
@@ -113,9 +127,12 @@ BEGIN
             SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
                        host.head_id, host.host_limit,
                        host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                       next.run_at)::scrapeq_claim_visit AS step
+                       next.run_at, next.row_namespace)::scrapeq_claim_visit AS step
             FROM (
                 SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
+                       CASE WHEN heads.owner_namespace <> '' THEN coalesce(
+                           capped_limits[array_position(capped_namespaces, heads.owner_namespace)],
+                           every_cap) END AS namespace_cap,
                        heads.head_priority,
                        heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
                        state.delay, state.touch
@@ -171,6 +188,14 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT CASE
                     WHEN busy.running >= host.host_limit THEN false
+                    -- A capped namespace at its cap, or whose rows another claim is taking.
+                    WHEN host.namespace_cap IS NOT NULL
+                         AND ((SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.owner_namespace = host.owner_namespace
+                                 AND jobs.status = 'processing') >= host.namespace_cap
+                              OR NOT pg_try_advisory_xact_lock(namespace_caps,
+                                                               hashtext(host.owner_namespace)))
+                        THEN false
                     WHEN host.delay > 0 AND greatest(host.last_finished_at,
                             (SELECT jobs.updated_at FROM scraping_jobs AS jobs
                              WHERE jobs.id = host.last_claimed_id))
@@ -178,7 +203,8 @@ BEGIN
                     ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
             ) AS turn
             LEFT JOIN LATERAL (
-                SELECT jobs.id, jobs.priority, jobs.run_at
+                SELECT jobs.id, jobs.priority, jobs.run_at,
+                       coalesce(jobs.owner_namespace, '') AS row_namespace
                 FROM scraping_jobs AS jobs
                 WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
                   AND jobs.queue = host.queue
@@ -216,9 +242,12 @@ BEGIN
             SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
                        host.head_id, host.host_limit,
                        host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                       next.run_at)::scrapeq_claim_visit AS step
+                       next.run_at, next.row_namespace)::scrapeq_claim_visit AS step
             FROM (
                 SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
+                       CASE WHEN heads.owner_namespace <> '' THEN coalesce(
+                           capped_limits[array_position(capped_namespaces, heads.owner_namespace)],
+                           every_cap) END AS namespace_cap,
                        heads.head_priority,
                        heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
                        state.delay, state.touch
@@ -274,6 +303,14 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT CASE
                     WHEN busy.running >= host.host_limit THEN false
+                    -- A capped namespace at its cap, or whose rows another claim is taking.
+                    WHEN host.namespace_cap IS NOT NULL
+                         AND ((SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.owner_namespace = host.owner_namespace
+                                 AND jobs.status = 'processing') >= host.namespace_cap
+                              OR NOT pg_try_advisory_xact_lock(namespace_caps,
+                                                               hashtext(host.owner_namespace)))
+                        THEN false
                     WHEN host.delay > 0 AND greatest(host.last_finished_at,
                             (SELECT jobs.updated_at FROM scraping_jobs AS jobs
                              WHERE jobs.id = host.last_claimed_id))
@@ -281,7 +318,8 @@ BEGIN
                     ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
             ) AS turn
             LEFT JOIN LATERAL (
-                SELECT jobs.id, jobs.priority, jobs.run_at
+                SELECT jobs.id, jobs.priority, jobs.run_at,
+                       coalesce(jobs.owner_namespace, '') AS row_namespace
                 FROM scraping_jobs AS jobs
                 WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
                   AND jobs.queue = host.queue
@@ -349,13 +387,37 @@ BEGIN
         ) AS state ON true
         LEFT JOIN scraping_jobs AS last ON last.id = state.last_claimed_id
     ),
+    rooms AS (
+        -- Each capped namespace among the walked rows: its cap less its rows in flight, counted
+        -- afresh (the walk holds its lock, so no other claim takes its rows meanwhile).
+        SELECT capped.row_namespace, greatest(capped.cap - busy.running, 0) AS room
+        FROM (
+            SELECT DISTINCT walked.row_namespace,
+                   coalesce(capped_limits[array_position(capped_namespaces,
+                                                         walked.row_namespace)],
+                            every_cap) AS cap
+            FROM walked
+            WHERE walked.row_namespace <> ''
+        ) AS capped
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS running FROM scraping_jobs AS jobs
+            WHERE jobs.owner_namespace = capped.row_namespace AND jobs.status = 'processing'
+        ) AS busy
+        WHERE capped.cap IS NOT NULL
+    ),
     chosen AS (
-        -- The best `claim_limit` walked rows within their hosts' free slots. A host's slots go
+        -- The best `claim_limit` walked rows within their hosts' free slots and their
+        -- namespaces' caps. A host's slots go
         -- by priority, then in turns of its namespaces (each namespace's first row, then each
         -- one's second, ...; with scrapeq.namespace_turns off, oldest first).
-        SELECT ranked.id
+        SELECT capped.id
         FROM (
-            SELECT turned.id, turned.priority, turned.run_at, visited.free,
+        SELECT ranked.id, ranked.priority, ranked.run_at, rooms.room,
+               row_number() OVER (PARTITION BY ranked.row_namespace
+                                  ORDER BY ranked.priority DESC, ranked.run_at, ranked.id)
+                   AS namespace_rank
+        FROM (
+            SELECT turned.id, turned.priority, turned.run_at, turned.row_namespace, visited.free,
                    row_number() OVER (PARTITION BY turned.host_key
                                       ORDER BY turned.priority DESC,
                                                CASE WHEN namespace_turns
@@ -364,6 +426,7 @@ BEGIN
                        AS rank
             FROM (
                 SELECT walked.id, walked.host_key, walked.priority, walked.run_at,
+                       walked.row_namespace,
                        row_number() OVER (PARTITION BY walked.host_key, walked.owner_namespace,
                                                        walked.priority
                                           ORDER BY walked.run_at, walked.id)
@@ -375,8 +438,11 @@ BEGIN
             ) AS turned
             JOIN visited ON visited.host_key = turned.host_key
         ) AS ranked
+        LEFT JOIN rooms ON rooms.row_namespace = ranked.row_namespace
         WHERE ranked.rank <= ranked.free
-        ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
+        ) AS capped
+        WHERE capped.room IS NULL OR capped.namespace_rank <= capped.room
+        ORDER BY capped.priority DESC, capped.run_at, capped.id
         LIMIT claim_limit
     ),
     claimed AS (
@@ -1513,6 +1579,33 @@ COMMENT ON COLUMN public.scrapeq_hosts.breaker_trips IS 'How many times in a row
 
 
 --
+-- Name: scrapeq_namespace_limits; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_namespace_limits (
+    owner_namespace text NOT NULL,
+    max_in_flight integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT scrapeq_namespace_limits_max_in_flight_check CHECK ((max_in_flight >= 1)),
+    CONSTRAINT scrapeq_namespace_limits_owner_namespace_check CHECK ((owner_namespace <> ''::text))
+);
+
+
+--
+-- Name: TABLE scrapeq_namespace_limits; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_namespace_limits IS 'scrapeq: the most rows of a namespace in flight at once (the claim holds it); * is every namespace without a row of its own.';
+
+
+--
+-- Name: COLUMN scrapeq_namespace_limits.owner_namespace; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_namespace_limits.owner_namespace IS 'A namespace (owner_namespace of its rows), or * for every other namespace.';
+
+
+--
 -- Name: scrapeq_output_batches; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -2267,6 +2360,14 @@ COMMENT ON CONSTRAINT scrapeq_jobs_payload_is_object ON public.scraping_jobs IS 
 
 
 --
+-- Name: scrapeq_namespace_limits scrapeq_namespace_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_namespace_limits
+    ADD CONSTRAINT scrapeq_namespace_limits_pkey PRIMARY KEY (owner_namespace);
+
+
+--
 -- Name: scrapeq_output_batches scrapeq_output_batches_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2446,6 +2547,13 @@ CREATE INDEX scrapeq_jobs_host_claim_idx ON public.scraping_jobs USING btree (ho
 --
 
 CREATE INDEX scrapeq_jobs_namespace_claim_idx ON public.scraping_jobs USING btree (host_key, queue, COALESCE(owner_namespace, ''::text), priority DESC, run_at, id) WHERE (status = 'pending'::public.scraping_job_status);
+
+
+--
+-- Name: scrapeq_jobs_namespace_processing_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_jobs_namespace_processing_idx ON public.scraping_jobs USING btree (owner_namespace) WHERE ((status = 'processing'::public.scraping_job_status) AND (owner_namespace IS NOT NULL));
 
 
 --

@@ -53,6 +53,7 @@ from scrapeq_operator.job_status import (
     merge_conditions,
     summarize,
 )
+from scrapeq_operator.namespace_caps import NamespaceCapSync
 from scrapeq_operator.output_spec import job_output
 from scrapeq_operator.output_store import OutputStore
 from scrapeq_operator.output_uploader import OutputUploader
@@ -114,6 +115,7 @@ async def start_operator(
     )
     runtime.spawn("webhooks", delivery.run())
     runtime.spawn("retention", Retention(config, runtime).run())
+    runtime.spawn("namespace-caps", NamespaceCapSync(config, runtime).run())
     if config.object_store_bucket is not None:
         runtime.spawn("output", OutputUploader(config, runtime, OutputStore(config)).run())
     if config.autoscaler_enabled:

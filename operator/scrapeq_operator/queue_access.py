@@ -41,6 +41,8 @@ class QueuePolicy:
     namespaces: frozenset[str]
     queues: frozenset[str]
     max_priority: int = MAX_PRIORITY
+    # Most rows of each namespace the policy names in flight at once (None: no cap).
+    max_rows_in_flight: int | None = None
 
     def covers(self, namespace: str, queue: str) -> bool:
         """Whether the policy names the namespace and the queue (each by name or `*`)."""
@@ -68,11 +70,15 @@ def read_policy(body: Mapping[str, Any]) -> QueuePolicy:
 
     raw_priority = spec.get("maxPriority", MAX_PRIORITY)
     max_priority = raw_priority if isinstance(raw_priority, int) else -MAX_PRIORITY - 1
+    raw_cap = spec.get("maxRowsInFlightPerNamespace")
+    # A cap the schema would refuse caps as tightly as it can: one row at a time.
+    max_rows = None if raw_cap is None else max(raw_cap, 1) if isinstance(raw_cap, int) else 1
     return QueuePolicy(
         name=str((body.get("metadata") or {}).get("name") or "?"),
         namespaces=names("namespaces"),
         queues=names("queues"),
         max_priority=max_priority,
+        max_rows_in_flight=max_rows,
     )
 
 
@@ -125,3 +131,21 @@ def admitted_message(
     return f"namespace {namespace} may use queue {queue} at priority {priority} (granted by " + (
         f"{_listed(granting)})"
     )
+
+
+def namespace_caps(policies: Sequence[QueuePolicy] | None) -> dict[str, int]:
+    """The caps on rows in flight the policies set, for the claim (scrapeq_queue's
+    set_namespace_limits): per namespace a policy names, and `*` for every namespace. Caps
+    restrict, so the lowest of the policies naming a namespace (by name or `*`) holds."""
+    caps: dict[str, int] = {}
+    for policy in policies or []:
+        if policy.max_rows_in_flight is None:
+            continue
+        for namespace in policy.namespaces:
+            caps[namespace] = min(
+                caps.get(namespace, policy.max_rows_in_flight), policy.max_rows_in_flight
+            )
+    every = caps.get(EVERY)
+    if every is not None:
+        caps = {namespace: min(cap, every) for namespace, cap in caps.items()}
+    return caps

@@ -1,4 +1,5 @@
--- 0016: namespaces take turns in the claim (docs/queue.md, "Namespace turns"). A site's head is
+-- 0016: namespaces take turns in the claim (docs/queue.md, "Namespace turns"), and may be capped
+-- on rows in flight ("Namespace caps"). A site's head is
 -- now per (queue, site, owner namespace), '' for rows without an owner: a namespace's rows of a
 -- site shared with another namespace's backlog get a head of their own, and a site's rows go out
 -- in turns of namespaces. The heads are rebuilt from the pending rows. The triggers that write
@@ -38,6 +39,23 @@ FROM scraping_jobs AS jobs
 WHERE jobs.status = 'pending' AND jobs.host_key IS NOT NULL
 ORDER BY jobs.queue, jobs.host_key, coalesce(jobs.owner_namespace, ''), jobs.run_at > now(),
          jobs.priority DESC, jobs.run_at, jobs.id;
+
+-- Caps on rows in flight per namespace, written by the operator from the QueuePolicies and
+-- read by every claim (docs/queue.md, "Namespace caps").
+CREATE TABLE scrapeq_namespace_limits (
+    owner_namespace TEXT PRIMARY KEY CHECK (owner_namespace <> ''),
+    max_in_flight INTEGER NOT NULL CHECK (max_in_flight >= 1),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE scrapeq_namespace_limits IS
+    'scrapeq: the most rows of a namespace in flight at once (the claim holds it); * is every namespace without a row of its own.';
+COMMENT ON COLUMN scrapeq_namespace_limits.owner_namespace IS
+    'A namespace (owner_namespace of its rows), or * for every other namespace.';
+
+-- A capped namespace's rows in flight, counted by the claim.
+CREATE INDEX scrapeq_jobs_namespace_processing_idx ON scraping_jobs (owner_namespace)
+    WHERE status = 'processing' AND owner_namespace IS NOT NULL;
 
 \ir ../sql/namespace_heads.sql
 

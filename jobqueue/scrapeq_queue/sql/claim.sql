@@ -28,7 +28,8 @@ CREATE TYPE scrapeq_claim_visit AS (
     touch BOOLEAN,            -- touched_at is over a minute old
     id BIGINT,
     priority INTEGER,
-    run_at TIMESTAMPTZ
+    run_at TIMESTAMPTZ,
+    row_namespace TEXT        -- the row's namespace ('' for none)
 );
 
 -- Claims up to `claim_limit` due pending rows of `wanted_queues` for `claimer`, best first,
@@ -55,6 +56,9 @@ DECLARE
     -- The advisory-lock space of host turns: a claim holds (host_turns, hashtext(host_key))
     -- while it counts and takes the host's rows. 'scrq' in ASCII.
     host_turns CONSTANT INTEGER := 1935897201;
+    -- The advisory-lock space of capped namespaces' turns: a claim holds (namespace_caps,
+    -- hashtext(namespace)) while it counts and takes a capped namespace's rows. 'scrn' in ASCII.
+    namespace_caps CONSTANT INTEGER := 1935896174;
     -- How many hosts a claim may pass over (full, paused, inside a delay, held by another
     -- claim) besides those it takes rows from.
     passed_over CONSTANT INTEGER := 5000;
@@ -67,6 +71,11 @@ DECLARE
     -- scrapeq.namespace_turns, on unless set to off (docs/queue.md, "Namespace turns").
     namespace_turns CONSTANT BOOLEAN :=
         coalesce(nullif(current_setting('scrapeq.namespace_turns', true), ''), 'on')::boolean;
+    -- The caps on rows in flight per namespace (scrapeq_namespace_limits): the namespaces with
+    -- a cap of their own and their caps, and the cap of every other namespace (`*`).
+    capped_namespaces TEXT[];
+    capped_limits INTEGER[];
+    every_cap INTEGER;
 BEGIN
     -- 1. The queues, each once (a repeated name would walk and lock the same hosts twice).
     IF cardinality(wanted_queues) > 1 THEN
@@ -82,6 +91,11 @@ BEGIN
     -- value (a sequence read is volatile, and would keep the look-up below off the index).
     marks := ARRAY(SELECT pg_sequence_last_value(scrapeq_claim_turn_slot(given.queue))
                    FROM unnest(wanted_queues) AS given(queue));
+    SELECT array_agg(caps.owner_namespace) FILTER (WHERE caps.owner_namespace <> '*'),
+           array_agg(caps.max_in_flight) FILTER (WHERE caps.owner_namespace <> '*'),
+           min(caps.max_in_flight) FILTER (WHERE caps.owner_namespace = '*')
+    INTO capped_namespaces, capped_limits, every_cap
+    FROM scrapeq_namespace_limits AS caps;
 
     -- 3. The walk. Each queue's heads in walk order; a host that looks free is locked (never
     -- waiting) with its due rows up to its free slots (SKIP LOCKED).
@@ -103,9 +117,12 @@ BEGIN
             SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
                        host.head_id, host.host_limit,
                        host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                       next.run_at)::scrapeq_claim_visit AS step
+                       next.run_at, next.row_namespace)::scrapeq_claim_visit AS step
             FROM (
                 SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
+                       CASE WHEN heads.owner_namespace <> '' THEN coalesce(
+                           capped_limits[array_position(capped_namespaces, heads.owner_namespace)],
+                           every_cap) END AS namespace_cap,
                        heads.head_priority,
                        heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
                        state.delay, state.touch
@@ -161,6 +178,14 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT CASE
                     WHEN busy.running >= host.host_limit THEN false
+                    -- A capped namespace at its cap, or whose rows another claim is taking.
+                    WHEN host.namespace_cap IS NOT NULL
+                         AND ((SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.owner_namespace = host.owner_namespace
+                                 AND jobs.status = 'processing') >= host.namespace_cap
+                              OR NOT pg_try_advisory_xact_lock(namespace_caps,
+                                                               hashtext(host.owner_namespace)))
+                        THEN false
                     WHEN host.delay > 0 AND greatest(host.last_finished_at,
                             (SELECT jobs.updated_at FROM scraping_jobs AS jobs
                              WHERE jobs.id = host.last_claimed_id))
@@ -168,7 +193,8 @@ BEGIN
                     ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
             ) AS turn
             LEFT JOIN LATERAL (
-                SELECT jobs.id, jobs.priority, jobs.run_at
+                SELECT jobs.id, jobs.priority, jobs.run_at,
+                       coalesce(jobs.owner_namespace, '') AS row_namespace
                 FROM scraping_jobs AS jobs
                 WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
                   AND jobs.queue = host.queue
@@ -206,9 +232,12 @@ BEGIN
             SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
                        host.head_id, host.host_limit,
                        host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                       next.run_at)::scrapeq_claim_visit AS step
+                       next.run_at, next.row_namespace)::scrapeq_claim_visit AS step
             FROM (
                 SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
+                       CASE WHEN heads.owner_namespace <> '' THEN coalesce(
+                           capped_limits[array_position(capped_namespaces, heads.owner_namespace)],
+                           every_cap) END AS namespace_cap,
                        heads.head_priority,
                        heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
                        state.delay, state.touch
@@ -264,6 +293,14 @@ BEGIN
             CROSS JOIN LATERAL (
                 SELECT CASE
                     WHEN busy.running >= host.host_limit THEN false
+                    -- A capped namespace at its cap, or whose rows another claim is taking.
+                    WHEN host.namespace_cap IS NOT NULL
+                         AND ((SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.owner_namespace = host.owner_namespace
+                                 AND jobs.status = 'processing') >= host.namespace_cap
+                              OR NOT pg_try_advisory_xact_lock(namespace_caps,
+                                                               hashtext(host.owner_namespace)))
+                        THEN false
                     WHEN host.delay > 0 AND greatest(host.last_finished_at,
                             (SELECT jobs.updated_at FROM scraping_jobs AS jobs
                              WHERE jobs.id = host.last_claimed_id))
@@ -271,7 +308,8 @@ BEGIN
                     ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
             ) AS turn
             LEFT JOIN LATERAL (
-                SELECT jobs.id, jobs.priority, jobs.run_at
+                SELECT jobs.id, jobs.priority, jobs.run_at,
+                       coalesce(jobs.owner_namespace, '') AS row_namespace
                 FROM scraping_jobs AS jobs
                 WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
                   AND jobs.queue = host.queue
@@ -339,13 +377,37 @@ BEGIN
         ) AS state ON true
         LEFT JOIN scraping_jobs AS last ON last.id = state.last_claimed_id
     ),
+    rooms AS (
+        -- Each capped namespace among the walked rows: its cap less its rows in flight, counted
+        -- afresh (the walk holds its lock, so no other claim takes its rows meanwhile).
+        SELECT capped.row_namespace, greatest(capped.cap - busy.running, 0) AS room
+        FROM (
+            SELECT DISTINCT walked.row_namespace,
+                   coalesce(capped_limits[array_position(capped_namespaces,
+                                                         walked.row_namespace)],
+                            every_cap) AS cap
+            FROM walked
+            WHERE walked.row_namespace <> ''
+        ) AS capped
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS running FROM scraping_jobs AS jobs
+            WHERE jobs.owner_namespace = capped.row_namespace AND jobs.status = 'processing'
+        ) AS busy
+        WHERE capped.cap IS NOT NULL
+    ),
     chosen AS (
-        -- The best `claim_limit` walked rows within their hosts' free slots. A host's slots go
+        -- The best `claim_limit` walked rows within their hosts' free slots and their
+        -- namespaces' caps. A host's slots go
         -- by priority, then in turns of its namespaces (each namespace's first row, then each
         -- one's second, ...; with scrapeq.namespace_turns off, oldest first).
-        SELECT ranked.id
+        SELECT capped.id
         FROM (
-            SELECT turned.id, turned.priority, turned.run_at, visited.free,
+        SELECT ranked.id, ranked.priority, ranked.run_at, rooms.room,
+               row_number() OVER (PARTITION BY ranked.row_namespace
+                                  ORDER BY ranked.priority DESC, ranked.run_at, ranked.id)
+                   AS namespace_rank
+        FROM (
+            SELECT turned.id, turned.priority, turned.run_at, turned.row_namespace, visited.free,
                    row_number() OVER (PARTITION BY turned.host_key
                                       ORDER BY turned.priority DESC,
                                                CASE WHEN namespace_turns
@@ -354,6 +416,7 @@ BEGIN
                        AS rank
             FROM (
                 SELECT walked.id, walked.host_key, walked.priority, walked.run_at,
+                       walked.row_namespace,
                        row_number() OVER (PARTITION BY walked.host_key, walked.owner_namespace,
                                                        walked.priority
                                           ORDER BY walked.run_at, walked.id)
@@ -365,8 +428,11 @@ BEGIN
             ) AS turned
             JOIN visited ON visited.host_key = turned.host_key
         ) AS ranked
+        LEFT JOIN rooms ON rooms.row_namespace = ranked.row_namespace
         WHERE ranked.rank <= ranked.free
-        ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
+        ) AS capped
+        WHERE capped.room IS NULL OR capped.namespace_rank <= capped.room
+        ORDER BY capped.priority DESC, capped.run_at, capped.id
         LIMIT claim_limit
     ),
     claimed AS (

@@ -10,11 +10,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import scrapeq_queue
 
 from tests.e2e.operator.operator_parts import (
     Kubectl,
     OperatorProcess,
     owner_progress,
+    run_queue_call,
     scrapejob,
     wait_for_status,
 )
@@ -201,3 +203,33 @@ def test_a_wildcard_policy_admits_every_namespace_and_queue(
     status = kubectl.get("scrapejob", "anything", namespace).get("status") or {}
     # Admitted from the start: no condition is written for it (no extra API write).
     assert condition(status, "Admitted") is None
+
+
+def test_the_policies_caps_on_rows_in_flight_are_written_to_the_queue_and_follow_changes(
+    kubectl: Kubectl,
+    namespace: str,
+    database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+    queue_policies: Callable[..., None],
+) -> None:
+    queue_policies("everyone", ["*"], ["*"], maxRowsInFlightPerNamespace=100)
+    queue_policies("team", [namespace], ["bulk"], maxRowsInFlightPerNamespace=5)
+    operator_factory(database_url)
+
+    def caps() -> dict[str, int]:
+        found: dict[str, int] = run_queue_call(database_url, scrapeq_queue.namespace_limits)
+        return found
+
+    eventually_blocking(
+        lambda: caps() == {"*": 100, namespace: 5},
+        within=30,
+        what="the caps of the QueuePolicies in the queue",
+    )
+
+    queue_policies("team", [namespace], ["bulk"], maxRowsInFlightPerNamespace=500)
+
+    eventually_blocking(
+        lambda: caps() == {"*": 100, namespace: 100},
+        within=30,
+        what="the lowest cap (everyone's) to hold once the team's is raised above it",
+    )

@@ -160,3 +160,52 @@ async def test_heads_are_kept_per_site_queue_and_namespace_with_ownerless_rows_a
     assert len(jobs) == 2
     assert len({job.owner_namespace for job in jobs}) == 2
 
+
+async def test_a_namespace_cap_holds_for_several_claiming_connections_and_frees_as_rows_finish(
+    database_url: str, async_connection: Connection
+) -> None:
+    await async_connection.execute(
+        """
+        INSERT INTO scraping_jobs (url_to_scrape, parser_type, queue, owner_uid,
+                                   owner_namespace, owner_name)
+        SELECT format('https://%%s-%%s.test/%%s', ns, n %% 50, n), 'default', %(queue)s,
+               'uid-' || ns, ns, 'job'
+        FROM generate_series(1, 400) AS n, unnest(ARRAY['capped', 'free']) AS ns
+        """,
+        {"queue": QUEUE},
+    )
+    await queue.set_namespace_limits(async_connection, {"capped": 7, "*": 1000})
+    assert await queue.namespace_limits(async_connection) == {"*": 1000, "capped": 7}
+
+    held: list[queue.ClaimedJob] = []
+
+    async def claimer(number: int) -> None:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as own:
+            for _ in range(15):
+                held.extend(
+                    await queue.claim_jobs(
+                        own, worker_id=f"w{number}", queues=[QUEUE], limit=10, lease_seconds=60
+                    )
+                )
+
+    # Six connections claim at once and hold every row they get.
+    await asyncio.gather(*(claimer(number) for number in range(6)))
+
+    by_namespace = Counter(job.owner_namespace for job in held)
+    assert by_namespace["capped"] == 7
+    assert by_namespace["free"] == 100  # its 50 sites, 2 rows each: the sites' limits
+    assert len({job.id for job in held}) == len(held)
+
+    # Finishing 3 of the capped namespace's rows lets exactly 3 more go out.
+    finished = [job for job in held if job.owner_namespace == "capped"][:3]
+    await queue.complete_many(
+        async_connection, [queue.Completion(job.id, job.attempt, {}, 0.0) for job in finished]
+    )
+    more = await queue.claim_jobs(
+        async_connection, worker_id="w", queues=[QUEUE], limit=50, lease_seconds=60
+    )
+    assert Counter(job.owner_namespace for job in more) == {"capped": 3}
+
+    # A cap removed (the operator wrote none) holds no more.
+    await queue.set_namespace_limits(async_connection, {})
+    assert await queue.namespace_limits(async_connection) == {}

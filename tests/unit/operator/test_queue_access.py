@@ -12,6 +12,7 @@ from scrapeq_operator.queue_access import (
     QueuePolicy,
     admission,
     admitted_message,
+    namespace_caps,
     read_policy,
 )
 
@@ -102,3 +103,25 @@ def test_a_policy_with_fields_the_schema_would_refuse_grants_nothing() -> None:
     refusal = admission([odd], namespace="team-b", queue="bulk", priority=-1000)
     assert refusal is not None
     assert refusal.reason == PRIORITY_NOT_ALLOWED_REASON
+
+
+def test_caps_are_the_lowest_of_the_policies_naming_a_namespace_and_star_caps_everyone() -> None:
+    policies = [
+        policy("everyone", ["*"], ["*"], maxRowsInFlightPerNamespace=100),
+        policy("team-a", ["team-a"], ["bulk"], maxRowsInFlightPerNamespace=5),
+        policy("team-b", ["team-b"], ["bulk"], maxRowsInFlightPerNamespace=500),
+        policy("uncapped", ["team-c"], ["*"]),
+    ]
+
+    assert namespace_caps(policies) == {"*": 100, "team-a": 5, "team-b": 100}
+
+
+def test_no_policy_or_no_capping_policy_caps_nothing() -> None:
+    assert namespace_caps(None) == {}
+    assert namespace_caps([policy("default", ["*"], ["*"])]) == {}
+
+
+def test_a_cap_the_schema_would_refuse_caps_at_one_row() -> None:
+    odd = policy("odd", ["team-a"], ["*"], maxRowsInFlightPerNamespace="many")
+    zero = policy("zero", ["team-b"], ["*"], maxRowsInFlightPerNamespace=0)
+    assert namespace_caps([odd, zero]) == {"team-a": 1, "team-b": 1}
