@@ -32,9 +32,11 @@ BATCH = 10
 BOUND_OF_BACKLOG_ROWS = 5_000
 
 
-async def fill(connection: Connection) -> None:
-    """Namespace team-a: 100,000 due rows over 100 sites, an hour old; then team-b: 10 rows on
-    team-a's first site, due now."""
+async def fill(
+    connection: Connection, *, sites: int = BACKLOG_SITES, small_site: str = "site-0.test"
+) -> None:
+    """Namespace team-a: 100,000 due rows over `sites` sites, an hour old; then team-b: 10 rows
+    on `small_site` (team-a's first site unless told otherwise), due now."""
     await connection.execute(
         """
         INSERT INTO scraping_jobs (url_to_scrape, parser_type, queue, run_at, owner_uid,
@@ -44,25 +46,25 @@ async def fill(connection: Connection) -> None:
                'backlog'
         FROM generate_series(0, %(rows)s - 1) AS n
         """,
-        {"sites": BACKLOG_SITES, "queue": QUEUE, "rows": BACKLOG_SITES * BACKLOG_PER_SITE},
+        {"sites": sites, "queue": QUEUE, "rows": BACKLOG_SITES * BACKLOG_PER_SITE},
     )
     await connection.execute(
         """
         INSERT INTO scraping_jobs (url_to_scrape, parser_type, queue, owner_uid,
                                    owner_namespace, owner_name)
-        SELECT format('https://site-0.test/b/%%s', n), 'default', %(queue)s, 'uid-b', 'team-b',
-               'small'
+        SELECT format('https://%%s/b/%%s', %(site)s::text, n), 'default', %(queue)s, 'uid-b',
+               'team-b', 'small'
         FROM generate_series(1, %(rows)s) AS n
         """,
-        {"queue": QUEUE, "rows": SMALL_ROWS},
+        {"queue": QUEUE, "rows": SMALL_ROWS, "site": small_site},
     )
 
 
 async def claim_until_small_is_done(
-    database_url: str, *, namespace_turns: bool
+    database_url: str, *, namespace_turns: bool, bound: int = BOUND_OF_BACKLOG_ROWS
 ) -> tuple[int, int, list[int]]:
     """CLAIMERS connections claim and complete at once until team-b's rows are all claimed or
-    team-a has had BOUND_OF_BACKLOG_ROWS claimed. Returns (team-a rows claimed, team-b rows
+    team-a has had `bound` rows claimed. Returns (team-a rows claimed, team-b rows
     claimed, every claimed id)."""
     claimed: Counter[str] = Counter()
     ids: list[int] = []
@@ -85,7 +87,7 @@ async def claim_until_small_is_done(
                     own,
                     [queue.Completion(job.id, job.attempt, {}, 0.0) for job in jobs],
                 )
-                if claimed["team-b"] == SMALL_ROWS or claimed["team-a"] >= BOUND_OF_BACKLOG_ROWS:
+                if claimed["team-b"] == SMALL_ROWS or claimed["team-a"] >= bound:
                     done.set()
 
     await asyncio.gather(*(claimer(number) for number in range(CLAIMERS)))
@@ -101,6 +103,27 @@ async def test_a_small_namespace_on_a_site_shared_with_a_backlog_of_100000_rows_
 
     assert small == SMALL_ROWS
     assert backlog < BOUND_OF_BACKLOG_ROWS
+    assert len(ids) == len(set(ids)), "a row was claimed twice"
+
+
+# B on a site of its own among A's 1,000 sites (100 rows each): B's one head is visited once per
+# rotation over the 1,001 heads, about 2,000 of A's rows at 10 rows and 5 sites per claim, and
+# gives up to 2 rows: its 10 rows need 5 rotations, about 10,000 of A's rows; the bound allows
+# twice that.
+BOUND_AMONG_MANY_SITES = 20_000
+
+
+async def test_a_small_namespace_among_another_namespaces_1000_sites_waits_rotations_not_rows(
+    database_url: str, async_connection: Connection
+) -> None:
+    await fill(async_connection, sites=1_000, small_site="small.test")
+
+    backlog, small, ids = await claim_until_small_is_done(
+        database_url, namespace_turns=True, bound=BOUND_AMONG_MANY_SITES
+    )
+
+    assert small == SMALL_ROWS
+    assert backlog < BOUND_AMONG_MANY_SITES
     assert len(ids) == len(set(ids)), "a row was claimed twice"
 
 
