@@ -8,9 +8,12 @@ Starts a throw-away PostgreSQL and kube-apiserver + etcd (no kubelet), applies t
 workers through the queue package (claim_jobs + complete_many), so rows finish as fast as the
 database allows and the figures are the operator's own. Measures:
 
-- enqueue_jobs: `kubectl create` of N single-URL ScrapeJobs -> every row in the queue,
+- enqueue_jobs: `kubectl create` of N single-URL ScrapeJobs (Lists of 500, four kubectl
+  processes at once) -> every row in the queue,
   with stand-in workers completing rows as they appear (a pool that keeps up);
 - status_after_last_completion: the last of those rows completes -> every ScrapeJob Succeeded;
+- status_lag_per_job: for each of those jobs, its row's completion (committed by the stand-in
+  worker) -> a watch the benchmark holds on the ScrapeJobs sees it Succeeded: p50, p99, max;
 - api_writes_per_lifecycle: write requests (POST/PUT/PATCH/DELETE) on scrapejobs, their status
   and Events during create -> run -> Succeeded -> delete, from kube-apiserver's
   apiserver_request_total, per job: all of them, and the operator's alone (total minus the
@@ -40,6 +43,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -51,18 +55,27 @@ import yaml
 
 from scrapeq.local.controlplane import LocalControlPlane
 from scrapeq.local.postgres import LocalPostgres
-from scrapeq.local.processes import free_port, terminate, wait_until
+from scrapeq.local.processes import (
+    free_port,
+    terminate,
+    wait_for_established_crd,
+    wait_until,
+)
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
 CRD_PATH = REPOSITORY_ROOT / "crds" / "scrapejobs.scrapeq.io.yaml"
 NAMESPACE = "bench"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 COUNTED_RESOURCES = {"scrapejobs", "events"}
+# The ScrapeJobs of one `kubectl create`, and how many such processes run at once.
+CREATE_CHUNK = 500
+CREATE_PROCESSES = 4
 # Rows claimed and completed per round by the benchmark's stand-in worker.
 WORKER_BATCH = 1000
 GOALS = {
     "api_writes_per_lifecycle": "<= 4 per single-URL job",
-    "operator_peak_rss": "<= 250 MB at 1,000 ScrapeJobs",
+    "operator_peak_rss": "<= 250 MB at 1,000 ScrapeJobs, <= 300 MB at 10,000",
+    "status_lag_per_job": "p99 <= 10 s",
     "autoscaler_reaction": "<= 5 s",
 }
 
@@ -111,6 +124,44 @@ class Kube:
         template = '{range .items[*]}{.status.phase}{"-"}{"\\n"}{end}'
         listed = self.run("get", "scrapejobs", "-n", NAMESPACE, "-o", f"jsonpath={template}")
         return [line.rstrip("-") or "-" for line in listed.splitlines()]
+
+
+class SucceededWatch:
+    """`kubectl get scrapejobs --watch` in the background: when each ScrapeJob was first seen
+    Succeeded (monotonic), from the events as they arrive."""
+
+    def __init__(self, kube: Kube) -> None:
+        template = '{.metadata.name} {.status.phase}{"\\n"}'
+        self.seen: dict[str, float] = {}
+        self._process = subprocess.Popen(
+            [
+                "kubectl",
+                f"--kubeconfig={kube.kubeconfig}",
+                "get",
+                "scrapejobs",
+                "-n",
+                NAMESPACE,
+                "--watch",
+                "-o",
+                f"jsonpath={template}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            name, _, phase = line.strip().partition(" ")
+            if phase == "Succeeded" and name not in self.seen:
+                self.seen[name] = time.monotonic()
+
+    def stop(self) -> None:
+        terminate(self._process)  # type: ignore[arg-type]
+        self._thread.join(timeout=10)
 
 
 def poll(condition: Callable[[], bool], *, timeout: float, what: str, interval: float) -> None:
@@ -173,6 +224,8 @@ class StandInWorker:
         self.queue = queue
         self.completed = 0
         self.last_completion = time.monotonic()
+        # Each completed row's owner (ScrapeJob name) -> when its completion committed.
+        self.completed_at: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
 
@@ -200,6 +253,9 @@ class StandInWorker:
                     ],
                 )
                 self.last_completion = time.monotonic()
+                for job in jobs:
+                    if job.owner_name is not None:
+                        self.completed_at[job.owner_name] = self.last_completion
                 self.completed += len(jobs)
 
     def __enter__(self) -> StandInWorker:
@@ -215,6 +271,14 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time the process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    """The process's resident memory now (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -275,23 +339,30 @@ def many_jobs(
     kube: Kube, database_url: str, count: int, results: list[dict[str, Any]], pid: int
 ) -> None:
     queue = "bench-many"
-    manifests = {
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [
-            {
-                "apiVersion": "scrapeq.io/v1alpha1",
-                "kind": "ScrapeJob",
-                "metadata": {"name": f"job-{number:05d}", "namespace": NAMESPACE},
-                "spec": {"url": f"https://shop.example.com/item/{number}", "queue": queue},
-            }
-            for number in range(count)
-        ],
-    }
+    jobs = [
+        {
+            "apiVersion": "scrapeq.io/v1alpha1",
+            "kind": "ScrapeJob",
+            "metadata": {"name": f"job-{number:05d}", "namespace": NAMESPACE},
+            "spec": {"url": f"https://shop.example.com/item/{number}", "queue": queue},
+        }
+        for number in range(count)
+    ]
+    # kubectl creates a List's objects one request at a time: Lists of CREATE_CHUNK objects,
+    # CREATE_PROCESSES kubectl processes at once, as several users (or a CI job) would.
+    chunks = [
+        yaml.safe_dump(
+            {"apiVersion": "v1", "kind": "List", "items": jobs[start : start + CREATE_CHUNK]}
+        )
+        for start in range(0, count, CREATE_CHUNK)
+    ]
     before = kube.writes()
+    rss_before = rss_mb(pid)
+    watch = SucceededWatch(kube)
     with StandInWorker(database_url, queue) as worker:
         started = time.monotonic()
-        kube.run("create", "-f", "-", stdin=yaml.safe_dump(manifests))
+        with ThreadPoolExecutor(CREATE_PROCESSES) as creators:
+            list(creators.map(lambda chunk: kube.run("create", "-f", "-", stdin=chunk), chunks))
         created = time.monotonic()
 
         def all_enqueued() -> bool:
@@ -322,6 +393,34 @@ def many_jobs(
         "status_after_last_completion",
         jobs=count,
         seconds=round(time.monotonic() - last_completion, 2),
+    )
+    # What the operator keeps per ScrapeJob: its resident memory with every job Succeeded and
+    # still there, against before they were created.
+    rss_with_jobs = rss_mb(pid)
+    emit(
+        results,
+        "operator_rss_kept_per_job",
+        jobs=count,
+        rss_before_mb=round(rss_before, 1),
+        rss_with_jobs_mb=round(rss_with_jobs, 1),
+        kb_per_job=round((rss_with_jobs - rss_before) * 1024 / count, 1),
+    )
+    poll(
+        lambda: len(watch.seen) >= count,
+        timeout=60,
+        what="the watch to see every job",
+        interval=0.2,
+    )
+    watch.stop()
+    lags = sorted(watch.seen[name] - completed for name, completed in worker.completed_at.items())
+    emit(
+        results,
+        "status_lag_per_job",
+        jobs=len(lags),
+        p50_seconds=round(lags[len(lags) // 2], 2),
+        p99_seconds=round(lags[min(len(lags) - 1, int(len(lags) * 0.99))], 2),
+        max_seconds=round(lags[-1], 2),
+        goal=GOALS["status_lag_per_job"],
     )
 
     # --wait=false: kubectl's own wait checks the objects one by one, slower than the operator.
@@ -483,6 +582,16 @@ def print_table(results: list[dict[str, Any]]) -> None:
         measure = record["measure"]
         if "seconds" in record:
             figure = f"{record['seconds']} s"
+        elif "kb_per_job" in record:
+            figure = (
+                f"{record['kb_per_job']} KB ({record['rss_before_mb']} -> "
+                f"{record['rss_with_jobs_mb']} MB)"
+            )
+        elif "p99_seconds" in record:
+            figure = (
+                f"p50 {record['p50_seconds']} s, p99 {record['p99_seconds']} s, "
+                f"max {record['max_seconds']} s"
+            )
         elif "median_seconds" in record:
             figure = f"median {record['median_seconds']} s, max {record['max_seconds']} s"
         elif "mb" in record:
@@ -506,9 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     with LocalPostgres() as postgres, LocalControlPlane() as cluster:
         kube = Kube(cluster.kubeconfig)
         kube.run("apply", "-f", str(CRD_PATH))
-        kube.run(
-            "wait", "--for=condition=Established", "--timeout=60s", "crd/scrapejobs.scrapeq.io"
-        )
+        wait_for_established_crd(Path(cluster.kubeconfig), "scrapejobs.scrapeq.io")
         poll(
             lambda: (
                 subprocess.run(

@@ -112,6 +112,55 @@ PANELS = (
         "Finished jobs the operator's retention deleted (completed past their age, failed beyond the newest N per queue).",
         (("pruned", f"sum(increase(scrapeq_operator_retention_pruned_jobs_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),),
     ),
+    Panel(
+        "Output delivered",
+        "Finished rows and batches the operator put into object storage per second (spec.output), "
+        "and outputs whose last upload failed (the store unreachable or refusing).",
+        (
+            ("rows", f"sum(rate(scrapeq_operator_output_rows_delivered_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),
+            ("batches", f"sum(rate(scrapeq_operator_output_batches_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),
+            ("failing outputs", f"sum(scrapeq_operator_output_failing_outputs{{{NAMESPACE_FILTER}}})"),
+        ),
+    ),
+    Panel(
+        "Output delivery lag",
+        "From a batch being cut to its object being in the bucket, 50th and 95th percentile.",
+        (
+            ("p50", f"histogram_quantile(0.5, sum by (le) (rate(scrapeq_operator_output_delivery_lag_seconds_bucket{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}])))"),
+            ("p95", f"histogram_quantile(0.95, sum by (le) (rate(scrapeq_operator_output_delivery_lag_seconds_bucket{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}])))"),
+        ),
+        unit="s",
+    ),
+    Panel(
+        "Blocked pages and sessions",
+        "Pages the sites refused (by what recognised the block: status or marker), and pages that "
+        "used a session of the pool by outcome (ok, blocked, proxy_failed).",
+        (
+            ("blocked by {{rule}}", f"sum by (rule) (rate(scrapeq_worker_pages_blocked_total{{{QUEUE_FILTER}}}[{RATE_WINDOW}]))"),
+            ("session {{outcome}}", f"sum by (outcome) (rate(scrapeq_worker_session_pages_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),
+        ),
+        unit="ops",
+    ),
+    Panel(
+        "Sessions and proxies retired",
+        "Sessions retired on a site after their blocks there, and upstream proxies retired for every worker, by proxy id (never its address).",
+        (
+            ("sessions {{proxy}}", f"sum by (proxy) (increase(scrapeq_worker_sessions_retired_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),
+            ("proxy {{proxy}}", f"sum by (proxy) (increase(scrapeq_worker_proxies_retired_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),
+        ),
+    ),
+    Panel(
+        "Recrawl outcomes",
+        "Completed pages of crawls with a memory, by what it made of them: new, changed, unchanged, not_modified (a 304) or skipped.",
+        (("{{outcome}}", f"sum by (outcome) (rate(scrapeq_worker_recrawl_pages_total{{{QUEUE_FILTER}}}[{RATE_WINDOW}]))"),),
+        unit="ops",
+    ),
+    Panel(
+        "Webhook deliveries",
+        "Webhook delivery attempts per second by outcome: delivered, retry, refused, dead.",
+        (("{{outcome}}", f"sum by (outcome) (rate(scrapeq_operator_webhook_deliveries_total{{{NAMESPACE_FILTER}}}[{RATE_WINDOW}]))"),),
+        unit="ops",
+    ),
 )  # fmt: skip
 
 

@@ -3,6 +3,7 @@
 | generated file                                   | source                              |
 |--------------------------------------------------|-------------------------------------|
 | charts/scrapeq/files/scrapejobs.scrapeq.io.yaml  | crds/scrapejobs.scrapeq.io.yaml     |
+| charts/scrapeq/files/sitepolicies.scrapeq.io.yaml| crds/sitepolicies.scrapeq.io.yaml   |
 | charts/scrapeq/files/operator-rules.yaml         | deploy/rbac/operator.yaml (rules)   |
 | charts/scrapeq/files/queuepolicies.scrapeq.io.yaml | crds/queuepolicies.scrapeq.io.yaml |
 | charts/scrapeq/files/scrapeq-alerts.yaml         | deploy/prometheus/scrapeq-alerts.yaml|
@@ -83,9 +84,9 @@ def documented_options(page: Path) -> str:
 
 
 def operator_rules() -> str:
-    """The ClusterRole's rules (`rules`), the pool Role's (`poolRules`; the chart replaces
-    their resourceNames with its own pools' Deployments) and the QueuePolicy reader's
-    (`queuePolicyRules`)."""
+    """The ClusterRole's rules (`rules`), the SitePolicy reader's (`sitePolicyRules`), the
+    pool Role's (`poolRules`; the chart replaces their resourceNames with its own pools'
+    Deployments) and the QueuePolicy reader's (`queuePolicyRules`)."""
     documents = list(yaml.safe_load_all((ROOT / "deploy" / "rbac" / "operator.yaml").read_text()))
 
     def rules_of(kind: str, name: str) -> list[dict[str, object]]:
@@ -100,6 +101,7 @@ def operator_rules() -> str:
     return HEADER.format(source="deploy/rbac/operator.yaml") + yaml.safe_dump(
         {
             "rules": rules_of("ClusterRole", "scrapeq-operator"),
+            "sitePolicyRules": rules_of("ClusterRole", "scrapeq-operator-site-policies"),
             "poolRules": rules_of("Role", "scrapeq-operator-pools"),
             "queuePolicyRules": rules_of("ClusterRole", "scrapeq-operator-queue-policies"),
         },
@@ -134,6 +136,9 @@ def expected_files() -> dict[Path, str]:
         CHART / "Chart.yaml": chart_metadata(),
         CHART / "files" / "scrapejobs.scrapeq.io.yaml": (
             ROOT / "crds" / "scrapejobs.scrapeq.io.yaml"
+        ).read_text(),
+        CHART / "files" / "sitepolicies.scrapeq.io.yaml": (
+            ROOT / "crds" / "sitepolicies.scrapeq.io.yaml"
         ).read_text(),
         CHART / "files" / "queuepolicies.scrapeq.io.yaml": (
             ROOT / "crds" / "queuepolicies.scrapeq.io.yaml"

@@ -98,6 +98,8 @@ class OutputRow:
     result: Any
     error: str | None
     finished_at: datetime | None
+    # A source row (a sitemap or URL list the job's pages came from), not a page.
+    source: bool = False
 
 
 @dataclass(frozen=True)
@@ -257,6 +259,7 @@ async def output_batch_rows(
             result=row[3],
             error=row[4],
             finished_at=row[5],
+            source=bool(row[6]),
         )
         for row in await cursor.fetchall()
     ]

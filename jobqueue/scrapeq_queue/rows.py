@@ -246,8 +246,8 @@ class SiteState:
 
     host_key: str
     in_flight: int  # attempts handed out and still running
-    max_in_flight: int | None  # its producers' limit (None: the claiming pool's default)
-    delay_seconds: float | None  # its producers' delay (None: the claiming pool's default)
+    max_in_flight: int | None  # its site policy's limit (None: the claiming pool's default)
+    delay_seconds: float | None  # its site policy's delay (None: the claiming pool's default)
     crawl_delay_seconds: float
     next_allowed_at: datetime
     paused_until: datetime | None

@@ -35,7 +35,8 @@ CREATE TYPE public.scrapeq_claim_visit AS (
 	id bigint,
 	priority integer,
 	run_at timestamp with time zone,
-	row_namespace text
+	row_namespace text,
+	owner_key text
 );
 
 
@@ -110,7 +111,8 @@ BEGIN
     -- 3. The walk. Each queue's heads in walk order; a host that looks free is locked (never
     -- waiting) with its due rows up to its free slots (SKIP LOCKED).
     IF namespace_turns THEN
-        -- Each head gives its own namespace's rows of the host (scrapeq_jobs_namespace_claim_idx).
+        -- Each head gives its own namespace's rows of the host
+        -- (scrapeq_jobs_namespace_claim_idx).
         SELECT array_agg(visit.step) INTO walk
         FROM unnest(wanted_queues, marks) AS wanted(queue, mark)
         -- The start: the key of the marked head's row (the row keeps that key unless it was
@@ -125,21 +127,22 @@ BEGIN
         ) AS start
         CROSS JOIN LATERAL (
             SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
-                       host.head_id, host.host_limit,
-                       host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                       next.run_at, next.row_namespace)::scrapeq_claim_visit AS step
+                       host.head_id, host.host_limit, host.host_limit - busy.running,
+                       host.delay, host.touch, next.id, next.priority, next.run_at,
+                       next.row_namespace, next.owner_key)::scrapeq_claim_visit AS step
             FROM (
                 SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
                        CASE WHEN heads.owner_namespace <> '' THEN coalesce(
-                           capped_limits[array_position(capped_namespaces, heads.owner_namespace)],
+                           capped_limits[array_position(capped_namespaces,
+                                                        heads.owner_namespace)],
                            every_cap) END AS namespace_cap,
-                       heads.head_priority,
-                       heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
-                       state.delay, state.touch
-                -- The head order cut into four stretches, walked in this order: higher priorities
-                -- than the start's; the start's priority after the start; the same priority up to the
-                -- start (hosts of equal priority take turns); lower priorities. Each stretch is a
-                -- range (after, upto] of the head index.
+                       heads.head_priority, heads.head_id, state.last_finished_at,
+                       state.last_claimed_id, state.host_limit, state.delay, state.touch,
+                       state.job_limits
+                -- The head order cut into four stretches, walked in this order: higher
+                -- priorities than the start's; the start's priority after the start; the same
+                -- priority up to the start (hosts of equal priority take turns); lower
+                -- priorities. Each stretch is a range (after, upto] of the head index.
                 FROM (VALUES
                         (1, -9223372036854775808, '-infinity'::timestamptz, -9223372036854775808,
                             start.rank, '-infinity'::timestamptz, -9223372036854775808),
@@ -149,8 +152,8 @@ BEGIN
                             start.rank, start.run_at, start.id),
                         (4, start.rank, 'infinity', 9223372036854775807,
                             9223372036854775807, 'infinity', 9223372036854775807)
-                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank, upto_run_at,
-                                  upto_id)
+                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank,
+                                  upto_run_at, upto_id)
                 CROSS JOIN LATERAL (
                     SELECT heads.* FROM scrapeq_host_queues AS heads
                     WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
@@ -162,10 +165,10 @@ BEGIN
                     ORDER BY -heads.head_priority::bigint, heads.head_run_at, heads.head_id
                     LIMIT claim_limit + passed_over
                 ) AS heads
-                -- A nested loop keeps the walk's order (a hash join would not). A host inside its
-                -- delay or pause is passed over here.
+                -- A nested loop keeps the walk's order (a hash join would not). A host inside
+                -- its delay or pause is passed over here.
                 CROSS JOIN LATERAL (
-                    SELECT hosts.last_finished_at, hosts.last_claimed_id,
+                    SELECT hosts.last_finished_at, hosts.last_claimed_id, hosts.job_limits,
                            hosts.touched_at < now() - interval '1 minute' AS touch,
                            scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
                                               hosts.crawl_delay_seconds, hosts.breaker_trips,
@@ -175,7 +178,8 @@ BEGIN
                                               default_delay_seconds) AS delay
                     FROM scrapeq_hosts AS hosts
                     WHERE hosts.host_key = heads.host_key AND hosts.next_allowed_at <= now()
-                    LIMIT 1  -- (one row at most; keeps the subquery from being pulled into a join)
+                    -- (one row at most; keeps the subquery from being pulled into a join)
+                    LIMIT 1
                 ) AS state
                 LIMIT claim_limit + passed_over
             ) AS host
@@ -184,6 +188,22 @@ BEGIN
                 SELECT count(*) AS running FROM scraping_jobs AS jobs
                 WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
             ) AS busy
+            -- Where jobs set their own limits on the host: the owners whose rows are at their
+            -- job's limit or inside its delay (scrapeq_site_job_limits; NULL: no job set any).
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN host.job_limits THEN ARRAY(
+                    SELECT own.owner_key FROM scrapeq_site_job_limits AS own
+                    LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+                    WHERE own.host_key = host.host_key
+                      AND (scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                           <= (SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.host_key = own.host_key
+                                 AND jobs.status = 'processing'
+                                 AND coalesce(jobs.owner_uid, '') = own.owner_key)
+                           OR last.updated_at + make_interval(secs => own.delay_seconds)
+                              > now())
+                ) END AS full
+            ) AS own
             -- The host's turn: only a host with a free slot and past its delay is locked.
             CROSS JOIN LATERAL (
                 SELECT CASE
@@ -200,22 +220,26 @@ BEGIN
                             (SELECT jobs.updated_at FROM scraping_jobs AS jobs
                              WHERE jobs.id = host.last_claimed_id))
                             + make_interval(secs => host.delay) > now() THEN false
-                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
+                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key))
+                    END AS locked
             ) AS turn
             LEFT JOIN LATERAL (
                 SELECT jobs.id, jobs.priority, jobs.run_at,
-                       coalesce(jobs.owner_namespace, '') AS row_namespace
+                       coalesce(jobs.owner_namespace, '') AS row_namespace,
+                       CASE WHEN own.full IS NOT NULL THEN coalesce(jobs.owner_uid, '') END
+                           AS owner_key
                 FROM scraping_jobs AS jobs
                 WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
                   AND jobs.queue = host.queue
                   AND coalesce(jobs.owner_namespace, '') = host.owner_namespace
                   AND jobs.priority >= host.head_priority
                   AND jobs.run_at <= now()
+                  AND (own.full IS NULL OR coalesce(jobs.owner_uid, '') <> ALL (own.full))
                 ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                 LIMIT host.host_limit - busy.running
-                -- Only the holder of a host's lock claims its rows, but another statement (a cancel,
-                -- an application's UPDATE) may hold one: such a row is left, never waited for. A row
-                -- updated since the walk's snapshot is read as it is now.
+                -- Only the holder of a host's lock claims its rows, but another statement (a
+                -- cancel, an application's UPDATE) may hold one: such a row is left, never waited
+                -- for. A row updated since the walk's snapshot is read as it is now.
                 FOR UPDATE SKIP LOCKED
             ) AS next ON true
             WHERE turn.locked
@@ -240,21 +264,22 @@ BEGIN
         ) AS start
         CROSS JOIN LATERAL (
             SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
-                       host.head_id, host.host_limit,
-                       host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                       next.run_at, next.row_namespace)::scrapeq_claim_visit AS step
+                       host.head_id, host.host_limit, host.host_limit - busy.running,
+                       host.delay, host.touch, next.id, next.priority, next.run_at,
+                       next.row_namespace, next.owner_key)::scrapeq_claim_visit AS step
             FROM (
                 SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
                        CASE WHEN heads.owner_namespace <> '' THEN coalesce(
-                           capped_limits[array_position(capped_namespaces, heads.owner_namespace)],
+                           capped_limits[array_position(capped_namespaces,
+                                                        heads.owner_namespace)],
                            every_cap) END AS namespace_cap,
-                       heads.head_priority,
-                       heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
-                       state.delay, state.touch
-                -- The head order cut into four stretches, walked in this order: higher priorities
-                -- than the start's; the start's priority after the start; the same priority up to the
-                -- start (hosts of equal priority take turns); lower priorities. Each stretch is a
-                -- range (after, upto] of the head index.
+                       heads.head_priority, heads.head_id, state.last_finished_at,
+                       state.last_claimed_id, state.host_limit, state.delay, state.touch,
+                       state.job_limits
+                -- The head order cut into four stretches, walked in this order: higher
+                -- priorities than the start's; the start's priority after the start; the same
+                -- priority up to the start (hosts of equal priority take turns); lower
+                -- priorities. Each stretch is a range (after, upto] of the head index.
                 FROM (VALUES
                         (1, -9223372036854775808, '-infinity'::timestamptz, -9223372036854775808,
                             start.rank, '-infinity'::timestamptz, -9223372036854775808),
@@ -264,8 +289,8 @@ BEGIN
                             start.rank, start.run_at, start.id),
                         (4, start.rank, 'infinity', 9223372036854775807,
                             9223372036854775807, 'infinity', 9223372036854775807)
-                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank, upto_run_at,
-                                  upto_id)
+                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank,
+                                  upto_run_at, upto_id)
                 CROSS JOIN LATERAL (
                     SELECT heads.* FROM scrapeq_host_queues AS heads
                     WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
@@ -277,10 +302,10 @@ BEGIN
                     ORDER BY -heads.head_priority::bigint, heads.head_run_at, heads.head_id
                     LIMIT claim_limit + passed_over
                 ) AS heads
-                -- A nested loop keeps the walk's order (a hash join would not). A host inside its
-                -- delay or pause is passed over here.
+                -- A nested loop keeps the walk's order (a hash join would not). A host inside
+                -- its delay or pause is passed over here.
                 CROSS JOIN LATERAL (
-                    SELECT hosts.last_finished_at, hosts.last_claimed_id,
+                    SELECT hosts.last_finished_at, hosts.last_claimed_id, hosts.job_limits,
                            hosts.touched_at < now() - interval '1 minute' AS touch,
                            scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
                                               hosts.crawl_delay_seconds, hosts.breaker_trips,
@@ -290,7 +315,8 @@ BEGIN
                                               default_delay_seconds) AS delay
                     FROM scrapeq_hosts AS hosts
                     WHERE hosts.host_key = heads.host_key AND hosts.next_allowed_at <= now()
-                    LIMIT 1  -- (one row at most; keeps the subquery from being pulled into a join)
+                    -- (one row at most; keeps the subquery from being pulled into a join)
+                    LIMIT 1
                 ) AS state
                 LIMIT claim_limit + passed_over
             ) AS host
@@ -299,6 +325,22 @@ BEGIN
                 SELECT count(*) AS running FROM scraping_jobs AS jobs
                 WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
             ) AS busy
+            -- Where jobs set their own limits on the host: the owners whose rows are at their
+            -- job's limit or inside its delay (scrapeq_site_job_limits; NULL: no job set any).
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN host.job_limits THEN ARRAY(
+                    SELECT own.owner_key FROM scrapeq_site_job_limits AS own
+                    LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+                    WHERE own.host_key = host.host_key
+                      AND (scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                           <= (SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.host_key = own.host_key
+                                 AND jobs.status = 'processing'
+                                 AND coalesce(jobs.owner_uid, '') = own.owner_key)
+                           OR last.updated_at + make_interval(secs => own.delay_seconds)
+                              > now())
+                ) END AS full
+            ) AS own
             -- The host's turn: only a host with a free slot and past its delay is locked.
             CROSS JOIN LATERAL (
                 SELECT CASE
@@ -315,21 +357,25 @@ BEGIN
                             (SELECT jobs.updated_at FROM scraping_jobs AS jobs
                              WHERE jobs.id = host.last_claimed_id))
                             + make_interval(secs => host.delay) > now() THEN false
-                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
+                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key))
+                    END AS locked
             ) AS turn
             LEFT JOIN LATERAL (
                 SELECT jobs.id, jobs.priority, jobs.run_at,
-                       coalesce(jobs.owner_namespace, '') AS row_namespace
+                       coalesce(jobs.owner_namespace, '') AS row_namespace,
+                       CASE WHEN own.full IS NOT NULL THEN coalesce(jobs.owner_uid, '') END
+                           AS owner_key
                 FROM scraping_jobs AS jobs
                 WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
                   AND jobs.queue = host.queue
                   AND jobs.priority >= host.head_priority
                   AND jobs.run_at <= now()
+                  AND (own.full IS NULL OR coalesce(jobs.owner_uid, '') <> ALL (own.full))
                 ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                 LIMIT host.host_limit - busy.running
-                -- Only the holder of a host's lock claims its rows, but another statement (a cancel,
-                -- an application's UPDATE) may hold one: such a row is left, never waited for. A row
-                -- updated since the walk's snapshot is read as it is now.
+                -- Only the holder of a host's lock claims its rows, but another statement (a
+                -- cancel, an application's UPDATE) may hold one: such a row is left, never waited
+                -- for. A row updated since the walk's snapshot is read as it is now.
                 FOR UPDATE SKIP LOCKED
             ) AS next ON true
             WHERE turn.locked
@@ -405,41 +451,74 @@ BEGIN
         ) AS busy
         WHERE capped.cap IS NOT NULL
     ),
+    own_visited AS (
+        -- Each job with limits of its own among the walked rows, its rows in flight on the
+        -- host counted afresh (the host's lock keeps other claims off them).
+        SELECT own.host_key, own.owner_key, own.delay_seconds,
+               CASE WHEN last.updated_at + make_interval(secs => own.delay_seconds) > now()
+                    THEN 0
+                    -- (NULL: the job named only a delay of 0, and has no limit of its own)
+                    ELSE scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                         - busy.running END AS free
+        FROM (SELECT DISTINCT walked.host_key, walked.owner_key FROM walked
+              WHERE walked.owner_key IS NOT NULL AND walked.id IS NOT NULL) AS owner
+        JOIN scrapeq_site_job_limits AS own
+            ON own.host_key = owner.host_key AND own.owner_key = owner.owner_key
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS running FROM scraping_jobs AS jobs
+            WHERE jobs.host_key = own.host_key AND jobs.status = 'processing'
+              AND coalesce(jobs.owner_uid, '') = own.owner_key
+        ) AS busy
+        LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+    ),
     chosen AS (
-        -- The best `claim_limit` walked rows within their hosts' free slots and their
-        -- namespaces' caps. A host's slots go
-        -- by priority, then in turns of its namespaces (each namespace's first row, then each
-        -- one's second, ...; with scrapeq.namespace_turns off, oldest first).
+        -- The best `claim_limit` walked rows within their jobs' own free slots, then their
+        -- hosts' free slots, then their namespaces' caps. A host's slots go by priority, then
+        -- in turns of its namespaces (each namespace's first row, then each one's second, ...;
+        -- with scrapeq.namespace_turns off, oldest first).
         SELECT capped.id
         FROM (
-        SELECT ranked.id, ranked.priority, ranked.run_at, rooms.room,
-               row_number() OVER (PARTITION BY ranked.row_namespace
-                                  ORDER BY ranked.priority DESC, ranked.run_at, ranked.id)
-                   AS namespace_rank
-        FROM (
-            SELECT turned.id, turned.priority, turned.run_at, turned.row_namespace, visited.free,
-                   row_number() OVER (PARTITION BY turned.host_key
-                                      ORDER BY turned.priority DESC,
-                                               CASE WHEN namespace_turns
-                                                    THEN turned.namespace_turn ELSE 0 END,
-                                               turned.run_at, turned.id)
-                       AS rank
+            SELECT ranked.id, ranked.priority, ranked.run_at, rooms.room,
+                   row_number() OVER (PARTITION BY ranked.row_namespace
+                                      ORDER BY ranked.priority DESC, ranked.run_at, ranked.id)
+                       AS namespace_rank
             FROM (
-                SELECT walked.id, walked.host_key, walked.priority, walked.run_at,
-                       walked.row_namespace,
-                       row_number() OVER (PARTITION BY walked.host_key, walked.owner_namespace,
-                                                       walked.priority
-                                          ORDER BY walked.run_at, walked.id)
-                           AS namespace_turn
-                -- (each row once: with namespace turns off, two heads of a host offer the same)
-                FROM (SELECT DISTINCT ON (offered.id) offered.*
-                      FROM walked AS offered WHERE offered.id IS NOT NULL
-                      ORDER BY offered.id) AS walked
-            ) AS turned
-            JOIN visited ON visited.host_key = turned.host_key
-        ) AS ranked
-        LEFT JOIN rooms ON rooms.row_namespace = ranked.row_namespace
-        WHERE ranked.rank <= ranked.free
+                SELECT turned.id, turned.priority, turned.run_at, turned.row_namespace,
+                       visited.free,
+                       row_number() OVER (PARTITION BY turned.host_key
+                                          ORDER BY turned.priority DESC,
+                                                   CASE WHEN namespace_turns
+                                                        THEN turned.namespace_turn ELSE 0 END,
+                                                   turned.run_at, turned.id)
+                           AS rank
+                FROM (
+                    SELECT mine.id, mine.host_key, mine.priority, mine.run_at,
+                           mine.row_namespace,
+                           row_number() OVER (PARTITION BY mine.host_key, mine.owner_namespace,
+                                                           mine.priority
+                                              ORDER BY mine.run_at, mine.id)
+                               AS namespace_turn
+                    FROM (
+                        SELECT walked.id, walked.host_key, walked.owner_namespace,
+                               walked.priority, walked.run_at, walked.row_namespace,
+                               own_visited.free AS own_free,
+                               row_number() OVER (PARTITION BY walked.host_key, walked.owner_key
+                                                  ORDER BY walked.priority DESC, walked.run_at,
+                                                           walked.id) AS own_rank
+                        -- (each row once: with namespace turns off, two heads of a host offer
+                        -- the same)
+                        FROM (SELECT DISTINCT ON (offered.id) offered.*
+                              FROM walked AS offered WHERE offered.id IS NOT NULL
+                              ORDER BY offered.id) AS walked
+                        LEFT JOIN own_visited ON own_visited.host_key = walked.host_key
+                                             AND own_visited.owner_key = walked.owner_key
+                    ) AS mine
+                    WHERE mine.own_free IS NULL OR mine.own_rank <= mine.own_free
+                ) AS turned
+                JOIN visited ON visited.host_key = turned.host_key
+            ) AS ranked
+            LEFT JOIN rooms ON rooms.row_namespace = ranked.row_namespace
+            WHERE ranked.rank <= ranked.free
         ) AS capped
         WHERE capped.room IS NULL OR capped.namespace_rank <= capped.room
         ORDER BY capped.priority DESC, capped.run_at, capped.id
@@ -488,6 +567,26 @@ BEGIN
             FOR NO KEY UPDATE SKIP LOCKED
         ) AS unlocked ON true
         WHERE hosts.host_key = given.host_key
+    ),
+    own_taken AS (
+        -- A job with a delay of its own on a host (one row at a time) records its attempt.
+        UPDATE scrapeq_site_job_limits AS own
+        SET last_claimed_id = given.id
+        FROM (
+            SELECT DISTINCT ON (claimed.host_key, own_visited.owner_key) claimed.host_key,
+                   own_visited.owner_key, claimed.id
+            FROM claimed
+            JOIN own_visited ON own_visited.host_key = claimed.host_key
+                            AND own_visited.owner_key = coalesce(claimed.owner_uid, '')
+            WHERE own_visited.delay_seconds > 0
+            ORDER BY claimed.host_key, own_visited.owner_key, claimed.id DESC
+        ) AS given
+        JOIN LATERAL (
+            SELECT FROM scrapeq_site_job_limits AS free
+            WHERE free.host_key = given.host_key AND free.owner_key = given.owner_key
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS unlocked ON true
+        WHERE own.host_key = given.host_key AND own.owner_key = given.owner_key
     ),
     reheaded AS (
         -- A host that gave fewer rows than it had free slots (its due rows of that priority ran
@@ -580,6 +679,28 @@ $$;
 
 
 --
+-- Name: scrapeq_crawl_flags(jsonb); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_crawl_flags(result jsonb) RETURNS smallint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT nullif(
+        CASE result->'changed' WHEN 'true' THEN 1 WHEN 'false' THEN 2 ELSE 0 END
+        | CASE WHEN result->'validators' = 'false' THEN 4 ELSE 0 END
+        | CASE WHEN jsonb_typeof(result->'skipped') = 'string' THEN 8 ELSE 0 END,
+        0)::smallint
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_crawl_flags(result jsonb); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_crawl_flags(result jsonb) IS 'scrapeq: the crawl-memory flags of a result (1 changed, 2 unchanged, 4 without validators, 8 skipped); NULL when none.';
+
+
+--
 -- Name: scrapeq_fill_host_key(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -603,8 +724,7 @@ CREATE FUNCTION public.scrapeq_heads_after_insert() RETURNS trigger
 BEGIN
     PERFORM scrapeq_heads_pending(
         array_agg(queue), array_agg(host_key), array_agg(owner_namespace), array_agg(priority),
-        array_agg(run_at), array_agg(id), array_agg(scrapeq_payload_max_per_host(payload)),
-        array_agg(scrapeq_payload_delay_seconds(payload)))
+        array_agg(run_at), array_agg(id))
     FROM new_rows WHERE status = 'pending';
     RETURN NULL;
 END;
@@ -621,18 +741,17 @@ CREATE FUNCTION public.scrapeq_heads_after_pending() RETURNS trigger
 BEGIN
     PERFORM scrapeq_heads_pending(ARRAY[NEW.queue], ARRAY[NEW.host_key],
                                   ARRAY[NEW.owner_namespace], ARRAY[NEW.priority],
-                                  ARRAY[NEW.run_at], ARRAY[NEW.id], ARRAY[NULL::integer],
-                                  ARRAY[NULL::double precision]);
+                                  ARRAY[NEW.run_at], ARRAY[NEW.id]);
     RETURN NULL;
 END;
 $$;
 
 
 --
--- Name: scrapeq_heads_pending(text[], text[], text[], integer[], timestamp with time zone[], bigint[], integer[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
+-- Name: scrapeq_heads_pending(text[], text[], text[], integer[], timestamp with time zone[], bigint[]); Type: FUNCTION; Schema: public; Owner: -
 --
 
-CREATE FUNCTION public.scrapeq_heads_pending(queues text[], host_keys text[], owner_namespaces text[], priorities integer[], run_ats timestamp with time zone[], ids bigint[], limits integer[], delays double precision[]) RETURNS void
+CREATE FUNCTION public.scrapeq_heads_pending(queues text[], host_keys text[], owner_namespaces text[], priorities integer[], run_ats timestamp with time zone[], ids bigint[]) RETURNS void
     LANGUAGE sql
     AS $$
     SELECT FROM scrapeq_hosts AS hosts
@@ -641,26 +760,10 @@ CREATE FUNCTION public.scrapeq_heads_pending(queues text[], host_keys text[], ow
     FOR KEY SHARE;
     INSERT INTO scrapeq_hosts (host_key)
     SELECT DISTINCT given.host_key FROM unnest(host_keys) AS given(host_key)
+    -- (the sites known already are left out here, so that only new ones reach the trigger)
+    WHERE NOT EXISTS (SELECT FROM scrapeq_hosts AS hosts WHERE hosts.host_key = given.host_key)
     ORDER BY given.host_key
     ON CONFLICT (host_key) DO NOTHING;
-    UPDATE scrapeq_hosts AS hosts
-    SET max_in_flight = coalesce(named.max_in_flight, hosts.max_in_flight),
-        delay_seconds = coalesce(named.delay_seconds, hosts.delay_seconds)
-    FROM (
-        SELECT given.host_key,
-               (array_agg(given.max_in_flight ORDER BY given.id DESC)
-                   FILTER (WHERE given.max_in_flight IS NOT NULL))[1] AS max_in_flight,
-               (array_agg(given.delay_seconds ORDER BY given.id DESC)
-                   FILTER (WHERE given.delay_seconds IS NOT NULL))[1] AS delay_seconds
-        FROM unnest(host_keys, ids, limits, delays)
-             AS given(host_key, id, max_in_flight, delay_seconds)
-        WHERE given.max_in_flight IS NOT NULL OR given.delay_seconds IS NOT NULL
-        GROUP BY given.host_key
-    ) AS named
-    WHERE hosts.host_key = named.host_key
-      AND (hosts.max_in_flight IS DISTINCT FROM coalesce(named.max_in_flight, hosts.max_in_flight)
-           OR hosts.delay_seconds IS DISTINCT FROM coalesce(named.delay_seconds,
-                                                             hosts.delay_seconds));
     INSERT INTO scrapeq_host_queues AS known (queue, host_key, owner_namespace, head_priority,
                                               head_run_at, head_id)
     SELECT DISTINCT ON (given.queue, given.host_key, given.owner_namespace)
@@ -726,6 +829,93 @@ COMMENT ON FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_secon
 
 
 --
+-- Name: scrapeq_hosts_take_policy(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_hosts_take_policy() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    SELECT rules.pattern, rules.max_in_flight, rules.delay_seconds
+    INTO NEW.policy_pattern, NEW.max_in_flight, NEW.delay_seconds
+    FROM scrapeq_site_rules AS rules
+    WHERE rules.pattern = scrapeq_site_policy_pattern(NEW.host_key);
+    RETURN NEW;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_job_limit(integer, double precision); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_job_limit(max_in_flight integer, delay_seconds double precision) RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT CASE WHEN delay_seconds > 0 THEN 1 ELSE max_in_flight END
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_job_limit(max_in_flight integer, delay_seconds double precision); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_job_limit(max_in_flight integer, delay_seconds double precision) IS 'scrapeq: how many of one job''s rows may be in flight on a site by its own limits (NULL: none of its own); used by the claim and the autoscaler''s backlog count.';
+
+
+--
+-- Name: scrapeq_job_limits_after_insert(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_job_limits_after_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM scrapeq_job_limits_named(
+        array_agg(host_key), array_agg(coalesce(owner_uid, '')), array_agg(id),
+        array_agg(scrapeq_payload_max_per_host(payload)),
+        array_agg(scrapeq_payload_delay_seconds(payload)))
+    FROM new_rows WHERE status = 'pending';
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_job_limits_named(text[], text[], bigint[], integer[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_job_limits_named(host_keys text[], owner_keys text[], ids bigint[], limits integer[], delays double precision[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF limits IS NULL OR NOT EXISTS (SELECT FROM unnest(limits, delays) AS given(lim, del)
+                                     WHERE given.lim IS NOT NULL OR given.del IS NOT NULL) THEN
+        RETURN;  -- the common case: no row names limits of its own
+    END IF;
+    INSERT INTO scrapeq_site_job_limits (host_key, owner_key, max_in_flight, delay_seconds)
+    SELECT named.host_key, named.owner_key, named.max_in_flight, named.delay_seconds
+    FROM scrapeq_named_job_limits(host_keys, owner_keys, ids, limits, delays) AS named
+    ORDER BY named.host_key, named.owner_key
+    ON CONFLICT (host_key, owner_key) DO NOTHING;
+    UPDATE scrapeq_site_job_limits AS own
+    SET max_in_flight = coalesce(named.max_in_flight, own.max_in_flight),
+        delay_seconds = coalesce(named.delay_seconds, own.delay_seconds)
+    FROM scrapeq_named_job_limits(host_keys, owner_keys, ids, limits, delays) AS named
+    WHERE own.host_key = named.host_key AND own.owner_key = named.owner_key
+      AND (own.max_in_flight, own.delay_seconds)
+          IS DISTINCT FROM (coalesce(named.max_in_flight, own.max_in_flight),
+                            coalesce(named.delay_seconds, own.delay_seconds));
+    UPDATE scrapeq_hosts AS hosts SET job_limits = true
+    WHERE NOT hosts.job_limits
+      AND hosts.host_key IN (SELECT named.host_key
+                             FROM scrapeq_named_job_limits(host_keys, owner_keys, ids, limits,
+                                                           delays) AS named);
+END;
+$$;
+
+
+--
 -- Name: scrapeq_mark_undelivered(); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -738,6 +928,25 @@ BEGIN
     END IF;
     RETURN NEW;
 END
+$$;
+
+
+--
+-- Name: scrapeq_named_job_limits(text[], text[], bigint[], integer[], double precision[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_named_job_limits(host_keys text[], owner_keys text[], ids bigint[], limits integer[], delays double precision[]) RETURNS TABLE(host_key text, owner_key text, max_in_flight integer, delay_seconds double precision)
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT given.host_key, given.owner_key,
+           (array_agg(given.max_in_flight ORDER BY given.id DESC)
+               FILTER (WHERE given.max_in_flight IS NOT NULL))[1],
+           (array_agg(given.delay_seconds ORDER BY given.id DESC)
+               FILTER (WHERE given.delay_seconds IS NOT NULL))[1]
+    FROM unnest(host_keys, owner_keys, ids, limits, delays)
+         AS given(host_key, owner_key, id, max_in_flight, delay_seconds)
+    WHERE given.max_in_flight IS NOT NULL OR given.delay_seconds IS NOT NULL
+    GROUP BY given.host_key, given.owner_key
 $$;
 
 
@@ -996,6 +1205,110 @@ BEGIN
     RETURN QUERY SELECT v_session_retired, v_proxy_retired;
 END;
 $$;
+
+
+--
+-- Name: scrapeq_site_patterns(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_site_patterns(host_key text) RETURNS text[]
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT ARRAY[host_key]
+           || ARRAY(SELECT '*.' || array_to_string(labels.label[position:], '.')
+                    FROM (SELECT string_to_array(host_key, '.')) AS labels(label),
+                         generate_subscripts(labels.label, 1) AS position
+                    ORDER BY position)
+           || ARRAY['*']
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_site_patterns(host_key text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_site_patterns(host_key text) IS 'scrapeq: the site patterns that may apply to a site, most specific first (docs/queue.md, "Site policies").';
+
+
+--
+-- Name: scrapeq_site_policies_resolve(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_site_policies_resolve() RETURNS bigint
+    LANGUAGE sql
+    AS $$
+    WITH resolved AS (
+        SELECT hosts.host_key, rules.pattern, rules.max_in_flight, rules.delay_seconds
+        FROM scrapeq_hosts AS hosts
+        LEFT JOIN scrapeq_site_rules AS rules
+            ON rules.pattern = scrapeq_site_policy_pattern(hosts.host_key)
+    ),
+    changed AS (
+        UPDATE scrapeq_hosts AS hosts
+        SET policy_pattern = resolved.pattern,
+            max_in_flight = resolved.max_in_flight,
+            delay_seconds = resolved.delay_seconds
+        FROM resolved
+        WHERE hosts.host_key = resolved.host_key
+          AND (hosts.policy_pattern, hosts.max_in_flight, hosts.delay_seconds)
+              IS DISTINCT FROM (resolved.pattern, resolved.max_in_flight, resolved.delay_seconds)
+        RETURNING 1
+    )
+    SELECT count(*) FROM changed
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_site_policies_resolve(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_site_policies_resolve() IS 'scrapeq: resolves every known site''s policy into scrapeq_hosts again; answers how many sites changed.';
+
+
+--
+-- Name: scrapeq_site_policy_pattern(text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_site_policy_pattern(host_key text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT candidate.pattern
+    FROM unnest(scrapeq_site_patterns(host_key)) WITH ORDINALITY AS candidate(pattern, rank)
+    WHERE EXISTS (SELECT FROM scrapeq_site_policies AS policies
+                  WHERE policies.pattern = candidate.pattern)
+    ORDER BY candidate.rank
+    LIMIT 1
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_site_policy_pattern(host_key text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_site_policy_pattern(host_key text) IS 'scrapeq: the most specific pattern of a site policy that applies to a site; NULL when none does.';
+
+
+--
+-- Name: scrapeq_site_refusing_policy(text, text); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_site_refusing_policy(pattern text, namespace text) RETURNS text
+    LANGUAGE sql STABLE PARALLEL SAFE
+    AS $$
+    SELECT policies.policy FROM scrapeq_site_policies AS policies
+    WHERE policies.pattern = scrapeq_site_refusing_policy.pattern
+      AND (namespace = ANY(policies.denied_namespaces)
+           OR NOT namespace = ANY(coalesce(policies.allowed_namespaces, ARRAY[namespace])))
+    ORDER BY policies.policy
+    LIMIT 1
+$$;
+
+
+--
+-- Name: FUNCTION scrapeq_site_refusing_policy(pattern text, namespace text); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_site_refusing_policy(pattern text, namespace text) IS 'scrapeq: the first site policy of a pattern that refuses a namespace; NULL when none does.';
 
 
 --
@@ -1479,6 +1792,8 @@ CREATE TABLE public.scrapeq_hosts (
     recent_responses bigint DEFAULT 0 NOT NULL,
     recent_responses_at timestamp with time zone,
     breaker_trips integer DEFAULT 0 NOT NULL,
+    policy_pattern text,
+    job_limits boolean DEFAULT false NOT NULL,
     CONSTRAINT scrapeq_hosts_breaker_trips_valid CHECK ((breaker_trips >= 0)),
     CONSTRAINT scrapeq_hosts_delays_valid CHECK ((((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision)) AND (crawl_delay_seconds >= (0)::double precision))),
     CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR (max_in_flight > 0))),
@@ -1498,14 +1813,14 @@ COMMENT ON TABLE public.scrapeq_hosts IS 'scrapeq: each site''s politeness state
 -- Name: COLUMN scrapeq_hosts.max_in_flight; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.scrapeq_hosts.max_in_flight IS 'The limit of requests in flight the latest producer that named one gave (payload.politeness.maxConcurrentPerSite); NULL: the claiming pool''s default. See scrapeq_host_limit.';
+COMMENT ON COLUMN public.scrapeq_hosts.max_in_flight IS 'The site''s limit from its site policy (NULL: the claiming pool''s default).';
 
 
 --
 -- Name: COLUMN scrapeq_hosts.delay_seconds; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON COLUMN public.scrapeq_hosts.delay_seconds IS 'The delay between requests the latest producer that named one gave (payload.politeness.delaySeconds); NULL: the claiming pool''s default. See scrapeq_host_delay.';
+COMMENT ON COLUMN public.scrapeq_hosts.delay_seconds IS 'The site''s delay from its site policy (NULL: the claiming pool''s default).';
 
 
 --
@@ -1576,6 +1891,20 @@ COMMENT ON COLUMN public.scrapeq_hosts.recent_responses_at IS 'When the newest r
 --
 
 COMMENT ON COLUMN public.scrapeq_hosts.breaker_trips IS 'How many times in a row the server-error breaker tripped (0: closed). While above 0 the site takes one request at a time after its pause (the probe); a completed row closes it, a server error trips it again with a doubled pause.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.policy_pattern; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.policy_pattern IS 'The pattern of the site policies that apply to the site (the most specific match; NULL: none).';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.job_limits; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.job_limits IS 'Some job named its own limit or delay on the site (scrapeq_site_job_limits): the claim looks them up.';
 
 
 --
@@ -1954,6 +2283,93 @@ ALTER TABLE public.scrapeq_sessions ALTER COLUMN session_id ADD GENERATED ALWAYS
 
 
 --
+-- Name: scrapeq_site_job_limits; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_site_job_limits (
+    host_key text NOT NULL,
+    owner_key text NOT NULL,
+    max_in_flight integer,
+    delay_seconds double precision,
+    last_claimed_id bigint,
+    CONSTRAINT scrapeq_site_job_limits_valid CHECK ((((max_in_flight IS NULL) OR (max_in_flight > 0)) AND ((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision))))
+);
+
+
+--
+-- Name: TABLE scrapeq_site_job_limits; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_site_job_limits IS 'scrapeq: a job''s own limit and delay on a site, binding only its rows (owner_key: the owner_uid, or '''' for the rows without an owner, which share one group per site).';
+
+
+--
+-- Name: COLUMN scrapeq_site_job_limits.last_claimed_id; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_site_job_limits.last_claimed_id IS 'A delayed group''s latest claimed row: its next row starts no sooner than the delay after that one ended.';
+
+
+--
+-- Name: scrapeq_site_policies; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_site_policies (
+    policy text NOT NULL,
+    pattern text NOT NULL,
+    max_in_flight integer,
+    delay_seconds double precision,
+    respect_robots_txt boolean,
+    user_agent text,
+    contact text,
+    allowed_namespaces text[],
+    denied_namespaces text[] DEFAULT '{}'::text[] NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT scrapeq_site_policies_delay_valid CHECK (((delay_seconds IS NULL) OR ((delay_seconds >= (0)::double precision) AND (delay_seconds <= (3600)::double precision)))),
+    CONSTRAINT scrapeq_site_policies_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR ((max_in_flight >= 1) AND (max_in_flight <= 1000)))),
+    CONSTRAINT scrapeq_site_policies_pattern_valid CHECK (((pattern = '*'::text) OR (pattern ~ '^(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*$'::text))),
+    CONSTRAINT scrapeq_site_policies_texts_valid CHECK (((length(policy) <= 253) AND (length(user_agent) <= 512) AND (length(contact) <= 512)))
+);
+
+
+--
+-- Name: TABLE scrapeq_site_policies; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_site_policies IS 'scrapeq: the cluster''s site policies (SitePolicy resources, synced by the operator): one row per policy and site pattern (example.com, *.example.com, or *).';
+
+
+--
+-- Name: COLUMN scrapeq_site_policies.allowed_namespaces; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_site_policies.allowed_namespaces IS 'Namespaces whose ScrapeJobs may crawl the pattern''s sites; NULL: every namespace not denied.';
+
+
+--
+-- Name: scrapeq_site_rules; Type: VIEW; Schema: public; Owner: -
+--
+
+CREATE VIEW public.scrapeq_site_rules AS
+ SELECT policies.pattern,
+    min(policies.max_in_flight) AS max_in_flight,
+    max(policies.delay_seconds) AS delay_seconds,
+    bool_or(policies.respect_robots_txt) AS respect_robots_txt,
+    (array_agg(policies.user_agent ORDER BY policies.policy) FILTER (WHERE (policies.user_agent IS NOT NULL)))[1] AS user_agent,
+    (array_agg(policies.contact ORDER BY policies.policy) FILTER (WHERE (policies.contact IS NOT NULL)))[1] AS contact,
+    array_agg(policies.policy ORDER BY policies.policy) AS policies
+   FROM public.scrapeq_site_policies policies
+  GROUP BY policies.pattern;
+
+
+--
+-- Name: VIEW scrapeq_site_rules; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON VIEW public.scrapeq_site_rules IS 'scrapeq: per site pattern, what the site policies naming it set together (the strictest of each setting).';
+
+
+--
 -- Name: scrapeq_webhook_events; Type: TABLE; Schema: public; Owner: -
 --
 
@@ -2189,6 +2605,7 @@ CREATE TABLE public.scraping_jobs (
     source_progress jsonb,
     session_id bigint,
     tried_sessions bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    crawl_flags smallint,
     CONSTRAINT scrapeq_jobs_attempt_valid CHECK ((attempt >= 0)),
     CONSTRAINT scrapeq_jobs_backoff_valid CHECK ((retry_backoff_seconds >= (0)::double precision)),
     CONSTRAINT scrapeq_jobs_depth_valid CHECK ((depth >= 0)),
@@ -2262,6 +2679,13 @@ COMMENT ON COLUMN public.scraping_jobs.session_id IS 'The session the row''s lat
 --
 
 COMMENT ON COLUMN public.scraping_jobs.tried_sessions IS 'The sessions the row was blocked on; the next page uses another, and the row fails as blocked after MAX_TRIED_SESSIONS.';
+
+
+--
+-- Name: COLUMN scraping_jobs.crawl_flags; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scraping_jobs.crawl_flags IS 'What the completed row''s result says of its crawl memory (scrapeq_crawl_flags: 1 changed, 2 unchanged, 4 fetched without validators, 8 skipped), set when the row completes; NULL: none of them.';
 
 
 --
@@ -2437,6 +2861,22 @@ ALTER TABLE ONLY public.scrapeq_session_sites
 
 ALTER TABLE ONLY public.scrapeq_sessions
     ADD CONSTRAINT scrapeq_sessions_pkey PRIMARY KEY (session_id);
+
+
+--
+-- Name: scrapeq_site_job_limits scrapeq_site_job_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_site_job_limits
+    ADD CONSTRAINT scrapeq_site_job_limits_pkey PRIMARY KEY (host_key, owner_key);
+
+
+--
+-- Name: scrapeq_site_policies scrapeq_site_policies_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_site_policies
+    ADD CONSTRAINT scrapeq_site_policies_pkey PRIMARY KEY (pattern, policy);
 
 
 --
@@ -2620,6 +3060,13 @@ CREATE INDEX scrapeq_webhook_events_due ON public.scrapeq_webhook_events USING b
 
 
 --
+-- Name: scrapeq_hosts scrapeq_hosts_policy_on_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_hosts_policy_on_insert BEFORE INSERT ON public.scrapeq_hosts FOR EACH ROW EXECUTE FUNCTION public.scrapeq_hosts_take_policy();
+
+
+--
 -- Name: scraping_jobs scrapeq_jobs_fill_host_key; Type: TRIGGER; Schema: public; Owner: -
 --
 
@@ -2638,6 +3085,13 @@ CREATE TRIGGER scrapeq_jobs_hosts_on_insert AFTER INSERT ON public.scraping_jobs
 --
 
 CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status, run_at, priority, owner_namespace ON public.scraping_jobs FOR EACH ROW WHEN (((new.status = 'pending'::public.scraping_job_status) AND ((old.status <> 'pending'::public.scraping_job_status) OR (new.run_at < old.run_at) OR (new.priority > old.priority) OR (new.owner_namespace IS DISTINCT FROM old.owner_namespace)))) EXECUTE FUNCTION public.scrapeq_heads_after_pending();
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_job_limits_on_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_job_limits_on_insert AFTER INSERT ON public.scraping_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.scrapeq_job_limits_after_insert();
 
 
 --
@@ -2702,6 +3156,14 @@ ALTER TABLE ONLY public.scrapeq_sessions
 
 
 --
+-- Name: scrapeq_site_job_limits scrapeq_site_job_limits_host_key_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_site_job_limits
+    ADD CONSTRAINT scrapeq_site_job_limits_host_key_fkey FOREIGN KEY (host_key) REFERENCES public.scrapeq_hosts(host_key) ON DELETE CASCADE;
+
+
+--
 -- Name: scraping_jobs scraping_jobs_parent_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -2729,4 +3191,6 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0012_crawl_memory'),
     ('0013_sessions'),
     ('0014_batch_webhooks'),
-    ('0016_tenancy');
+    ('0015_site_policies'),
+    ('0016_tenancy'),
+    ('0018_crawl_flags');

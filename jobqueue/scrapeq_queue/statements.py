@@ -90,6 +90,56 @@ SET status = excluded.status, body = excluded.body, problem = excluded.problem,
     expires_at = excluded.expires_at, fetching_until = NULL
 """
 
+# --- site policies (docs/queue.md, "Site policies") ---------------------------------------------
+
+# Removes what one site policy said.
+SITE_POLICY_DELETE: Final = """
+DELETE FROM scrapeq_site_policies WHERE policy = %(policy)s
+"""
+
+# Records one site policy: a row per pattern, each with the policy's settings.
+SITE_POLICY_INSERT: Final = """
+INSERT INTO scrapeq_site_policies (policy, pattern, max_in_flight, delay_seconds,
+                                   respect_robots_txt, user_agent, contact, allowed_namespaces,
+                                   denied_namespaces)
+SELECT %(policy)s, given.pattern, %(max_in_flight)s, %(delay_seconds)s, %(respect_robots_txt)s,
+       %(user_agent)s, %(contact)s, %(allowed_namespaces)s::text[], %(denied_namespaces)s::text[]
+FROM unnest(%(patterns)s::text[]) AS given(pattern)
+"""
+
+# Resolves every known site's policy again; answers how many sites changed.
+SITE_POLICIES_RESOLVE: Final = """
+SELECT scrapeq_site_policies_resolve()
+"""
+
+# What the policies say about each given site (known or not): the most specific pattern that
+# matches it and the policies' settings for it.
+SITE_RULES: Final = """
+SELECT given.host_key, rules.pattern, rules.policies, rules.max_in_flight, rules.delay_seconds,
+       rules.respect_robots_txt, rules.user_agent, rules.contact,
+       (SELECT jsonb_agg(jsonb_build_object('policy', policies.policy,
+                                            'allow', policies.allowed_namespaces,
+                                            'deny', policies.denied_namespaces)
+                         ORDER BY policies.policy)
+        FROM scrapeq_site_policies AS policies
+        WHERE policies.pattern = rules.pattern
+          AND (policies.allowed_namespaces IS NOT NULL
+               OR cardinality(policies.denied_namespaces) > 0)) AS namespace_rules
+FROM unnest(%(host_keys)s::text[]) AS given(host_key)
+LEFT JOIN scrapeq_site_rules AS rules
+    ON rules.pattern = scrapeq_site_policy_pattern(given.host_key)
+"""
+
+# The given sites whose policy refuses a namespace, with the first policy (by name) refusing it.
+SITE_REFUSALS: Final = """
+SELECT refused.host_key, refused.policy
+FROM (SELECT given.host_key,
+             scrapeq_site_refusing_policy(scrapeq_site_policy_pattern(given.host_key),
+                                          %(namespace)s) AS policy
+      FROM unnest(%(host_keys)s::text[]) AS given(host_key)) AS refused
+WHERE refused.policy IS NOT NULL
+"""
+
 # The politeness state of the given hosts, with the attempts each has running.
 HOST_STATES: Final = """
 SELECT hosts.host_key,
@@ -125,7 +175,7 @@ JOB_COMPLETE_MANY: Final = """
 WITH done AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'completed', result = outcome.result, finished_at = now(), updated_at = now(),
-        lease_expires_at = NULL
+        lease_expires_at = NULL, crawl_flags = scrapeq_crawl_flags(outcome.result)
     FROM (
         SELECT given.id, given.attempt, result.value AS result, given.duration
         FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[],
@@ -619,13 +669,13 @@ SELECT owner_uid,
        count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
        min(processing_started_at) AS first_started_at,
        max(finished_at) AS last_finished_at,
-       -- Rows with a crawl key (their results say "changed"; docs/worker.md).
-       count(*) FILTER (WHERE status = 'completed' AND result->'changed' = 'true') AS changed,
-       count(*) FILTER (WHERE status = 'completed' AND result->'changed' = 'false')
-           AS unchanged,
-       count(*) FILTER (WHERE status = 'completed' AND result->'validators' = 'false')
+       -- Rows with a crawl key, from the flags their completion kept (scrapeq_crawl_flags):
+       -- the results themselves are not read.
+       count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 1 <> 0) AS changed,
+       count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 2 <> 0) AS unchanged,
+       count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 4 <> 0)
            AS without_validators,
-       count(*) FILTER (WHERE status = 'completed' AND result ? 'skipped') AS skipped,
+       count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 8 <> 0) AS skipped,
        coalesce(sum(cardinality(tried_sessions)), 0) AS blocked
 FROM scraping_jobs
 WHERE owner_uid = ANY(%(owner_uids)s::text[])
@@ -703,9 +753,11 @@ GROUP BY queue
 
 # Due rows per queue that per-site politeness lets start now: per (queue, host) at most the
 # host's limit (scrapeq_host_limit, the claim's own rule, with the pool defaults given) less the
-# host's rows in flight, and none of a paused host. Both counts go through the partial indexes
-# on pending and processing rows. A host inside its delay counts as startable: it is, within
-# that delay.
+# host's rows in flight, and none of a paused host; where a job set limits of its own on the
+# host (scrapeq_site_job_limits), its rows count only up to its own limit less its rows in
+# flight (scrapeq_job_limit, the claim's rule too), and none inside its own delay. Every count
+# goes through the partial indexes on pending and processing rows. A host inside its delay counts
+# as startable: it is, within that delay.
 QUEUE_STARTABLE_DUE: Final = """
 SELECT due.queue,
        sum(greatest(0, least(due.rows,
@@ -714,9 +766,27 @@ SELECT due.queue,
                               %(default_limit)s::integer,
                               %(default_delay_seconds)s::double precision)
            - coalesce(busy.rows, 0))))::bigint
-FROM (SELECT queue, host_key, count(*) AS rows FROM scraping_jobs
-      WHERE status = 'pending' AND run_at <= now()
-      GROUP BY queue, host_key) AS due
+FROM (SELECT mine.queue, mine.host_key,
+             sum(CASE WHEN own.host_key IS NULL THEN mine.rows
+                      WHEN last.updated_at + make_interval(secs => own.delay_seconds) > now()
+                          THEN 0
+                      WHEN scrapeq_job_limit(own.max_in_flight, own.delay_seconds) IS NULL
+                          THEN mine.rows
+                      ELSE least(mine.rows, greatest(0,
+                          scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                          - coalesce(own_busy.rows, 0))) END) AS rows
+      FROM (SELECT queue, host_key, coalesce(owner_uid, '') AS owner_key, count(*) AS rows
+            FROM scraping_jobs
+            WHERE status = 'pending' AND run_at <= now()
+            GROUP BY queue, host_key, owner_key) AS mine
+      LEFT JOIN scrapeq_site_job_limits AS own
+          ON own.host_key = mine.host_key AND own.owner_key = mine.owner_key
+      LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+      LEFT JOIN (SELECT host_key, coalesce(owner_uid, '') AS owner_key, count(*) AS rows
+                 FROM scraping_jobs WHERE status = 'processing'
+                 GROUP BY host_key, owner_key) AS own_busy
+          ON own_busy.host_key = mine.host_key AND own_busy.owner_key = mine.owner_key
+      GROUP BY mine.queue, mine.host_key) AS due
 LEFT JOIN scrapeq_hosts AS hosts ON hosts.host_key = due.host_key
 LEFT JOIN (SELECT host_key, count(*) AS rows FROM scraping_jobs
            WHERE status = 'processing'
@@ -1246,7 +1316,7 @@ ORDER BY sequence
 
 # What a batch's object holds for each of its rows, in id order.
 OUTPUT_BATCH_ROWS: Final = """
-SELECT id, url_to_scrape, status, result, last_error, finished_at
+SELECT id, url_to_scrape, status, result, last_error, finished_at, payload ? 'source'
 FROM scraping_jobs
 WHERE id = ANY(%(row_ids)s) AND owner_uid = %(owner_uid)s
 ORDER BY id

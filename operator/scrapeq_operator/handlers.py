@@ -12,6 +12,7 @@ already queued); a user deletes the ScrapeJob and creates a new one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -70,8 +71,16 @@ from scrapeq_operator.queue_access import (
 from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.settings import OperatorSettings
+from scrapeq_operator.site_policy_spec import site_policy
 from scrapeq_operator.status_sync import IndexDirectory, JobRef, StatusSync, job_ref
-from scrapeq_operator.vocabulary import FINALIZER, FORCE_DELETE_ANNOTATION, GROUP, PLURAL, VERSION
+from scrapeq_operator.vocabulary import (
+    FINALIZER,
+    FORCE_DELETE_ANNOTATION,
+    GROUP,
+    PLURAL,
+    SITE_POLICY_PLURAL,
+    VERSION,
+)
 from scrapeq_operator.webhook_delivery import WebhookDelivery
 from scrapeq_operator.webhook_recording import record_phase_events, wants_events
 from scrapeq_operator.webhook_spec import job_webhooks, targets_for
@@ -142,6 +151,34 @@ async def scrapejobs_by_uid(body: kopf.Body, **_: Any) -> dict[str, JobRef]:
     """
     ref = job_ref(body)
     return {ref.uid: ref}
+
+
+async def _refuse_sites_not_allowed(
+    runtime: OperatorRuntime, spec: kopf.Spec, namespace: str, urls: list[str]
+) -> None:
+    """Raise JobNotRunnableError (SiteNotAllowed, naming the policy) when a site policy refuses
+    the job's namespace one of its start URLs' sites (a sitemap's or URL list's own site
+    included). Checked again later: a policy change lets the job run."""
+    source = url_source(spec)
+    start = list(urls)
+    if isinstance(source, SitemapSource) and source.kind != "object":
+        start.append(source.url)
+    sites = sorted({scrapeq_queue.host_key_of(url) for url in start})
+    if not sites:
+        return
+    async with runtime.connection() as connection:
+        refused = await scrapeq_queue.refusing_policies(connection, sites, namespace)
+    if refused:
+        shown = sorted(refused.items())[:3]
+        more = f" and {len(refused) - 3} more sites" if len(refused) > 3 else ""
+        raise JobNotRunnableError(
+            "SiteNotAllowed",
+            "; ".join(
+                f"site policy {policy} does not let namespace {namespace} crawl {site}"
+                for site, policy in shown
+            )
+            + more,
+        )
 
 
 def _runtime(memo: Any) -> OperatorRuntime:
@@ -370,6 +407,7 @@ async def enqueue_scrapejob(
             database=runtime.connection,
             dependencies=dependencies,
         )
+        await _refuse_sites_not_allowed(runtime, spec, namespace, urls)
         output = job_output(
             spec,
             settings.output_default,
@@ -664,3 +702,50 @@ async def cancel_scrapejob_rows(
             step="cancel",
         ) from error
     logger.info("cancelled %d live rows", cancelled)
+
+
+@kopf.on.event(GROUP, VERSION, SITE_POLICY_PLURAL)
+async def sync_site_policy(
+    event: kopf.RawEvent,
+    name: str,
+    spec: kopf.Spec,
+    memo: Any,
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    **_: Any,
+) -> None:
+    """Write a SitePolicy into the queue (docs/operator.md, "Site policies"): the database
+    resolves every known site's policy again in the same transaction.
+
+    A raw event handler: it needs only get, list and watch on SitePolicies (no finalizer, no
+    bookkeeping annotations). Every policy comes again as the operator starts (kopf lists them
+    first), so a restart resyncs them all; while PostgreSQL is down the write is retried here,
+    since kopf does not retry event handlers.
+    """
+    runtime = _runtime(memo)
+    deleted = event.get("type") == "DELETED"
+    try:
+        policy = None if deleted else site_policy(name, spec)
+    except ValueError as error:
+        # The CRD's schema refuses most of this; a policy kept as it was is better than none.
+        metrics.RECONCILE_ERRORS_TOTAL.labels("site_policy").inc()
+        logger.error("site policy %s is kept as it was: %s", name, error)
+        return
+    while True:
+        try:
+            async with runtime.connection() as connection:
+                if policy is None:
+                    changed = await scrapeq_queue.delete_site_policy(connection, name)
+                else:
+                    changed = await scrapeq_queue.apply_site_policy(connection, policy)
+        except DatabaseUnavailable as error:
+            metrics.RECONCILE_ERRORS_TOTAL.labels("site_policy").inc()
+            logger.warning("site policy %s not written yet, database unavailable: %s", name, error)
+            await asyncio.sleep(runtime.settings.database_retry_seconds)
+            continue
+        logger.info(
+            "site policy %s %s: %d sites changed",
+            name,
+            "removed" if deleted else "applied",
+            changed,
+        )
+        return

@@ -65,6 +65,13 @@ def is_unchanged(result: Any) -> bool:
     return isinstance(result, dict) and result.get("changed") is False
 
 
+def is_change(row: OutputRow) -> bool:
+    """Whether `changesOnly` output writes the row: a page, unless its result says it did not
+    change (a failed page is news too); never a source row (a sitemap or URL list is not a
+    page of the crawl)."""
+    return not row.source and not is_unchanged(row.result)
+
+
 def row_document(row: OutputRow) -> dict[str, Any]:
     """One row as a JSON line: id, url, state, result (a result kept in the bucket is its
     pointer, `result_object`, as the row holds it), error and finished time (ISO 8601)."""
@@ -81,9 +88,9 @@ def row_document(row: OutputRow) -> dict[str, Any]:
 def encode_batch(
     rows: Sequence[OutputRow], format: OutputFormat, *, changes_only: bool
 ) -> EncodedBatch:
-    """The object of a batch of `rows` (in the order given). With `changes_only`, rows whose
-    result says `"changed": false` are counted as skipped and not written."""
-    written = [row for row in rows if not (changes_only and is_unchanged(row.result))]
+    """The object of a batch of `rows` (in the order given). With `changes_only`, rows that are
+    no change (`is_change`) are counted as skipped and not written."""
+    written = [row for row in rows if not changes_only or is_change(row)]
     counts = batch_counts(rows)
     if format == "jsonl":
         text = "".join(

@@ -7,6 +7,8 @@ from __future__ import annotations
 GROUP = "scrapeq.io"
 VERSION = "v1alpha1"
 PLURAL = "scrapejobs"
+# The cluster-scoped SitePolicy (docs/operator.md, "Site policies").
+SITE_POLICY_PLURAL = "sitepolicies"
 # The cluster-scoped QueuePolicy (queue_access.py): which namespaces may use which queues.
 QUEUE_POLICY_PLURAL = "queuepolicies"
 

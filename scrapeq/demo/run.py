@@ -33,7 +33,12 @@ import psycopg
 from scrapeq.demo.site import DemoShop
 from scrapeq.local.controlplane import REPOSITORY_ROOT, LocalControlPlane
 from scrapeq.local.postgres import LocalPostgres
-from scrapeq.local.processes import LocalPartError, free_port, terminate
+from scrapeq.local.processes import (
+    LocalPartError,
+    free_port,
+    terminate,
+    wait_for_established_crd,
+)
 from scrapeq.local.prometheus import LocalPrometheus
 from scrapeq.local.s3_server import LocalS3Server
 
@@ -219,9 +224,8 @@ class Demo:
     def install_crd_and_pool(self) -> None:
         say("installing the ScrapeJob CRD and the worker Deployment with kubectl …")
         self._kubectl("apply", "-f", str(CRD))
-        self._kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", "crd/scrapejobs.scrapeq.io"
-        )
+        assert self.kubeconfig is not None
+        wait_for_established_crd(Path(self.kubeconfig), "scrapejobs.scrapeq.io")
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         self._kubectl("apply", "-f", "-", stdin=json.dumps(namespace))
         self._kubectl("apply", "-f", "-", stdin=json.dumps(WORKER_DEPLOYMENT))

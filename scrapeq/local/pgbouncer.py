@@ -11,15 +11,13 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import subprocess
-import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 import psycopg
 
-from scrapeq.local.processes import LocalPartError, free_port, spawn_logged, terminate, wait_until
+from scrapeq.local.processes import LocalPartError, LoggedPart, free_port, wait_until
 
 PGBOUNCER_BINARY: Final = "/usr/sbin/pgbouncer"
 
@@ -44,7 +42,7 @@ def find_pgbouncer() -> Path:
 
 
 @dataclass
-class LocalPgBouncer:
+class LocalPgBouncer(LoggedPart):
     """One PgBouncer (pool_mode = transaction) in a temporary directory, on 127.0.0.1.
 
     `server_dsn` is a DSN of the PostgreSQL behind it (its host, port and user are used).
@@ -52,13 +50,11 @@ class LocalPgBouncer:
     clients share server connections, which is what transaction pooling is about.
     """
 
+    log_name = "pgbouncer"
     server_dsn: str
     pool_size: int = 2
     max_client_connections: int = 1000
     port: int = 0
-    base_dir: Path | None = None
-    _process: subprocess.Popen[bytes] | None = field(default=None, init=False)
-    _owned_dir: bool = field(default=False, init=False)
 
     @property
     def user(self) -> str:
@@ -80,14 +76,12 @@ class LocalPgBouncer:
         """Write the configuration, start PgBouncer and wait until it answers; return a DSN
         for the `postgres` database through it."""
         binary = find_pgbouncer()
-        if self.base_dir is None:
-            self.base_dir = Path(tempfile.mkdtemp(prefix="scrapeq-pgbouncer-"))
-            self._owned_dir = True
+        base_dir = self._working_dir()
         if not self.port:
             self.port = free_port()
         server = psycopg.conninfo.conninfo_to_dict(self.server_dsn)
-        ini = self.base_dir / "pgbouncer.ini"
-        userlist = self.base_dir / "userlist.txt"
+        ini = base_dir / "pgbouncer.ini"
+        userlist = base_dir / "userlist.txt"
         # The throw-away PostgreSQL trusts loopback; the pooler does the same for its one user.
         userlist.write_text(f'"{self.user}" ""\n')
         ini.write_text(
@@ -114,23 +108,20 @@ class LocalPgBouncer:
                     "server_check_delay = 0",
                     "log_connections = 0",
                     "log_disconnections = 0",
-                    f"logfile = {self.base_dir / 'pgbouncer.log'}",
-                    f"pidfile = {self.base_dir / 'pgbouncer.pid'}",
+                    # No logfile: in the foreground PgBouncer logs to stderr, into log_path.
+                    f"pidfile = {base_dir / 'pgbouncer.pid'}",
                     "",
                 ]
             )
         )
-        prefix = _as_unprivileged_user(self.base_dir)
-        self._process = spawn_logged(
-            [*prefix, str(binary), str(ini)], self.base_dir / "pgbouncer.out"
-        )
-        process = self._process
+        prefix = _as_unprivileged_user(base_dir)
+        self._spawn([*prefix, str(binary), str(ini)])
         wait_until(
             self._answers,
             timeout=READY_TIMEOUT_SECONDS,
             what=f"PgBouncer on 127.0.0.1:{self.port}",
             interval=0.1,
-            failed=lambda: None if process.poll() is None else self._exit_reason(process),
+            failed=self._exit_reason,
         )
         return self.dsn()
 
@@ -150,31 +141,6 @@ class LocalPgBouncer:
         except psycopg.Error:
             return False
         return True
-
-    def _exit_reason(self, process: subprocess.Popen[bytes]) -> str:
-        assert self.base_dir is not None
-        output = ""
-        for name in ("pgbouncer.out", "pgbouncer.log"):
-            path = self.base_dir / name
-            if path.exists():
-                output += path.read_text(errors="replace")[-2000:]
-        return f"pgbouncer exited with {process.returncode}: {output.strip()}"
-
-    def stop(self) -> None:
-        """Stop PgBouncer (idempotent) and remove the directory if we created it."""
-        if self._process is not None:
-            terminate(self._process)
-            self._process = None
-        if self._owned_dir and self.base_dir is not None:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-            self.base_dir = None
-
-    def __enter__(self) -> LocalPgBouncer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def _as_unprivileged_user(directory: Path) -> list[str]:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -19,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scrapeq.local.processes import LocalPartError, free_port, terminate, wait_until
+from scrapeq.local.processes import LocalPartError, LoggedPart, free_port, wait_until
 
 # Fast enough that a test sees a fresh sample within a couple of seconds.
 SCRAPE_INTERVAL = "1s"
@@ -35,15 +33,13 @@ def find_prometheus() -> Path:
 
 
 @dataclass
-class LocalPrometheus:
+class LocalPrometheus(LoggedPart):
     """One Prometheus server scraping `targets` (host:port strings) every second."""
 
+    log_name = "prometheus"
     targets: Sequence[str] = ()
     rule_files: Sequence[Path] = ()
-    base_dir: Path | None = None
     port: int = 0
-    _process: subprocess.Popen[bytes] | None = field(default=None, init=False)
-    _owned_dir: bool = field(default=False, init=False)
     _targets: list[str] = field(default_factory=list, init=False)
     _labels: dict[str, str] = field(default_factory=dict, init=False)
 
@@ -53,11 +49,9 @@ class LocalPrometheus:
 
     def start(self) -> None:
         binary = find_prometheus()
-        if self.base_dir is None:
-            self.base_dir = Path(tempfile.mkdtemp(prefix="scrapeq-prometheus-"))
-            self._owned_dir = True
+        base_dir = self._working_dir()
         self.port = self.port or free_port()
-        targets_file = self.base_dir / "targets.json"
+        targets_file = base_dir / "targets.json"
         self._targets = list(self.targets)
         self._write_targets()
         config = {
@@ -70,37 +64,24 @@ class LocalPrometheus:
                 }
             ],
         }
-        config_file = self.base_dir / "prometheus.yml"
+        config_file = base_dir / "prometheus.yml"
         config_file.write_text(json.dumps(config, indent=2))
-        log = open(self.base_dir / "prometheus.log", "wb")  # noqa: SIM115 - owned by the child
-        self._process = subprocess.Popen(
+        self._spawn(
             [
                 str(binary),
                 f"--config.file={config_file}",
-                f"--storage.tsdb.path={self.base_dir / 'data'}",
+                f"--storage.tsdb.path={base_dir / 'data'}",
                 f"--web.listen-address=127.0.0.1:{self.port}",
                 "--web.enable-lifecycle",
                 "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            ]
         )
-        log.close()
         wait_until(
             lambda: _get_ok(f"{self.url}/-/ready"),
             timeout=60,
             what="Prometheus to become ready",
             failed=self._exit_reason,
         )
-
-    def _exit_reason(self) -> str | None:
-        if self._process is None or self._process.poll() is None:
-            return None
-        assert self.base_dir is not None
-        log = (self.base_dir / "prometheus.log").read_text(errors="replace")[-2000:]
-        return f"prometheus exited with code {self._process.returncode}: {log}"
 
     def set_targets(self, targets: Sequence[str], *, labels: dict[str, str] | None = None) -> None:
         """Replace the scraped targets; Prometheus picks the change up within a second."""
@@ -140,21 +121,6 @@ class LocalPrometheus:
             if time.monotonic() >= deadline:
                 raise LocalPartError(f"no sample for {promql!r} within {timeout:.0f}s")
             time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self._process is not None:
-            terminate(self._process)
-            self._process = None
-        if self._owned_dir and self.base_dir is not None:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-            self.base_dir = None
-
-    def __enter__(self) -> LocalPrometheus:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
 
 def _get_ok(url: str) -> bool:

@@ -10,35 +10,30 @@ store that goes away for a while and comes back with its objects.
 from __future__ import annotations
 
 import secrets
-import shutil
-import subprocess
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from scrapeq.local.controlplane import tool_path
-from scrapeq.local.processes import free_port, spawn_logged, terminate, wait_until
+from scrapeq.local.processes import LoggedPart, free_port, wait_until
 
 # The region the server reports and signs with; any name works as long as clients agree.
 REGION = "us-east-1"
 
 
 @dataclass
-class LocalS3Server:
+class LocalS3Server(LoggedPart):
     """One versitygw process with a root user and the buckets in `buckets`, listening on
     `host` (loopback unless told otherwise: the demo on Pods serves it on the node's pod
     network)."""
 
+    log_name = "versitygw"
     buckets: tuple[str, ...] = ("scrapeq",)
     host: str = "127.0.0.1"
-    base_dir: Path | None = None
     port: int = 0
     access_key: str = field(default_factory=lambda: "scrapeq-" + secrets.token_hex(4))
     secret_key: str = field(default_factory=lambda: secrets.token_urlsafe(24))
-    _process: subprocess.Popen[bytes] | None = field(default=None, init=False)
-    _owned_dir: bool = field(default=False, init=False)
 
     @property
     def endpoint(self) -> str:
@@ -57,11 +52,9 @@ class LocalS3Server:
 
     def start(self) -> None:
         """Start the server with its buckets and wait until it answers HTTP."""
-        if self.base_dir is None:
-            self.base_dir = Path(tempfile.mkdtemp(prefix="scrapeq-s3-"))
-            self._owned_dir = True
+        base_dir = self._working_dir()
         self.port = self.port or free_port()
-        (self.base_dir / "sidecar").mkdir(parents=True, exist_ok=True)
+        (base_dir / "sidecar").mkdir(parents=True, exist_ok=True)
         for bucket in self.buckets:
             # The posix backend's bucket is a directory of its root.
             (self.root / bucket).mkdir(parents=True, exist_ok=True)
@@ -69,11 +62,11 @@ class LocalS3Server:
 
     def start_server(self) -> None:
         """Start (or start again) the process on the same port and directory."""
-        if self._process is not None and self._process.poll() is None:
+        if self._running():
             return
         binary = tool_path("versitygw")
-        assert self.base_dir is not None
-        self._process = spawn_logged(
+        base_dir = self._working_dir()
+        self._spawn(
             [
                 str(binary),
                 f"--port={self.host}:{self.port}",
@@ -83,10 +76,9 @@ class LocalS3Server:
                 f"--secret={self.secret_key}",
                 "--quiet",
                 "posix",
-                f"--sidecar={self.base_dir / 'sidecar'}",
+                f"--sidecar={base_dir / 'sidecar'}",
                 str(self.root),
             ],
-            self.base_dir / "versitygw.log",
             append=True,
         )
         wait_until(
@@ -98,9 +90,7 @@ class LocalS3Server:
 
     def stop_server(self) -> None:
         """Stop the process; the objects stay in the directory for `start_server`."""
-        if self._process is not None:
-            terminate(self._process)
-            self._process = None
+        self._stop_process()
 
     def _answers(self) -> bool:
         # Any HTTP answer (an unsigned request gets 403) means the listener is up.
@@ -111,13 +101,6 @@ class LocalS3Server:
             return True
         except (urllib.error.URLError, OSError):
             return False
-
-    def _exit_reason(self) -> str | None:
-        if self._process is None or self._process.poll() is None:
-            return None
-        assert self.base_dir is not None
-        log = (self.base_dir / "versitygw.log").read_text(errors="replace")[-2000:]
-        return f"versitygw exited with code {self._process.returncode}: {log}"
 
     def object_path(self, bucket: str, key: str) -> Path:
         """Where the server keeps object `key` of `bucket` on disk."""
@@ -133,16 +116,3 @@ class LocalS3Server:
             if path.is_file()
             and not any(part.startswith(".") for part in path.relative_to(folder).parts)
         )
-
-    def stop(self) -> None:
-        self.stop_server()
-        if self._owned_dir and self.base_dir is not None:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-            self.base_dir = None
-
-    def __enter__(self) -> LocalS3Server:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from scrapeq.local.controlplane import LocalControlPlane
+from scrapeq.local.processes import wait_for_established_crd
 from tests.conftest import KubeCluster, running
 from tests.e2e.helm_chart import CHART, KUBE_VERSION, ROOT, run, succeed
 from tests.e2e.test_chart_values import PLATFORM_VALUES
@@ -176,20 +177,12 @@ def test_invalid_values_are_rejected_with_a_readable_message(
 
 
 def test_install_upgrade_and_uninstall_on_the_real_api_server(
-    helm: list[str], kubectl: list[str], namespace: str
+    helm: list[str], kubectl: list[str], namespace: str, chart_cluster: KubeCluster
 ) -> None:
     for crd in MONITORING_CRDS:
         succeed([*kubectl, "apply", "-f", "-"], stdin=json.dumps(crd))
     for crd in MONITORING_CRDS:
-        succeed(
-            [
-                *kubectl,
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                f"crd/{crd['metadata']['name']}",
-            ]
-        )
+        wait_for_established_crd(Path(chart_cluster.kubeconfig), crd["metadata"]["name"])
     release = f"sq{namespace[-8:]}"
     notes = succeed([*helm, "install", release, str(CHART), "--namespace", namespace])
     # The generated password (Helm reads the cluster here) and where it is.

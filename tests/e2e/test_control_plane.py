@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config, watch
 
-from scrapeq.local.processes import pid_alive
+from scrapeq.local.processes import pid_alive, wait_for_established_crd
 from tests.conftest import KubeCluster
 
 pytestmark = pytest.mark.controlplane
@@ -74,13 +74,7 @@ def kubectl(cluster: KubeCluster, *arguments: str, stdin: str | None = None) -> 
 @pytest.fixture(scope="module")
 def widget_crd(kube_cluster: KubeCluster) -> str:
     kubectl(kube_cluster, "apply", "-f", "-", stdin=json.dumps(WIDGET_CRD))
-    kubectl(
-        kube_cluster,
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/widgets.foundation.scrapeq.io",
-    )
+    wait_for_established_crd(Path(kube_cluster.kubeconfig), "widgets.foundation.scrapeq.io")
     return "widgets.foundation.scrapeq.io"
 
 

@@ -63,6 +63,7 @@ from .chromium_process import (
     find_chromium,
     memory_mb,
 )
+from .clicked_pages import merge_clicked_pages, same_content
 from .egress_proxy import EgressProxy
 from .errors import (
     BlockedRequest,
@@ -76,11 +77,9 @@ from .extraction import (
     FieldSpec,
     PageOutcome,
     browser_script_argument,
-    merge_clicked_pages,
     page_from_browser,
     parse_fields,
     parse_items,
-    same_content,
 )
 from .http_status import check_status, navigation_failure
 from .job_options import JobOptions, LoginOptions, NextOptions, PageStep, page_steps_from_raw

@@ -18,11 +18,12 @@ test runs the same specs against the same pages in both and requires identical r
 
 A field or items may name an XPath 1.0 expression (`xpath`) instead of a CSS selector. Chromium
 evaluates it over its DOM (`document.evaluate`); the static engine over an lxml copy of lexbor's
-tree (`_XPathTree`: the same elements, attributes, text and comments, SVG and MathML elements in
-their namespaces as in the DOM), never over a tree libxml2's own HTML parser builds, which is not
-the HTML5 tree. An expression selects nodes: an element gives its text (or `attribute`), an
-attribute node its value, a text or comment node its normalised text. An expression whose result
-is not a node-set (`count(...)`, `string(...)`) is a bad selector in both engines.
+tree (`xpath_tree.XPathTree`: the same elements, attributes, text and comments, SVG and MathML
+elements in their namespaces as in the DOM), never over a tree libxml2's own HTML parser builds,
+which is not the HTML5 tree. An expression selects nodes: an element gives its text (or
+`attribute`), an attribute node its value, a text or comment node its normalised text. An
+expression whose result is not a node-set (`count(...)`, `string(...)`) is a bad selector in
+both engines.
 
 Results are capped (`cap_result`, linear in the result's size): a stored result must stay small
 enough for a database row and a status preview; oversized values are cut and listed under
@@ -34,7 +35,6 @@ multiply its size in memory; what it cuts is over the limit anyway, and `cap_res
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import re
@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urljoin, urlsplit
 
-from lxml import etree
 from scrapeq_queue.payload import (
     DEFAULT_ITEMS_LIMIT,
     ITEM_ELEMENT_SELECTOR,
@@ -53,6 +52,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode, SelectolaxError
 
 from .errors import BadInput, PermanentFailure
 from .structured_data import StructuredData, read_structured_data
+from .xpath_tree import XPathMatch, XPathTree, check_xpath
 
 # Links kept per page (for following and for the result): enough for a listing page.
 DEFAULT_MAX_LINKS = 500
@@ -226,32 +226,6 @@ class ExtractedPage:
     structured_data: StructuredData | None = None
     # A rendered page's HTML, when its structured data is still to be read (never stored).
     document_html: str | None = None
-
-
-def merge_clicked_pages(pages: Sequence[ExtractedPage], max_links: int) -> ExtractedPage:
-    """One result of the pages a "next" button showed in turn: the first page's fields, title,
-    text sample and structured data; every page's items in order; their links and follow links
-    each once, in the order first seen (links at most `max_links`)."""
-    first = pages[0]
-    merged = ExtractedPage(
-        fields=first.fields,
-        title=first.title,
-        text_sample=first.text_sample,
-        link_base=first.link_base,
-        structured_data=first.structured_data,
-        document_html=first.document_html,
-    )
-    if first.items is not None:
-        merged.items = [item for page in pages for item in page.items or ()]
-    merged.links = list(dict.fromkeys(link for page in pages for link in page.links))[:max_links]
-    merged.follow = list(dict.fromkeys(link for page in pages for link in page.follow))
-    merged.truncated = list(dict.fromkeys(cut for page in pages for cut in page.truncated))
-    return merged
-
-
-def same_content(one: ExtractedPage, other: ExtractedPage) -> bool:
-    """Whether a click showed nothing new: the same fields, items and links as before."""
-    return (one.fields, one.items, one.links) == (other.fields, other.items, other.links)
 
 
 @dataclass
@@ -629,149 +603,12 @@ def check_selector(selector: str) -> None:
         ) from error
 
 
-def check_xpath(expression: str) -> None:
-    """Raise BadInput(reason="bad_selector") if `expression` is not an XPath 1.0 expression."""
-    _compiled_xpath(expression)
-
-
-@functools.lru_cache(maxsize=256)
-def _compiled_xpath(expression: str) -> etree.XPath:
-    try:
-        return etree.XPath(expression)
-    except etree.XPathError as error:
-        raise BadInput(f"invalid XPath {expression!r}: {error}", reason="bad_selector") from error
-
-
 def check_spec_selector(spec: FieldSpec | ItemsSpec) -> None:
     """Raise BadInput(reason="bad_selector") if the spec's CSS selector or XPath is invalid."""
     if spec.xpath:
         check_xpath(spec.selector)
     elif spec.selector != ITEM_ELEMENT_SELECTOR:
         check_selector(spec.selector)
-
-
-_SVG_NAMESPACE: Final = "http://www.w3.org/2000/svg"
-_MATHML_NAMESPACE: Final = "http://www.w3.org/1998/Math/MathML"
-# Characters XML (and so lxml) cannot hold; a copy for XPath shows them as U+FFFD.
-_NOT_XML: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-# What an XPath match is in the static engine: an element of lexbor's tree, or the value of an
-# attribute, text or comment node (a str, with whether it is an attribute's), or None.
-_XPathMatch = LexborNode | tuple[str, bool] | None
-
-
-class _XPathTree:
-    """An lxml copy of lexbor's tree for XPath: the same elements (SVG and MathML ones in their
-    namespaces, as in the DOM, so `//svg` matches neither here nor in Chromium), attributes,
-    text and comments, and a map between the two trees' elements. `<template>` contents are
-    not in either tree. Built once per page, and only for a job that uses XPath."""
-
-    def __init__(self, document: LexborHTMLParser) -> None:
-        self.to_lexbor: dict[Any, LexborNode] = {}
-        self.to_lxml: dict[int, Any] = {}
-        self.comments: dict[Any, str] = {}
-        root = document.root
-        if root is None:
-            # lexbor makes an <html> of any text; nothing to copy otherwise.
-            self.root = etree.Element("html")
-            return
-        self.root = self._element(root, None, None)
-        pending: list[tuple[LexborNode, Any, str | None]] = [
-            (root, self.root, self._namespace_of(root, None))
-        ]
-        while pending:
-            node, element, namespace = pending.pop()
-            last: Any = None
-            for child in node.iter(include_text=True):
-                tag = child.tag or ""
-                if tag == "-text":
-                    text = _xml_safe(child.text_content or "")
-                    if last is None:
-                        element.text = (element.text or "") + text
-                    else:
-                        last.tail = (last.tail or "") + text
-                elif tag == "-comment":
-                    # XML comments cannot hold "--": the text a match gives is lexbor's.
-                    content = child.comment_content or ""
-                    last = etree.Comment(_xml_safe(content).replace("--", "- -") + " ")
-                    self.comments[last] = content
-                    element.append(last)
-                elif not tag.startswith(("-", "!")):
-                    child_namespace = self._namespace_of(child, namespace)
-                    last = self._element(child, element, child_namespace)
-                    pending.append((child, last, child_namespace))
-
-    @staticmethod
-    def _namespace_of(node: LexborNode, parent_namespace: str | None) -> str | None:
-        """An element's namespace as the HTML parser gives it: SVG below `<svg>`, MathML below
-        `<math>`, HTML again inside an SVG `foreignObject`."""
-        if node.tag == "svg":
-            return _SVG_NAMESPACE
-        if node.tag == "math":
-            return _MATHML_NAMESPACE
-        parent = node.parent
-        if (
-            parent_namespace == _SVG_NAMESPACE
-            and parent is not None
-            and parent.tag == "foreignObject"
-        ):
-            return None
-        return parent_namespace
-
-    def _element(self, node: LexborNode, parent: Any, namespace: str | None) -> Any:
-        name = node.tag or "unknown"
-        tag = f"{{{namespace}}}{name}" if namespace else name
-        try:
-            element = etree.Element(tag) if parent is None else etree.SubElement(parent, tag)
-        except ValueError:
-            # A name XML cannot hold (`<a:b>`): no XPath name test can reach it anyway.
-            element = etree.Element("-") if parent is None else etree.SubElement(parent, "unnamed")
-        for key, value in node.attributes.items():
-            # An attribute name XML cannot hold is only reachable as `@*`: left out.
-            with contextlib.suppress(ValueError):
-                element.set(key, _xml_safe(value or ""))
-        self.to_lexbor[element] = node
-        self.to_lxml[node.mem_id] = element
-        return element
-
-    def select(
-        self, expression: str, context: LexborNode | None, *, first: bool
-    ) -> list[_XPathMatch]:
-        """The nodes `expression` selects inside `context` (the document when None), in
-        document order. Raises BadInput when the result is not a node-set."""
-        start = self.root.getroottree() if context is None else self.to_lxml[context.mem_id]
-        try:
-            result = _compiled_xpath(expression)(start)
-        except etree.XPathError as error:
-            raise BadInput(
-                f"invalid XPath {expression!r}: {error}", reason="bad_selector"
-            ) from error
-        if not isinstance(result, list):
-            raise BadInput(
-                f"invalid XPath {expression!r}: it must select nodes, not compute a "
-                f"{type(result).__name__}",
-                reason="bad_selector",
-            )
-        matches: list[_XPathMatch] = []
-        for found in result:
-            matches.append(self._match(found))
-            if first:
-                break
-        return matches
-
-    def _match(self, found: Any) -> _XPathMatch:
-        if isinstance(found, etree._Comment):
-            return (normalise_text(self.comments.get(found, found.text or "")), False)
-        if isinstance(found, etree._Element):
-            return self.to_lexbor.get(found)
-        if isinstance(found, str):
-            attribute = bool(getattr(found, "is_attribute", False))
-            return (str(found) if attribute else normalise_text(found), attribute)
-        return None
-
-
-def _xml_safe(text: str) -> str:
-    return _NOT_XML.sub("\ufffd", text)
 
 
 def _select(document: LexborHTMLParser, selector: str, *, first: bool) -> list[LexborNode]:
@@ -909,13 +746,19 @@ def extract_static(
         )
     page = ExtractedPage()
     budget = _TextBudget(max_characters)
-    tree = _XPathTree(document) if any(spec.xpath for spec in specs) else None
+    tree = XPathTree(document) if any(spec.xpath for spec in specs) else None
 
-    def matches(spec: FieldSpec | ItemsSpec, element: LexborNode | None) -> list[_XPathMatch]:
+    def matches(spec: FieldSpec | ItemsSpec, element: LexborNode | None) -> list[XPathMatch]:
         first = isinstance(spec, FieldSpec) and not spec.all
         if spec.xpath:
             assert tree is not None
-            return tree.select(spec.selector, element, first=first)
+            # A text or comment node gives its text normalised, as an element's text is.
+            return [
+                (normalise_text(match[0]), False)
+                if isinstance(match, tuple) and not match[1]
+                else match
+                for match in tree.select(spec.selector, element, first=first)
+            ]
         if element is None:
             return list(_select(document, spec.selector, first=first))
         return list(_select_inside(element, spec.selector, first=first))
@@ -963,11 +806,11 @@ def extract_static(
 
 
 def _field_value(
-    spec: FieldSpec, matches: Sequence[_XPathMatch], budget: _TextBudget
+    spec: FieldSpec, matches: Sequence[XPathMatch], budget: _TextBudget
 ) -> str | list[str | None] | None:
     """A field's value from its matches, charged to `budget` as the browser script's `take`."""
 
-    def value(node: _XPathMatch) -> str | None:
+    def value(node: XPathMatch) -> str | None:
         if budget.left <= 0:
             return TRUNCATION_MARKER  # spent: no more text is read
         if not isinstance(node, LexborNode):

@@ -37,7 +37,6 @@ from .extraction import (
     ItemsSpec,
     PageOutcome,
     check_selector,
-    check_xpath,
 )
 from .extraction_processes import DEFAULT_PROCESSES, ExtractionProcesses
 from .http_status import charset_of, check_status, is_html
@@ -46,6 +45,7 @@ from .network_guard import GuardedResolver, NetworkGuard
 from .session_cookies import cookie_jar, jar_cookies
 from .structured_data import StructuredData
 from .user_agent import DEFAULT_USER_AGENT
+from .xpath_tree import check_xpath
 
 # Browsers stop at 20 redirects; a scraper that needs more is being led in circles.
 MAX_REDIRECTS: Final = 10

@@ -10,7 +10,7 @@ payload, one position further along the chain (`next.page`), until the chain has
 
 With `next.click` the next page is what clicking a button shows in the same tab (a listing whose
 "next" is run by a script, with no link to queue): the renderer clicks and reads page after page
-within the row, and `extraction.merge_clicked_pages` makes one result of them.
+within the row, and `clicked_pages.merge_clicked_pages` makes one result of them.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import scrapeq_queue
 from scrapeq_queue import (
@@ -51,12 +51,19 @@ from scrapeq_queue import (
 )
 from scrapeq_queue import sessions as queue_sessions
 from scrapeq_queue.sessions import Session, SessionRecord, SessionRules
+from scrapeq_queue.site_policies import SiteRule
 from scrapeq_queue.source_rows import ExpandedBatch, ExpandedEntry, SourceProgress
 
 from .background import wait_for_event
 from .metrics import WorkerMetrics
 from .readiness import ReadinessSchedule
 from .robots import RobotsRead
+
+# A worker reads a site's policy again at most this often: a policy change reaches every worker
+# within half a minute, and a busy site costs one small read per worker per half minute.
+SITE_RULE_SECONDS: Final = 30.0
+# Sites whose policy a worker keeps in memory at once (a few hundred bytes each).
+MAX_SITE_RULES: Final = 10_000
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +157,8 @@ class QueueBackend(Protocol):
     ) -> ExpandedBatch | None: ...
 
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy: ...
+
+    async def site_rules(self, host_keys: Sequence[str]) -> dict[str, SiteRule]: ...
 
     async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None: ...
     async def choose_session(
@@ -455,6 +464,11 @@ class PostgresBackend:
             )
         )
 
+    async def site_rules(self, host_keys: Sequence[str]) -> dict[str, SiteRule]:
+        return await self._writes.run(
+            lambda connection: scrapeq_queue.site_rules(connection, host_keys)
+        )
+
     async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
         return await self._memory.run(
             lambda connection: scrapeq_queue.read_page_memory(connection, crawl_key, url)
@@ -532,6 +546,8 @@ class QueueGateway:
         self._claim_errors = 0
         # Set when the database answers again after failures (the lease keeper renews then).
         self.back = asyncio.Event()
+        # What the site policies say about each site lately: (read at, rule) by site.
+        self._site_rules: dict[str, tuple[float, SiteRule]] = {}
 
     # --- claims --------------------------------------------------------------------------------
 
@@ -737,6 +753,25 @@ class QueueGateway:
             lambda backend: backend.set_crawl_delay(host_key, crawl_delay_seconds),
             what=f"record the Crawl-delay of {host_key}",
         )
+
+    async def site_rule(self, host_key: str) -> SiteRule | None:
+        """What the site policies say about `host_key` (docs/queue.md, "Site policies"), read
+        at most every SITE_RULE_SECONDS per site; None when the database failed and no reading
+        is at hand."""
+        now = self._clock()
+        known = self._site_rules.get(host_key)
+        if known is not None and now - known[0] < SITE_RULE_SECONDS:
+            return known[1]
+        rules = await self._run(
+            lambda backend: backend.site_rules([host_key]),
+            what=f"read the site policy of {host_key}",
+        )
+        if rules is None or host_key not in rules:
+            return None if known is None else known[1]
+        if len(self._site_rules) >= MAX_SITE_RULES:
+            self._site_rules.clear()  # a crawl of many sites: start again rather than grow
+        self._site_rules[host_key] = (now, rules[host_key])
+        return rules[host_key]
 
     async def robots_copy(self, origin: str, lease_seconds: float) -> RobotsCopy | None:
         """The cluster's copy of `origin`'s robots.txt, or the lease to fetch it (RobotsRules'

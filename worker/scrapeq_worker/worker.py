@@ -31,11 +31,12 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import scrapeq_queue
 from scrapeq_queue import ClaimedJob, PageMemory
 from scrapeq_queue.sealed_credentials import SealingKeys
+from scrapeq_queue.site_policies import SITE_NOT_ALLOWED_REASON, SiteRule
 
 from .background import owned_task, wait_for_event
 from .browser import BrowserPool
@@ -65,6 +66,7 @@ from .scraper import Scraper, ScrapeResult
 from .session_pool import SessionPool
 from .settings import WorkerSettings
 from .url_sources import SourceExpansion, is_object_source, is_source_row
+from .user_agent import user_agent
 
 logger = logging.getLogger(__name__)
 
@@ -427,7 +429,9 @@ class Worker:
                         default_block_markers=self.settings.block_markers,
                         loaded=True,
                     )
-                    await self._obey_robots_txt(job, options)
+                    rule = await self._site_rule(job)
+                    await self._obey_robots_txt(job, options, rule)
+                    options = with_policy_user_agent(options, rule)
                     options, session = await self.sessions.take(job, options)
                     try:
                         if is_source_row(job.payload):
@@ -530,11 +534,33 @@ class Worker:
                 extra=job_log(job),
             )
 
-    async def _obey_robots_txt(self, job: ClaimedJob, options: JobOptions) -> None:
+    async def _site_rule(self, job: ClaimedJob) -> SiteRule | None:
+        """What the site policies say about the job's site; raise PermanentFailure
+        (site_not_allowed) when one refuses the job's namespace the site (docs/queue.md, "Site
+        policies"). None when no reading is at hand (the database failed): the claim already
+        applied the site's limits, and the operator refused the job's start URLs."""
+        if job.host_key is None:
+            return None
+        rule = await self.gateway.site_rule(job.host_key)
+        policy = rule.refusing_policy(job.owner_namespace) if rule is not None else None
+        if policy is not None:
+            raise PermanentFailure(
+                f"site policy {policy} does not let namespace {job.owner_namespace} crawl "
+                f"{job.host_key}",
+                reason=SITE_NOT_ALLOWED_REASON,
+            )
+        return rule
+
+    async def _obey_robots_txt(
+        self, job: ClaimedJob, options: JobOptions, rule: SiteRule | None
+    ) -> None:
         """Raise when the site's robots.txt forbids the job's URL (or cannot be read); the job
         that fetched the file records its Crawl-delay for every claimer (scrapeq_hosts). The
-        file is fetched the way the job's page is: through the job's own upstream proxies."""
-        if not respects_robots(job.payload, self.settings.respect_robots_txt):
+        file is fetched the way the job's page is: through the job's own upstream proxies.
+        The stricter rule wins: a site policy that obeys robots.txt overrides a job that does
+        not."""
+        policy_obeys = rule is not None and rule.respect_robots_txt is True
+        if not policy_obeys and not respects_robots(job.payload, self.settings.respect_robots_txt):
             return
         if is_object_source(job.payload):
             return  # read from the pool's own object store, not from a site
@@ -601,3 +627,19 @@ class Worker:
         for entry in leftovers:
             self.metrics.jobs_released.labels(entry.job.queue).inc()
         logger.info("released %d unfinished jobs back to the queue", released)
+
+
+def with_policy_user_agent(options: JobOptions, rule: SiteRule | None) -> JobOptions:
+    """`options` with the User-Agent the site's policy sets (its userAgent, else scrapeq's own
+    with the policy's contact), which replaces one the job's headers name: the cluster admin
+    decides how the cluster introduces itself to a site. Unchanged when the policy sets
+    neither."""
+    if rule is None or (rule.user_agent is None and rule.contact is None):
+        return options
+    agent = rule.user_agent or user_agent(rule.contact)
+    headers = {
+        name: value
+        for name, value in (options.headers or {}).items()
+        if name.lower() != "user-agent"
+    }
+    return replace(options, headers={**headers, "User-Agent": agent})

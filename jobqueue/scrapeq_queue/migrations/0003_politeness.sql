@@ -174,5 +174,5 @@ WHERE status IN ('pending', 'processing') AND host_key IS NULL;
 
 SELECT scrapeq_hosts_pending(
     array_agg(queue), array_agg(host_key), array_agg(priority), array_agg(run_at),
-    array_agg(id), array_agg(NULL::integer), array_agg(NULL::double precision))
+    array_agg(id))
 FROM scraping_jobs WHERE status = 'pending';

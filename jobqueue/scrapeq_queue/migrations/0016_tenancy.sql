@@ -10,8 +10,7 @@ DROP TRIGGER scrapeq_jobs_hosts_on_insert ON scraping_jobs;
 DROP TRIGGER scrapeq_jobs_hosts_on_pending ON scraping_jobs;
 DROP FUNCTION scrapeq_hosts_after_insert();
 DROP FUNCTION scrapeq_hosts_after_pending();
-DROP FUNCTION scrapeq_hosts_pending(TEXT[], TEXT[], INTEGER[], TIMESTAMPTZ[], BIGINT[],
-                                    INTEGER[], DOUBLE PRECISION[]);
+DROP FUNCTION scrapeq_hosts_pending(TEXT[], TEXT[], INTEGER[], TIMESTAMPTZ[], BIGINT[]);
 
 ALTER TABLE scrapeq_host_queues
     ADD COLUMN owner_namespace TEXT NOT NULL DEFAULT '',

@@ -29,7 +29,8 @@ CREATE TYPE scrapeq_claim_visit AS (
     id BIGINT,
     priority INTEGER,
     run_at TIMESTAMPTZ,
-    row_namespace TEXT        -- the row's namespace ('' for none)
+    row_namespace TEXT,       -- the row's namespace ('' for none)
+    owner_key TEXT            -- the row's owner (owner_uid, or ''), where jobs set own limits
 );
 
 -- Claims up to `claim_limit` due pending rows of `wanted_queues` for `claimer`, best first,
@@ -100,7 +101,8 @@ BEGIN
     -- 3. The walk. Each queue's heads in walk order; a host that looks free is locked (never
     -- waiting) with its due rows up to its free slots (SKIP LOCKED).
     IF namespace_turns THEN
-        -- Each head gives its own namespace's rows of the host (scrapeq_jobs_namespace_claim_idx).
+        -- Each head gives its own namespace's rows of the host
+        -- (scrapeq_jobs_namespace_claim_idx).
         SELECT array_agg(visit.step) INTO walk
         FROM unnest(wanted_queues, marks) AS wanted(queue, mark)
         -- The start: the key of the marked head's row (the row keeps that key unless it was
@@ -115,21 +117,22 @@ BEGIN
         ) AS start
         CROSS JOIN LATERAL (
             SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
-                       host.head_id, host.host_limit,
-                       host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                       next.run_at, next.row_namespace)::scrapeq_claim_visit AS step
+                       host.head_id, host.host_limit, host.host_limit - busy.running,
+                       host.delay, host.touch, next.id, next.priority, next.run_at,
+                       next.row_namespace, next.owner_key)::scrapeq_claim_visit AS step
             FROM (
                 SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
                        CASE WHEN heads.owner_namespace <> '' THEN coalesce(
-                           capped_limits[array_position(capped_namespaces, heads.owner_namespace)],
+                           capped_limits[array_position(capped_namespaces,
+                                                        heads.owner_namespace)],
                            every_cap) END AS namespace_cap,
-                       heads.head_priority,
-                       heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
-                       state.delay, state.touch
-                -- The head order cut into four stretches, walked in this order: higher priorities
-                -- than the start's; the start's priority after the start; the same priority up to the
-                -- start (hosts of equal priority take turns); lower priorities. Each stretch is a
-                -- range (after, upto] of the head index.
+                       heads.head_priority, heads.head_id, state.last_finished_at,
+                       state.last_claimed_id, state.host_limit, state.delay, state.touch,
+                       state.job_limits
+                -- The head order cut into four stretches, walked in this order: higher
+                -- priorities than the start's; the start's priority after the start; the same
+                -- priority up to the start (hosts of equal priority take turns); lower
+                -- priorities. Each stretch is a range (after, upto] of the head index.
                 FROM (VALUES
                         (1, -9223372036854775808, '-infinity'::timestamptz, -9223372036854775808,
                             start.rank, '-infinity'::timestamptz, -9223372036854775808),
@@ -139,8 +142,8 @@ BEGIN
                             start.rank, start.run_at, start.id),
                         (4, start.rank, 'infinity', 9223372036854775807,
                             9223372036854775807, 'infinity', 9223372036854775807)
-                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank, upto_run_at,
-                                  upto_id)
+                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank,
+                                  upto_run_at, upto_id)
                 CROSS JOIN LATERAL (
                     SELECT heads.* FROM scrapeq_host_queues AS heads
                     WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
@@ -152,10 +155,10 @@ BEGIN
                     ORDER BY -heads.head_priority::bigint, heads.head_run_at, heads.head_id
                     LIMIT claim_limit + passed_over
                 ) AS heads
-                -- A nested loop keeps the walk's order (a hash join would not). A host inside its
-                -- delay or pause is passed over here.
+                -- A nested loop keeps the walk's order (a hash join would not). A host inside
+                -- its delay or pause is passed over here.
                 CROSS JOIN LATERAL (
-                    SELECT hosts.last_finished_at, hosts.last_claimed_id,
+                    SELECT hosts.last_finished_at, hosts.last_claimed_id, hosts.job_limits,
                            hosts.touched_at < now() - interval '1 minute' AS touch,
                            scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
                                               hosts.crawl_delay_seconds, hosts.breaker_trips,
@@ -165,7 +168,8 @@ BEGIN
                                               default_delay_seconds) AS delay
                     FROM scrapeq_hosts AS hosts
                     WHERE hosts.host_key = heads.host_key AND hosts.next_allowed_at <= now()
-                    LIMIT 1  -- (one row at most; keeps the subquery from being pulled into a join)
+                    -- (one row at most; keeps the subquery from being pulled into a join)
+                    LIMIT 1
                 ) AS state
                 LIMIT claim_limit + passed_over
             ) AS host
@@ -174,6 +178,22 @@ BEGIN
                 SELECT count(*) AS running FROM scraping_jobs AS jobs
                 WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
             ) AS busy
+            -- Where jobs set their own limits on the host: the owners whose rows are at their
+            -- job's limit or inside its delay (scrapeq_site_job_limits; NULL: no job set any).
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN host.job_limits THEN ARRAY(
+                    SELECT own.owner_key FROM scrapeq_site_job_limits AS own
+                    LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+                    WHERE own.host_key = host.host_key
+                      AND (scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                           <= (SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.host_key = own.host_key
+                                 AND jobs.status = 'processing'
+                                 AND coalesce(jobs.owner_uid, '') = own.owner_key)
+                           OR last.updated_at + make_interval(secs => own.delay_seconds)
+                              > now())
+                ) END AS full
+            ) AS own
             -- The host's turn: only a host with a free slot and past its delay is locked.
             CROSS JOIN LATERAL (
                 SELECT CASE
@@ -190,22 +210,26 @@ BEGIN
                             (SELECT jobs.updated_at FROM scraping_jobs AS jobs
                              WHERE jobs.id = host.last_claimed_id))
                             + make_interval(secs => host.delay) > now() THEN false
-                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
+                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key))
+                    END AS locked
             ) AS turn
             LEFT JOIN LATERAL (
                 SELECT jobs.id, jobs.priority, jobs.run_at,
-                       coalesce(jobs.owner_namespace, '') AS row_namespace
+                       coalesce(jobs.owner_namespace, '') AS row_namespace,
+                       CASE WHEN own.full IS NOT NULL THEN coalesce(jobs.owner_uid, '') END
+                           AS owner_key
                 FROM scraping_jobs AS jobs
                 WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
                   AND jobs.queue = host.queue
                   AND coalesce(jobs.owner_namespace, '') = host.owner_namespace
                   AND jobs.priority >= host.head_priority
                   AND jobs.run_at <= now()
+                  AND (own.full IS NULL OR coalesce(jobs.owner_uid, '') <> ALL (own.full))
                 ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                 LIMIT host.host_limit - busy.running
-                -- Only the holder of a host's lock claims its rows, but another statement (a cancel,
-                -- an application's UPDATE) may hold one: such a row is left, never waited for. A row
-                -- updated since the walk's snapshot is read as it is now.
+                -- Only the holder of a host's lock claims its rows, but another statement (a
+                -- cancel, an application's UPDATE) may hold one: such a row is left, never waited
+                -- for. A row updated since the walk's snapshot is read as it is now.
                 FOR UPDATE SKIP LOCKED
             ) AS next ON true
             WHERE turn.locked
@@ -230,21 +254,22 @@ BEGIN
         ) AS start
         CROSS JOIN LATERAL (
             SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
-                       host.head_id, host.host_limit,
-                       host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                       next.run_at, next.row_namespace)::scrapeq_claim_visit AS step
+                       host.head_id, host.host_limit, host.host_limit - busy.running,
+                       host.delay, host.touch, next.id, next.priority, next.run_at,
+                       next.row_namespace, next.owner_key)::scrapeq_claim_visit AS step
             FROM (
                 SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
                        CASE WHEN heads.owner_namespace <> '' THEN coalesce(
-                           capped_limits[array_position(capped_namespaces, heads.owner_namespace)],
+                           capped_limits[array_position(capped_namespaces,
+                                                        heads.owner_namespace)],
                            every_cap) END AS namespace_cap,
-                       heads.head_priority,
-                       heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
-                       state.delay, state.touch
-                -- The head order cut into four stretches, walked in this order: higher priorities
-                -- than the start's; the start's priority after the start; the same priority up to the
-                -- start (hosts of equal priority take turns); lower priorities. Each stretch is a
-                -- range (after, upto] of the head index.
+                       heads.head_priority, heads.head_id, state.last_finished_at,
+                       state.last_claimed_id, state.host_limit, state.delay, state.touch,
+                       state.job_limits
+                -- The head order cut into four stretches, walked in this order: higher
+                -- priorities than the start's; the start's priority after the start; the same
+                -- priority up to the start (hosts of equal priority take turns); lower
+                -- priorities. Each stretch is a range (after, upto] of the head index.
                 FROM (VALUES
                         (1, -9223372036854775808, '-infinity'::timestamptz, -9223372036854775808,
                             start.rank, '-infinity'::timestamptz, -9223372036854775808),
@@ -254,8 +279,8 @@ BEGIN
                             start.rank, start.run_at, start.id),
                         (4, start.rank, 'infinity', 9223372036854775807,
                             9223372036854775807, 'infinity', 9223372036854775807)
-                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank, upto_run_at,
-                                  upto_id)
+                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank,
+                                  upto_run_at, upto_id)
                 CROSS JOIN LATERAL (
                     SELECT heads.* FROM scrapeq_host_queues AS heads
                     WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
@@ -267,10 +292,10 @@ BEGIN
                     ORDER BY -heads.head_priority::bigint, heads.head_run_at, heads.head_id
                     LIMIT claim_limit + passed_over
                 ) AS heads
-                -- A nested loop keeps the walk's order (a hash join would not). A host inside its
-                -- delay or pause is passed over here.
+                -- A nested loop keeps the walk's order (a hash join would not). A host inside
+                -- its delay or pause is passed over here.
                 CROSS JOIN LATERAL (
-                    SELECT hosts.last_finished_at, hosts.last_claimed_id,
+                    SELECT hosts.last_finished_at, hosts.last_claimed_id, hosts.job_limits,
                            hosts.touched_at < now() - interval '1 minute' AS touch,
                            scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
                                               hosts.crawl_delay_seconds, hosts.breaker_trips,
@@ -280,7 +305,8 @@ BEGIN
                                               default_delay_seconds) AS delay
                     FROM scrapeq_hosts AS hosts
                     WHERE hosts.host_key = heads.host_key AND hosts.next_allowed_at <= now()
-                    LIMIT 1  -- (one row at most; keeps the subquery from being pulled into a join)
+                    -- (one row at most; keeps the subquery from being pulled into a join)
+                    LIMIT 1
                 ) AS state
                 LIMIT claim_limit + passed_over
             ) AS host
@@ -289,6 +315,22 @@ BEGIN
                 SELECT count(*) AS running FROM scraping_jobs AS jobs
                 WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
             ) AS busy
+            -- Where jobs set their own limits on the host: the owners whose rows are at their
+            -- job's limit or inside its delay (scrapeq_site_job_limits; NULL: no job set any).
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN host.job_limits THEN ARRAY(
+                    SELECT own.owner_key FROM scrapeq_site_job_limits AS own
+                    LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+                    WHERE own.host_key = host.host_key
+                      AND (scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                           <= (SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.host_key = own.host_key
+                                 AND jobs.status = 'processing'
+                                 AND coalesce(jobs.owner_uid, '') = own.owner_key)
+                           OR last.updated_at + make_interval(secs => own.delay_seconds)
+                              > now())
+                ) END AS full
+            ) AS own
             -- The host's turn: only a host with a free slot and past its delay is locked.
             CROSS JOIN LATERAL (
                 SELECT CASE
@@ -305,21 +347,25 @@ BEGIN
                             (SELECT jobs.updated_at FROM scraping_jobs AS jobs
                              WHERE jobs.id = host.last_claimed_id))
                             + make_interval(secs => host.delay) > now() THEN false
-                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
+                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key))
+                    END AS locked
             ) AS turn
             LEFT JOIN LATERAL (
                 SELECT jobs.id, jobs.priority, jobs.run_at,
-                       coalesce(jobs.owner_namespace, '') AS row_namespace
+                       coalesce(jobs.owner_namespace, '') AS row_namespace,
+                       CASE WHEN own.full IS NOT NULL THEN coalesce(jobs.owner_uid, '') END
+                           AS owner_key
                 FROM scraping_jobs AS jobs
                 WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
                   AND jobs.queue = host.queue
                   AND jobs.priority >= host.head_priority
                   AND jobs.run_at <= now()
+                  AND (own.full IS NULL OR coalesce(jobs.owner_uid, '') <> ALL (own.full))
                 ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                 LIMIT host.host_limit - busy.running
-                -- Only the holder of a host's lock claims its rows, but another statement (a cancel,
-                -- an application's UPDATE) may hold one: such a row is left, never waited for. A row
-                -- updated since the walk's snapshot is read as it is now.
+                -- Only the holder of a host's lock claims its rows, but another statement (a
+                -- cancel, an application's UPDATE) may hold one: such a row is left, never waited
+                -- for. A row updated since the walk's snapshot is read as it is now.
                 FOR UPDATE SKIP LOCKED
             ) AS next ON true
             WHERE turn.locked
@@ -395,41 +441,74 @@ BEGIN
         ) AS busy
         WHERE capped.cap IS NOT NULL
     ),
+    own_visited AS (
+        -- Each job with limits of its own among the walked rows, its rows in flight on the
+        -- host counted afresh (the host's lock keeps other claims off them).
+        SELECT own.host_key, own.owner_key, own.delay_seconds,
+               CASE WHEN last.updated_at + make_interval(secs => own.delay_seconds) > now()
+                    THEN 0
+                    -- (NULL: the job named only a delay of 0, and has no limit of its own)
+                    ELSE scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                         - busy.running END AS free
+        FROM (SELECT DISTINCT walked.host_key, walked.owner_key FROM walked
+              WHERE walked.owner_key IS NOT NULL AND walked.id IS NOT NULL) AS owner
+        JOIN scrapeq_site_job_limits AS own
+            ON own.host_key = owner.host_key AND own.owner_key = owner.owner_key
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS running FROM scraping_jobs AS jobs
+            WHERE jobs.host_key = own.host_key AND jobs.status = 'processing'
+              AND coalesce(jobs.owner_uid, '') = own.owner_key
+        ) AS busy
+        LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+    ),
     chosen AS (
-        -- The best `claim_limit` walked rows within their hosts' free slots and their
-        -- namespaces' caps. A host's slots go
-        -- by priority, then in turns of its namespaces (each namespace's first row, then each
-        -- one's second, ...; with scrapeq.namespace_turns off, oldest first).
+        -- The best `claim_limit` walked rows within their jobs' own free slots, then their
+        -- hosts' free slots, then their namespaces' caps. A host's slots go by priority, then
+        -- in turns of its namespaces (each namespace's first row, then each one's second, ...;
+        -- with scrapeq.namespace_turns off, oldest first).
         SELECT capped.id
         FROM (
-        SELECT ranked.id, ranked.priority, ranked.run_at, rooms.room,
-               row_number() OVER (PARTITION BY ranked.row_namespace
-                                  ORDER BY ranked.priority DESC, ranked.run_at, ranked.id)
-                   AS namespace_rank
-        FROM (
-            SELECT turned.id, turned.priority, turned.run_at, turned.row_namespace, visited.free,
-                   row_number() OVER (PARTITION BY turned.host_key
-                                      ORDER BY turned.priority DESC,
-                                               CASE WHEN namespace_turns
-                                                    THEN turned.namespace_turn ELSE 0 END,
-                                               turned.run_at, turned.id)
-                       AS rank
+            SELECT ranked.id, ranked.priority, ranked.run_at, rooms.room,
+                   row_number() OVER (PARTITION BY ranked.row_namespace
+                                      ORDER BY ranked.priority DESC, ranked.run_at, ranked.id)
+                       AS namespace_rank
             FROM (
-                SELECT walked.id, walked.host_key, walked.priority, walked.run_at,
-                       walked.row_namespace,
-                       row_number() OVER (PARTITION BY walked.host_key, walked.owner_namespace,
-                                                       walked.priority
-                                          ORDER BY walked.run_at, walked.id)
-                           AS namespace_turn
-                -- (each row once: with namespace turns off, two heads of a host offer the same)
-                FROM (SELECT DISTINCT ON (offered.id) offered.*
-                      FROM walked AS offered WHERE offered.id IS NOT NULL
-                      ORDER BY offered.id) AS walked
-            ) AS turned
-            JOIN visited ON visited.host_key = turned.host_key
-        ) AS ranked
-        LEFT JOIN rooms ON rooms.row_namespace = ranked.row_namespace
-        WHERE ranked.rank <= ranked.free
+                SELECT turned.id, turned.priority, turned.run_at, turned.row_namespace,
+                       visited.free,
+                       row_number() OVER (PARTITION BY turned.host_key
+                                          ORDER BY turned.priority DESC,
+                                                   CASE WHEN namespace_turns
+                                                        THEN turned.namespace_turn ELSE 0 END,
+                                                   turned.run_at, turned.id)
+                           AS rank
+                FROM (
+                    SELECT mine.id, mine.host_key, mine.priority, mine.run_at,
+                           mine.row_namespace,
+                           row_number() OVER (PARTITION BY mine.host_key, mine.owner_namespace,
+                                                           mine.priority
+                                              ORDER BY mine.run_at, mine.id)
+                               AS namespace_turn
+                    FROM (
+                        SELECT walked.id, walked.host_key, walked.owner_namespace,
+                               walked.priority, walked.run_at, walked.row_namespace,
+                               own_visited.free AS own_free,
+                               row_number() OVER (PARTITION BY walked.host_key, walked.owner_key
+                                                  ORDER BY walked.priority DESC, walked.run_at,
+                                                           walked.id) AS own_rank
+                        -- (each row once: with namespace turns off, two heads of a host offer
+                        -- the same)
+                        FROM (SELECT DISTINCT ON (offered.id) offered.*
+                              FROM walked AS offered WHERE offered.id IS NOT NULL
+                              ORDER BY offered.id) AS walked
+                        LEFT JOIN own_visited ON own_visited.host_key = walked.host_key
+                                             AND own_visited.owner_key = walked.owner_key
+                    ) AS mine
+                    WHERE mine.own_free IS NULL OR mine.own_rank <= mine.own_free
+                ) AS turned
+                JOIN visited ON visited.host_key = turned.host_key
+            ) AS ranked
+            LEFT JOIN rooms ON rooms.row_namespace = ranked.row_namespace
+            WHERE ranked.rank <= ranked.free
         ) AS capped
         WHERE capped.room IS NULL OR capped.namespace_rank <= capped.room
         ORDER BY capped.priority DESC, capped.run_at, capped.id
@@ -478,6 +557,26 @@ BEGIN
             FOR NO KEY UPDATE SKIP LOCKED
         ) AS unlocked ON true
         WHERE hosts.host_key = given.host_key
+    ),
+    own_taken AS (
+        -- A job with a delay of its own on a host (one row at a time) records its attempt.
+        UPDATE scrapeq_site_job_limits AS own
+        SET last_claimed_id = given.id
+        FROM (
+            SELECT DISTINCT ON (claimed.host_key, own_visited.owner_key) claimed.host_key,
+                   own_visited.owner_key, claimed.id
+            FROM claimed
+            JOIN own_visited ON own_visited.host_key = claimed.host_key
+                            AND own_visited.owner_key = coalesce(claimed.owner_uid, '')
+            WHERE own_visited.delay_seconds > 0
+            ORDER BY claimed.host_key, own_visited.owner_key, claimed.id DESC
+        ) AS given
+        JOIN LATERAL (
+            SELECT FROM scrapeq_site_job_limits AS free
+            WHERE free.host_key = given.host_key AND free.owner_key = given.owner_key
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS unlocked ON true
+        WHERE own.host_key = given.host_key AND own.owner_key = given.owner_key
     ),
     reheaded AS (
         -- A host that gave fewer rows than it had free slots (its due rows of that priority ran

@@ -41,3 +41,17 @@ COMMENT ON FUNCTION scrapeq_host_limit(INTEGER, DOUBLE PRECISION, DOUBLE PRECISI
     'scrapeq: how many requests a site (scrapeq_hosts.host_key) may have in flight; used by the claim and the autoscaler''s backlog count.';
 COMMENT ON FUNCTION scrapeq_host_delay(DOUBLE PRECISION, DOUBLE PRECISION, DOUBLE PRECISION) IS
     'scrapeq: the delay between two requests to a site (scrapeq_hosts.host_key); used by the claim and the autoscaler''s backlog count.';
+
+-- How many of one job's rows may be in flight on a site, by the limits the job named for its
+-- own rows (scrapeq_site_job_limits): 1 while it has a delay, else its limit; NULL when it named
+-- none (only the site's limit binds its rows). The site's limit binds them as well, so a job's
+-- own limit can only be stricter (docs/queue.md, "Site policies").
+CREATE OR REPLACE FUNCTION scrapeq_job_limit(max_in_flight INTEGER,
+                                             delay_seconds DOUBLE PRECISION)
+RETURNS INTEGER
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN delay_seconds > 0 THEN 1 ELSE max_in_flight END
+$$;
+
+COMMENT ON FUNCTION scrapeq_job_limit(INTEGER, DOUBLE PRECISION) IS
+    'scrapeq: how many of one job''s rows may be in flight on a site by its own limits (NULL: none of its own); used by the claim and the autoscaler''s backlog count.';

@@ -7,13 +7,15 @@
 
 -- Pending rows (parallel arrays, one entry per row: the arguments of a trigger's call) make
 -- their hosts known and claimable: locks the hosts that exist FOR KEY SHARE (waiting for a
--- prune deleting one of them), creates the missing ones, takes the limits of rows that name
--- them (the last such row of the call wins), and moves each (queue, host) head up to the best
--- of these rows (due rows first).
+-- prune deleting one of them), creates the missing ones (a trigger of scrapeq_hosts gives a
+-- new site its policy: docs/queue.md, "Site policies"), and moves each (queue, host) head up
+-- to the best of these rows (due rows first). A producer's limits are its own rows' business
+-- (sql/job_limits.sql), never the site's.
+DROP FUNCTION IF EXISTS scrapeq_hosts_pending(TEXT[], TEXT[], INTEGER[], TIMESTAMPTZ[], BIGINT[],
+                                              INTEGER[], DOUBLE PRECISION[]);
 CREATE OR REPLACE FUNCTION scrapeq_hosts_pending(queues TEXT[], host_keys TEXT[],
                                                  priorities INTEGER[], run_ats TIMESTAMPTZ[],
-                                                 ids BIGINT[], limits INTEGER[],
-                                                 delays DOUBLE PRECISION[]) RETURNS void
+                                                 ids BIGINT[]) RETURNS void
     LANGUAGE sql AS $$
     SELECT FROM scrapeq_hosts AS hosts
     WHERE hosts.host_key = ANY(host_keys)
@@ -21,26 +23,10 @@ CREATE OR REPLACE FUNCTION scrapeq_hosts_pending(queues TEXT[], host_keys TEXT[]
     FOR KEY SHARE;
     INSERT INTO scrapeq_hosts (host_key)
     SELECT DISTINCT given.host_key FROM unnest(host_keys) AS given(host_key)
+    -- (the sites known already are left out here, so that only new ones reach the trigger)
+    WHERE NOT EXISTS (SELECT FROM scrapeq_hosts AS hosts WHERE hosts.host_key = given.host_key)
     ORDER BY given.host_key
     ON CONFLICT (host_key) DO NOTHING;
-    UPDATE scrapeq_hosts AS hosts
-    SET max_in_flight = coalesce(named.max_in_flight, hosts.max_in_flight),
-        delay_seconds = coalesce(named.delay_seconds, hosts.delay_seconds)
-    FROM (
-        SELECT given.host_key,
-               (array_agg(given.max_in_flight ORDER BY given.id DESC)
-                   FILTER (WHERE given.max_in_flight IS NOT NULL))[1] AS max_in_flight,
-               (array_agg(given.delay_seconds ORDER BY given.id DESC)
-                   FILTER (WHERE given.delay_seconds IS NOT NULL))[1] AS delay_seconds
-        FROM unnest(host_keys, ids, limits, delays)
-             AS given(host_key, id, max_in_flight, delay_seconds)
-        WHERE given.max_in_flight IS NOT NULL OR given.delay_seconds IS NOT NULL
-        GROUP BY given.host_key
-    ) AS named
-    WHERE hosts.host_key = named.host_key
-      AND (hosts.max_in_flight IS DISTINCT FROM coalesce(named.max_in_flight, hosts.max_in_flight)
-           OR hosts.delay_seconds IS DISTINCT FROM coalesce(named.delay_seconds,
-                                                             hosts.delay_seconds));
     INSERT INTO scrapeq_host_queues AS known (queue, host_key, head_priority, head_run_at,
                                               head_id)
     SELECT DISTINCT ON (given.queue, given.host_key)
@@ -68,8 +54,7 @@ CREATE OR REPLACE FUNCTION scrapeq_hosts_after_insert() RETURNS trigger
 BEGIN
     PERFORM scrapeq_hosts_pending(
         array_agg(queue), array_agg(host_key), array_agg(priority), array_agg(run_at),
-        array_agg(id), array_agg(scrapeq_payload_max_per_host(payload)),
-        array_agg(scrapeq_payload_delay_seconds(payload)))
+        array_agg(id))
     FROM new_rows WHERE status = 'pending';
     RETURN NULL;
 END;
@@ -83,8 +68,7 @@ CREATE OR REPLACE FUNCTION scrapeq_hosts_after_pending() RETURNS trigger
     LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM scrapeq_hosts_pending(ARRAY[NEW.queue], ARRAY[NEW.host_key], ARRAY[NEW.priority],
-                                  ARRAY[NEW.run_at], ARRAY[NEW.id], ARRAY[NULL::integer],
-                                  ARRAY[NULL::double precision]);
+                                  ARRAY[NEW.run_at], ARRAY[NEW.id]);
     RETURN NULL;
 END;
 $$;

@@ -34,6 +34,7 @@ T = TypeVar("T")
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = REPOSITORY_ROOT / "crds" / "scrapejobs.scrapeq.io.yaml"
+SITE_POLICY_CRD_PATH = REPOSITORY_ROOT / "crds" / "sitepolicies.scrapeq.io.yaml"
 QUEUE_POLICY_CRD_PATH = REPOSITORY_ROOT / "crds" / "queuepolicies.scrapeq.io.yaml"
 
 # Short loops so that tests see changes in seconds; production defaults are in settings.py.

@@ -654,6 +654,46 @@ async def test_owner_progress_and_changes_follow_the_rows(async_connection: Conn
     )
 
 
+async def test_owner_progress_counts_crawl_outcomes_from_the_flags_each_completion_kept(
+    async_connection: Connection,
+) -> None:
+    owner = queue.Owner(uid="uid-1", namespace="ns", name="job")
+    results: list[dict[str, Any]] = [
+        {"changed": True, "validators": True},
+        {"changed": False, "validators": False},
+        {"changed": True, "validators": False},
+        {"changed": False, "skipped": "recrawl_after"},
+        # A source row's result: `skipped` counts entries, it is not a skipped page.
+        {"entries": 10, "enqueued": 9, "sitemaps": 0, "skipped": 1},
+        {"title": "no crawl memory"},
+    ]
+    await queue.enqueue_for_owner(
+        async_connection, owner, [f"https://e.test/{n}" for n in range(len(results))]
+    )
+    jobs = await claim_jobs(
+        async_connection, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+    )
+    for job in jobs:
+        await queue.complete_job(
+            async_connection,
+            job.id,
+            job.attempt,
+            result=results[int(job.url.rsplit("/", 1)[1])],
+            duration_seconds=0,
+        )
+
+    mine = (await queue.owner_progress(async_connection, ["uid-1"]))["uid-1"]
+
+    assert (mine.succeeded, mine.changed, mine.unchanged) == (6, 2, 2)
+    assert (mine.without_validators, mine.skipped) == (2, 1)
+    flags = await (
+        await async_connection.execute(
+            "SELECT url_to_scrape, crawl_flags FROM scraping_jobs ORDER BY url_to_scrape"
+        )
+    ).fetchall()
+    assert [flag for _, flag in flags] == [1, 6, 5, 10, None, None]
+
+
 async def test_pruning_removes_old_finished_rows_and_keeps_failures(
     async_connection: Connection,
 ) -> None:

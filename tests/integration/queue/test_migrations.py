@@ -183,6 +183,13 @@ CLAIM_PATH_FUNCTIONS = (
     "scrapeq_heads_after_pending",
     "scrapeq_payload_max_per_host",
     "scrapeq_payload_delay_seconds",
+    "scrapeq_job_limit",
+    "scrapeq_named_job_limits",
+    "scrapeq_job_limits_named",
+    "scrapeq_job_limits_after_insert",
+    "scrapeq_hosts_take_policy",
+    "scrapeq_site_policy_pattern",
+    "scrapeq_site_patterns",
 )
 
 
@@ -215,8 +222,9 @@ async def test_a_database_at_an_earlier_version_upgrades_to_the_site_names(
     empty_database_url: str, at: str
 ) -> None:
     """A database at `at` upgrades: a pending row that names its site's limit under the key it
-    had before 0.1.0 keeps it under maxConcurrentPerSite and is claimed, and a row inserted
-    after the upgrade sets its site's limit with the new key."""
+    had before 0.1.0 keeps it under maxConcurrentPerSite as a limit of its own rows and is
+    claimed, and a row inserted after the upgrade names a limit of its own with the new key
+    without setting its site's."""
     earlier = [m for m in available_migrations() if m.version[:4] <= at]
     async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
         await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
@@ -239,6 +247,8 @@ async def test_a_database_at_an_earlier_version_upgrades_to_the_site_names(
             conn, "https://new.test/", payload={"politeness": {"maxConcurrentPerSite": 7}}
         )
         cursor = await conn.execute(
-            "SELECT max_in_flight FROM scrapeq_hosts WHERE host_key = 'new.test'"
+            "SELECT hosts.max_in_flight, own.host_key, own.max_in_flight FROM scrapeq_hosts"
+            " AS hosts JOIN scrapeq_site_job_limits AS own USING (host_key)"
+            " WHERE own.owner_key = '' ORDER BY own.host_key"
         )
-        assert await cursor.fetchone() == (7,)
+        assert await cursor.fetchall() == [(None, "new.test", 7), (None, "www.old.test", 3)]

@@ -49,6 +49,11 @@ class HostRecord:
     robots_fetches: int = 0
     # When this host answered 429 (monotonic), per path.
     limited_at: dict[str, float] = field(default_factory=dict)
+    # Pages in flight at once per `group` query parameter (a page of one job, say), and the most.
+    group_in_flight: collections.Counter[str] = field(default_factory=collections.Counter)
+    group_max_in_flight: collections.Counter[str] = field(default_factory=collections.Counter)
+    # The User-Agent of every page request, in arrival order.
+    user_agents: list[str] = field(default_factory=list)
 
 
 class PoliteSite:
@@ -124,12 +129,19 @@ class PoliteSite:
     async def _serve(self, request: web.Request, seconds: float) -> web.Response:
         record = self.records[self._host(request)]
         record.arrivals.append((time.monotonic(), request.path))
+        group = request.query.get("group", "")
+        record.user_agents.append(request.headers.get("User-Agent", ""))
         record.in_flight += 1
         record.max_in_flight = max(record.max_in_flight, record.in_flight)
+        record.group_in_flight[group] += 1
+        record.group_max_in_flight[group] = max(
+            record.group_max_in_flight[group], record.group_in_flight[group]
+        )
         try:
             await asyncio.sleep(seconds)
         finally:
             record.in_flight -= 1
+            record.group_in_flight[group] -= 1
         return web.Response(text=PAGE.format(path=request.path), content_type="text/html")
 
     async def _page(self, request: web.Request) -> web.Response:

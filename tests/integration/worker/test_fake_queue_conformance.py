@@ -470,3 +470,14 @@ async def test_a_listener_is_woken_when_it_starts_and_when_a_row_is_queued(
         listener.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await listener
+
+
+async def test_a_site_no_policy_names_has_a_rule_that_sets_nothing(harness: Harness) -> None:
+    rules = await harness.backend.site_rules(["nobody.test"])
+    rule = rules["nobody.test"]
+    assert (rule.pattern, rule.max_concurrent_per_site, rule.respect_robots_txt) == (
+        None,
+        None,
+        None,
+    )
+    assert rule.refusing_policy("team") is None

@@ -88,10 +88,12 @@ async def test_a_site_never_sees_more_than_its_limit_while_other_sites_keep_comp
         [polite_site.url(A, f"/page/{n}?ms=150") for n in range(40)],
         maxConcurrentPerSite=2,
     )
+    await queue.apply_site_policy(
+        connection, queue.SitePolicy(name="wide", patterns=(B, C), max_concurrent_per_site=8)
+    )
     others = await enqueue(
         connection,
         [polite_site.url(host, f"/page/{n}?ms=20") for host in (B, C) for n in range(40)],
-        maxConcurrentPerSite=8,
     )
     async with three_workers(database_url, tmp_path):
         await all_completed(connection, others, 60, "the other hosts' rows")
@@ -181,10 +183,11 @@ async def test_three_worker_processes_read_a_sites_robots_txt_once(
 ) -> None:
     polite_site.robots[D] = Robots(200, "User-agent: *\nDisallow: /page/private\n")
     # Two slots per worker and slow pages: no one worker takes all the site's rows.
+    await queue.apply_site_policy(
+        connection, queue.SitePolicy(name="wide", patterns=(D,), max_concurrent_per_site=8)
+    )
     allowed = await enqueue(
-        connection,
-        [polite_site.url(D, f"/page/{n}?ms=400") for n in range(24)],
-        maxConcurrentPerSite=8,
+        connection, [polite_site.url(D, f"/page/{n}?ms=400") for n in range(24)]
     )
     [forbidden] = await enqueue(connection, [polite_site.url(D, "/page/private/1")])
     async with three_workers(database_url, tmp_path, "--concurrency", "2"):

@@ -96,6 +96,24 @@ def test_changes_only_skips_rows_that_say_unchanged_but_counts_them() -> None:
     assert encoded.counts["completed"] == 3
 
 
+def test_changes_only_leaves_out_source_rows_and_keeps_failed_pages() -> None:
+    sitemap = OutputRow(
+        id=1,
+        url="https://shop.test/sitemap.xml",
+        state="completed",
+        result={"changed": True, "entries": 10, "enqueued": 10},
+        error=None,
+        finished_at=FINISHED,
+        source=True,
+    )
+    rows = [sitemap, row(2, result={"changed": True}), row(3, "failed", error="HTTP 500")]
+    encoded = encode_batch(rows, "jsonl", changes_only=True)
+    assert [json.loads(line)["id"] for line in encoded.data.decode().splitlines()] == [2, 3]
+    assert (encoded.lines, encoded.skipped) == (2, 1)
+    everything = encode_batch(rows, "jsonl", changes_only=False)
+    assert everything.lines == 3
+
+
 def test_keys_are_deterministic_and_keep_a_recreated_job_apart() -> None:
     prefix = output_prefix("scrapeq/", "/exports/", "team", "laptops", "uid-1")
     assert prefix == "scrapeq/exports/team/laptops/uid-1"

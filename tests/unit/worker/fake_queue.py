@@ -32,6 +32,7 @@ from scrapeq_queue import (
 )
 from scrapeq_queue.sessions import Outcome as SessionOutcome
 from scrapeq_queue.sessions import Session, SessionRecord, SessionRules
+from scrapeq_queue.site_policies import SiteRule
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # The fake's retry delay: long enough that a retried row is not due again within a test.
@@ -80,6 +81,8 @@ class FakeQueue:
         self._robots: dict[str, _RobotsEntry] = {}
         # (crawl key, URL) -> what the crawl remembers (the fake's clock as its time).
         self.memory: dict[tuple[str, str], PageMemory] = {}
+        # What site policies say about a site, set by a test (none: no policy applies).
+        self.policies: dict[str, SiteRule] = {}
         self._sessions: dict[str, Session] = {}
         self._tried_sessions: dict[int, list[int]] = {}
         # queue -> the parsers a worker last published for it (publish_parsers).
@@ -427,6 +430,15 @@ class FakeQueue:
                 0.0,
             )
         self.memory[(crawl_key, url)] = remembered
+
+    async def site_rules(self, host_keys: Sequence[str]) -> dict[str, SiteRule]:
+        self._enter("site_rules")
+        return {
+            host_key: self.policies.get(
+                host_key, SiteRule(host_key, None, (), None, None, None, None, None)
+            )
+            for host_key in host_keys
+        }
 
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy:
         self._enter("robots_copy")
