@@ -5,7 +5,7 @@
 -- again. scrapeq_hosts is keyed by site (host_key), scrapeq_host_queues by (site, queue, owner
 -- namespace): each namespace's rows of a site have a head of their own ('' for rows without an
 -- owner), so that namespaces take turns in the claim (docs/queue.md, "Namespace turns").
--- (sql/hosts_pending.sql holds what migrations 0003 and 0005 applied, a head per site and
+-- (sql/hosts_pending.sql holds what migrations 0003, 0005 and 0015 applied, a head per site and
 -- queue; 0016 replaces it with this file.)
 
 -- Pending rows (parallel arrays, one entry per row: the arguments of a trigger's call) make
