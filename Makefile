@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # The slowest tests are listed at the end of every run: where the suite's time goes.
 PYTEST_ARGS ?= --durations=30
 
-.PHONY: help setup system-packages venv tools test test-unit test-integration test-e2e lint \
+.PHONY: help setup system-packages venv tools test test-scale test-unit test-integration test-e2e lint \
 	demo cluster-up cluster-down images bench bench-queue bench-worker bench-operator bench-cluster \
 	bench-fleet bench-soak bench-output bench-sources bench-recrawl bench-sessions \
 	generate clean
@@ -18,6 +18,7 @@ PYTEST_ARGS ?= --durations=30
 help:
 	@echo "make demo          run scrapeq end to end on local defaults"
 	@echo "make test          run the whole test suite (unit, integration, e2e)"
+	@echo "make test-scale    the tests at full size that make test leaves out (many minutes)"
 	@echo "make lint          ruff, mypy (strict) and the import contracts (part of make test)"
 	@echo "make tools         build the Kubernetes components, CoreDNS, etcd and helm; print their paths"
 	@echo "make cluster-up    start the local single-node cluster (real Pods); print the KUBECONFIG export"
@@ -64,6 +65,10 @@ setup: system-packages venv
 test: setup lint
 	@set +e; $(PY) -m pytest $(PYTEST_ARGS); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "error: pytest collected no tests" >&2; exit 1; fi; exit $$status
+
+# The tests at full size (marker `scale`: many minutes each), which `make test` leaves out.
+test-scale: setup
+	@$(PY) -m pytest -m scale $(PYTEST_ARGS)
 
 test-unit: venv
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)

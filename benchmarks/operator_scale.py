@@ -130,39 +130,48 @@ class Kube:
 
 class SucceededWatch:
     """`kubectl get scrapejobs --watch` in the background: when each ScrapeJob was first seen
-    Succeeded (monotonic), from the events as they arrive."""
+    Succeeded (monotonic), from the events as they arrive. The API server ends a watch after
+    30 to 60 minutes; kubectl then exits and is started again (its first listing then dates
+    the jobs that succeeded in between a moment late)."""
 
     def __init__(self, kube: Kube) -> None:
-        template = '{.metadata.name} {.status.phase}{"\\n"}'
+        self.kube = kube
         self.seen: dict[str, float] = {}
-        self._process = subprocess.Popen(
-            [
-                "kubectl",
-                f"--kubeconfig={kube.kubeconfig}",
-                "get",
-                "scrapejobs",
-                "-n",
-                NAMESPACE,
-                "--watch",
-                "-o",
-                f"jsonpath={template}",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
+        self._stopped = threading.Event()
+        self._process: subprocess.Popen[str] | None = None
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
     def _read(self) -> None:
-        assert self._process.stdout is not None
-        for line in self._process.stdout:
-            name, _, phase = line.strip().partition(" ")
-            if phase == "Succeeded" and name not in self.seen:
-                self.seen[name] = time.monotonic()
+        template = '{.metadata.name} {.status.phase}{"\\n"}'
+        while not self._stopped.is_set():
+            self._process = subprocess.Popen(
+                [
+                    "kubectl",
+                    f"--kubeconfig={self.kube.kubeconfig}",
+                    "get",
+                    "scrapejobs",
+                    "-n",
+                    NAMESPACE,
+                    "--watch",
+                    "-o",
+                    f"jsonpath={template}",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            assert self._process.stdout is not None
+            for line in self._process.stdout:
+                name, _, phase = line.strip().partition(" ")
+                if phase == "Succeeded" and name not in self.seen:
+                    self.seen[name] = time.monotonic()
+            self._process.wait()
 
     def stop(self) -> None:
-        terminate(self._process)  # type: ignore[arg-type]
+        self._stopped.set()
+        if self._process is not None:
+            terminate(self._process)  # type: ignore[arg-type]
         self._thread.join(timeout=10)
 
 
@@ -406,6 +415,7 @@ def many_jobs(
         rss_before_mb=round(rss_before, 1),
         rss_with_jobs_mb=round(rss_with_jobs, 1),
         kb_per_job=round((rss_with_jobs - rss_before) * 1024 / count, 1),
+        peak_rss_mb=round(peak_rss_mb(pid), 1),
     )
     poll(
         lambda: len(watch.seen) >= count,

@@ -133,6 +133,7 @@ from scrapeq_queue.site_policies import (
     apply_site_policy,
     delete_site_policy,
     refusing_policies,
+    retain_site_policies,
     site_rules,
 )
 from scrapeq_queue.urls import normalise_url
@@ -261,6 +262,7 @@ __all__ = [
     "require_current_schema",
     "rescue_expired_leases",
     "result_fields",
+    "retain_site_policies",
     "retry_failed",
     "retry_job",
     "retry_webhook_event",

@@ -82,6 +82,7 @@ async def owner_progress(
             without_validators=row[12],
             skipped=row[13],
             blocked=int(row[14]),
+            expanding=row[15],
             last_error=error,
             last_error_url=error_url,
             preview=tuple(preview_rows.get(uid, ())),

@@ -147,6 +147,9 @@ class OwnerProgress:
     unchanged: int = 0
     without_validators: int = 0
     skipped: int = 0
+    # Source rows (a sitemap, a URL list) not finished yet: until their expansions end, more
+    # rows may come, so `total` is the number of rows so far, not the job's size.
+    expanding: int = 0
 
     @property
     def finished(self) -> bool:

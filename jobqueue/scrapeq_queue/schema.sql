@@ -922,11 +922,22 @@ $$;
 CREATE FUNCTION public.scrapeq_mark_undelivered() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    owners_with_output TEXT[];
 BEGIN
-    IF EXISTS (SELECT 1 FROM scrapeq_outputs WHERE owner_uid = NEW.owner_uid) THEN
-        NEW.undelivered := true;
+    -- The owners first (a statement's rows have one or a few): the plan of a statement over
+    -- new_rows is made once, for a table it takes to be one row long, so a join of new_rows
+    -- with scraping_jobs would probe the table for every new row even when nothing matches.
+    SELECT array_agg(owners.owner_uid) INTO owners_with_output
+    FROM (SELECT DISTINCT owner_uid FROM new_rows WHERE NOT undelivered) AS owners
+    JOIN scrapeq_outputs AS outputs ON outputs.owner_uid = owners.owner_uid;
+    IF owners_with_output IS NOT NULL THEN
+        UPDATE scraping_jobs AS jobs SET undelivered = true
+        FROM new_rows
+        WHERE jobs.id = new_rows.id AND NOT new_rows.undelivered
+          AND new_rows.owner_uid = ANY (owners_with_output);
     END IF;
-    RETURN NEW;
+    RETURN NULL;
 END
 $$;
 
@@ -3098,7 +3109,7 @@ CREATE TRIGGER scrapeq_jobs_job_limits_on_insert AFTER INSERT ON public.scraping
 -- Name: scraping_jobs scrapeq_jobs_mark_undelivered; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER scrapeq_jobs_mark_undelivered BEFORE INSERT ON public.scraping_jobs FOR EACH ROW WHEN (((new.owner_uid IS NOT NULL) AND (NOT new.undelivered))) EXECUTE FUNCTION public.scrapeq_mark_undelivered();
+CREATE TRIGGER scrapeq_jobs_mark_undelivered AFTER INSERT ON public.scraping_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.scrapeq_mark_undelivered();
 
 
 --
@@ -3193,4 +3204,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0014_batch_webhooks'),
     ('0015_site_policies'),
     ('0016_tenancy'),
+    ('0017_undelivered_per_statement'),
     ('0018_crawl_flags');

@@ -11,8 +11,9 @@ takes its policy when its row is made.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 import psycopg
@@ -150,6 +151,24 @@ async def delete_site_policy(connection: psycopg.AsyncConnection[Any], name: str
     async with connection.transaction():
         await connection.execute(statements.SITE_POLICY_DELETE, {"policy": name})
         return await _resolve(connection)
+
+
+@translate_database_errors
+async def retain_site_policies(
+    connection: psycopg.AsyncConnection[Any], names: Iterable[str], *, listed_at: datetime
+) -> list[str]:
+    """Keep only the policies named in `names` (the cluster's SitePolicies, listed from
+    `listed_at` on, by the database's clock) or written since then: a policy deleted while no
+    operator watched goes too. Resolves every known site again when one went; answers the
+    names removed."""
+    async with connection.transaction():
+        cursor = await connection.execute(
+            statements.SITE_POLICIES_RETAIN, {"names": list(names), "listed_at": listed_at}
+        )
+        removed = sorted({str(row[0]) for row in await cursor.fetchall()})
+        if removed:
+            await _resolve(connection)
+    return removed
 
 
 async def _resolve(connection: psycopg.AsyncConnection[Any]) -> int:

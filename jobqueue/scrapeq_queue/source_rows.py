@@ -65,6 +65,31 @@ class ExpandedBatch:
     sitemaps: int
 
 
+@dataclass(frozen=True)
+class KeyedEntries:
+    """A batch of entries with the keys its insert binds (dedup key, host key), in the order
+    given. Computing the keys is most of the Python work of a batch: an expansion makes them
+    with `keyed_entries` off the event loop while the previous batch's insert runs."""
+
+    urls: list[str]
+    is_sitemap: list[bool]
+    dedup_keys: list[str]
+    host_keys: list[str]
+
+    def __len__(self) -> int:
+        return len(self.urls)
+
+
+def keyed_entries(entries: Sequence[ExpandedEntry]) -> KeyedEntries:
+    """`entries` with their dedup keys and host keys (CPU only, no I/O)."""
+    return KeyedEntries(
+        urls=[entry.url for entry in entries],
+        is_sitemap=[entry.is_sitemap for entry in entries],
+        dedup_keys=[dedup_key_of(entry) for entry in entries],
+        host_keys=_host_keys(entries),
+    )
+
+
 def dedup_key_of(entry: ExpandedEntry) -> str:
     """The entry's dedup key per owner: its normalised URL, prefixed for a sitemap."""
     key = normalise_url(entry.url)
@@ -90,13 +115,14 @@ async def source_progress(
 async def enqueue_expanded(
     connection: psycopg.AsyncConnection[Any],
     job: ClaimedJob,
-    entries: Sequence[ExpandedEntry],
+    entries: Sequence[ExpandedEntry] | KeyedEntries,
     *,
     entries_done: int,
     skipped: int = 0,
 ) -> ExpandedBatch | None:
     """Insert one batch of the source row `job`'s entries and record its progress.
 
+    `entries`: the batch, with its keys already made (`keyed_entries`) or not;
     `entries_done`: how many entries of the document are handled once this batch is in (the
     next attempt starts after them); `skipped`: how many of this batch's share of the document
     were left out (a filter, a bad URL). One transaction under the owner's rows lock, which a
@@ -104,13 +130,14 @@ async def enqueue_expanded(
     its source cancelled. Returns None when the attempt is no longer current (fenced: nothing
     was inserted, and the expansion should stop).
     """
+    keyed = entries if isinstance(entries, KeyedEntries) else keyed_entries(entries)
     parameters = {
         "id": job.id,
         "attempt": job.attempt,
-        "urls": [entry.url for entry in entries],
-        "is_source": [entry.is_sitemap for entry in entries],
-        "dedup_keys": [dedup_key_of(entry) for entry in entries],
-        "host_keys": _host_keys(entries),
+        "urls": keyed.urls,
+        "is_source": keyed.is_sitemap,
+        "dedup_keys": keyed.dedup_keys,
+        "host_keys": keyed.host_keys,
         "entries": entries_done,
         "skipped": skipped,
     }

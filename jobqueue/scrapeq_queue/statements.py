@@ -97,6 +97,14 @@ SITE_POLICY_DELETE: Final = """
 DELETE FROM scrapeq_site_policies WHERE policy = %(policy)s
 """
 
+# Removes the policies the cluster no longer has: not among `names` (the cluster's listing)
+# and not written since `listed_at` (a policy created during the listing is kept).
+SITE_POLICIES_RETAIN: Final = """
+DELETE FROM scrapeq_site_policies
+WHERE policy <> ALL(%(names)s::text[]) AND updated_at < %(listed_at)s
+RETURNING policy
+"""
+
 # Records one site policy: a row per pattern, each with the policy's settings.
 SITE_POLICY_INSERT: Final = """
 INSERT INTO scrapeq_site_policies (policy, pattern, max_in_flight, delay_seconds,
@@ -330,8 +338,10 @@ WHERE id = %(id)s AND attempt = %(attempt)s AND status = 'processing'
 # The caller holds the owner's lock (JOB_FOLLOW_LOCK) in the same transaction.
 JOB_INSERT_EXPANDED: Final = """
 WITH source AS (
-    SELECT id, parser_type, payload, queue, priority, max_retries, retry_backoff_seconds,
-           owner_uid, owner_namespace, owner_name, retain_for, undelivered, notify_finished,
+    SELECT id, parser_type, payload - 'source' AS page_payload,
+           jsonb_set(payload, '{source,kind}', '"sitemap"') AS sitemap_payload, queue,
+           priority, max_retries, retry_backoff_seconds, owner_uid, owner_namespace, owner_name,
+           retain_for, undelivered, notify_finished,
            coalesce(source_progress, '{}'::jsonb) AS progress
     FROM scraping_jobs
     WHERE id = %(id)s AND attempt = %(attempt)s AND status = 'processing'
@@ -343,9 +353,7 @@ inserted AS (
                                dedup_key, depth, host_key, retain_for, undelivered,
                                notify_finished)
     SELECT entry.url, source.parser_type,
-           CASE WHEN entry.is_source
-                THEN jsonb_set(source.payload, '{source,kind}', '"sitemap"')
-                ELSE source.payload - 'source' END,
+           CASE WHEN entry.is_source THEN source.sitemap_payload ELSE source.page_payload END,
            source.queue, source.priority, source.max_retries, source.retry_backoff_seconds,
            source.owner_uid, source.owner_namespace, source.owner_name,
            CASE WHEN source.owner_uid IS NULL THEN NULL ELSE entry.dedup_key END,
@@ -590,15 +598,19 @@ SELECT (SELECT count(*) FROM rescued) AS rescued, (SELECT count(*) FROM notified
 # --- producers ----------------------------------------------------------------------------------
 
 # Inserts rows from parallel arrays (one statement, so the trigger sends one NOTIFY); a row
-# whose (owner_uid, dedup_key) already exists is skipped. Returns the new ids.
+# whose (owner_uid, dedup_key) already exists is skipped. Returns the new ids. The rows of an
+# owner with an output are inserted undelivered (one look-up per statement; sql/output_rows.sql
+# marks what an insert leaves unmarked, at the cost of an update).
 JOB_INSERT_MANY: Final = """
 INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload, queue, priority, max_retries,
                            retry_backoff_seconds, run_at, owner_uid, owner_namespace,
-                           owner_name, dedup_key, host_key, retain_for, notify_finished)
+                           owner_name, dedup_key, host_key, retain_for, notify_finished,
+                           undelivered)
 SELECT new.url, new.parser_type, new.payload, %(queue)s, new.priority, %(max_retries)s,
        %(backoff_seconds)s, coalesce(%(run_at)s::timestamptz, now()), %(owner_uid)s,
        %(owner_namespace)s, %(owner_name)s, new.dedup_key, new.host_key,
-       %(retain_for)s::interval, %(notify_finished)s
+       %(retain_for)s::interval, %(notify_finished)s,
+       EXISTS (SELECT FROM scrapeq_outputs WHERE owner_uid = %(owner_uid)s)
 FROM unnest(%(urls)s::text[], %(parser_types)s::text[], %(payloads)s::jsonb[],
             %(priorities)s::integer[], %(dedup_keys)s::text[], %(host_keys)s::text[])
      AS new(url, parser_type, payload, priority, dedup_key, host_key)
@@ -676,7 +688,10 @@ SELECT owner_uid,
        count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 4 <> 0)
            AS without_validators,
        count(*) FILTER (WHERE status = 'completed' AND crawl_flags & 8 <> 0) AS skipped,
-       coalesce(sum(cardinality(tried_sessions)), 0) AS blocked
+       coalesce(sum(cardinality(tried_sessions)), 0) AS blocked,
+       -- Source rows not finished yet: their expansion may still add rows (docs/queue.md,
+       -- "Source rows"), so the total is not known until this is 0.
+       count(*) FILTER (WHERE finished_at IS NULL AND payload ? 'source') AS expanding
 FROM scraping_jobs
 WHERE owner_uid = ANY(%(owner_uids)s::text[])
 GROUP BY owner_uid

@@ -20,7 +20,13 @@ from typing import Any, TypeVar
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from scrapeq_operator.vocabulary import GROUP, PLURAL, QUEUE_POLICY_PLURAL, VERSION
+from scrapeq_operator.vocabulary import (
+    GROUP,
+    PLURAL,
+    QUEUE_POLICY_PLURAL,
+    SITE_POLICY_PLURAL,
+    VERSION,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +213,19 @@ class Cluster:
                 return None
             raise
         return [dict(item) for item in listed.get("items", [])]
+
+    async def list_site_policy_names(self) -> list[str]:
+        """The names of the cluster's SitePolicies ([] where the CRD is not installed: then the
+        cluster has none)."""
+        try:
+            listed = await self._call(
+                self._custom.list_cluster_custom_object, GROUP, VERSION, SITE_POLICY_PLURAL
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return []
+            raise
+        return [str(item["metadata"]["name"]) for item in listed.get("items", [])]
 
     async def delete_scrapejob(self, namespace: str, name: str, *, uid: str) -> bool:
         """Delete one ScrapeJob if it is still the one with this uid; False when it is gone.

@@ -71,6 +71,7 @@ from scrapeq_operator.queue_access import (
 from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.settings import OperatorSettings
+from scrapeq_operator.site_policy_resync import SitePolicyResync
 from scrapeq_operator.site_policy_spec import site_policy
 from scrapeq_operator.status_sync import IndexDirectory, JobRef, StatusSync, job_ref
 from scrapeq_operator.vocabulary import (
@@ -124,6 +125,7 @@ async def start_operator(
     )
     runtime.spawn("webhooks", delivery.run())
     runtime.spawn("retention", Retention(config, runtime).run())
+    runtime.spawn("site-policies", SitePolicyResync(runtime).run())
     runtime.spawn("namespace-caps", NamespaceCapSync(config, runtime).run())
     if config.object_store_bucket is not None:
         runtime.spawn("output", OutputUploader(config, runtime, OutputStore(config)).run())

@@ -45,6 +45,7 @@ SYNCED_KEYS = (
     "phase",
     "progress",
     "total",
+    "expanding",
     "pending",
     "retrying",
     "processing",
@@ -127,6 +128,8 @@ class RowCounts(Protocol):
     def without_validators(self) -> int: ...
     @property
     def skipped(self) -> int: ...
+    @property
+    def expanding(self) -> int: ...
 
 
 def decide_phase(counts: RowCounts, allowed_failure_percent: int) -> Phase:
@@ -187,9 +190,14 @@ def patch_due(
 
 
 def progress_text(counts: RowCounts) -> str:
-    """The DONE column: finished rows (succeeded, failed or cancelled) out of all rows."""
+    """The DONE column: finished rows (succeeded, failed or cancelled) out of all rows, `n/N`.
+
+    While a source row of the job is unfinished its expansion may add rows, so N is only the
+    rows so far and is written `N+`; once every source row has finished, N is the job's size.
+    """
     done = counts.succeeded + counts.failed + counts.cancelled
-    return f"{done}/{counts.total}"
+    more = "+" if counts.expanding > 0 else ""
+    return f"{done}/{counts.total}{more}"
 
 
 def make_condition(
@@ -309,6 +317,7 @@ def build_status(
         "phase": phase.value,
         "progress": progress_text(counts),
         "total": counts.total,
+        "expanding": counts.expanding or None,
         "pending": counts.pending,
         "retrying": counts.retrying,
         "processing": counts.processing,
@@ -327,6 +336,8 @@ def build_status(
     remove: list[str] = []
     if counts.total > 0:
         message = f"{counts.total} URLs queued on queue {queue}"
+        if counts.expanding > 0:
+            message += f" so far; sources still expanding: {counts.expanding}"
         updates.append(
             make_condition("Ready", True, ENQUEUED_REASON, message, generation=generation, now=now)
         )

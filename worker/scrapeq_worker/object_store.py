@@ -38,6 +38,11 @@ RETRIES: Final = 2
 RETRY_BUDGET: Final = timedelta(seconds=20)
 # The whole upload, retries included: past it the row is retried later.
 UPLOAD_DEADLINE_SECONDS: Final = 60.0
+# A streamed object (a URL list) is fetched in ranges of this size, each one request read whole
+# before it is handed on: its reader takes minutes over a million URLs (as fast as their rows
+# are inserted), and one request streamed at that pace outlived REQUEST_TIMEOUT. Memory holds
+# one range.
+STREAM_RANGE_BYTES: Final = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -147,12 +152,14 @@ class ObjectStore:
 
     @contextlib.asynccontextmanager
     async def stream(self, key: str, *, chunk_bytes: int) -> AsyncIterator[AsyncIterator[bytes]]:
-        """The bytes of object `key` as they arrive, in chunks of about `chunk_bytes`, never
-        held whole (a source row's URL list). Raises PermanentFailure (object_not_found) for a
-        key the bucket does not hold, RetryLater (storage_unavailable) when the store cannot
-        answer, also while the chunks are read."""
+        """The bytes of object `key` in order, in chunks of at most `chunk_bytes`, never held
+        whole (a source row's URL list): read in ranges of STREAM_RANGE_BYTES, one request
+        each, all of the same version of the object. Raises PermanentFailure
+        (object_not_found) for a key the bucket does not hold, RetryLater
+        (storage_unavailable) when the store cannot answer or the object changes, also while
+        the chunks are read."""
         try:
-            result = await obstore.get_async(self._store, key)
+            meta = await obstore.head_async(self._store, key)
         except (FileNotFoundError, NotFoundError) as error:
             raise PermanentFailure(
                 f"the object store holds no object {key}", reason="object_not_found"
@@ -162,16 +169,27 @@ class ObjectStore:
                 f"the object store could not return {key}: {_first_line(error)}",
                 reason="storage_unavailable",
             ) from error
+        size, version = int(meta["size"]), meta.get("e_tag")
 
         async def chunks() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in result.stream(min_chunk_size=chunk_bytes):
-                    yield bytes(chunk)
-            except ObjectStoreError as error:
-                raise RetryLater(
-                    f"the object store stopped sending {key}: {_first_line(error)}",
-                    reason="storage_unavailable",
-                ) from error
+            for start in range(0, size, STREAM_RANGE_BYTES):
+                try:
+                    result = await obstore.get_async(
+                        self._store,
+                        key,
+                        options={
+                            "range": (start, min(size, start + STREAM_RANGE_BYTES)),
+                            "if_match": version,
+                        },
+                    )
+                    piece = memoryview(await result.bytes_async())
+                except ObjectStoreError as error:
+                    raise RetryLater(
+                        f"the object store stopped sending {key}: {_first_line(error)}",
+                        reason="storage_unavailable",
+                    ) from error
+                for offset in range(0, len(piece), chunk_bytes):
+                    yield bytes(piece[offset : offset + chunk_bytes])
 
         yield chunks()
 

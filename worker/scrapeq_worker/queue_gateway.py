@@ -52,7 +52,7 @@ from scrapeq_queue import (
 from scrapeq_queue import sessions as queue_sessions
 from scrapeq_queue.sessions import Session, SessionRecord, SessionRules
 from scrapeq_queue.site_policies import SiteRule
-from scrapeq_queue.source_rows import ExpandedBatch, ExpandedEntry, SourceProgress
+from scrapeq_queue.source_rows import ExpandedBatch, ExpandedEntry, KeyedEntries, SourceProgress
 
 from .background import wait_for_event
 from .metrics import WorkerMetrics
@@ -150,7 +150,7 @@ class QueueBackend(Protocol):
     async def enqueue_expanded(
         self,
         job: ClaimedJob,
-        entries: Sequence[ExpandedEntry],
+        entries: Sequence[ExpandedEntry] | KeyedEntries,
         *,
         entries_done: int,
         skipped: int,
@@ -402,7 +402,7 @@ class PostgresBackend:
     async def enqueue_expanded(
         self,
         job: ClaimedJob,
-        entries: Sequence[ExpandedEntry],
+        entries: Sequence[ExpandedEntry] | KeyedEntries,
         *,
         entries_done: int,
         skipped: int,
@@ -732,7 +732,7 @@ class QueueGateway:
     async def enqueue_expanded(
         self,
         job: ClaimedJob,
-        entries: Sequence[ExpandedEntry],
+        entries: Sequence[ExpandedEntry] | KeyedEntries,
         *,
         entries_done: int,
         skipped: int,

@@ -7,6 +7,11 @@ arrives, and its entries go to the queue in batches of BATCH_ENTRIES, each batch
 row's attempt and recording how far the expansion got. An attempt after a rescue skips the
 entries an earlier one handled. A batch the queue refuses (the row was cancelled because its
 ScrapeJob was deleted, or rescued by another worker) stops the expansion at once.
+
+One batch's insert is in flight while the document goes on streaming and the next batch is
+read and keyed, so the database and the reader work at the same time; the next batch is sent
+only once the one before it is in, so the batches commit in document order and a refused
+batch is the last one sent.
 """
 
 from __future__ import annotations
@@ -19,7 +24,13 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from scrapeq_queue import ClaimedJob
-from scrapeq_queue.source_rows import ExpandedBatch, ExpandedEntry, SourceProgress
+from scrapeq_queue.source_rows import (
+    ExpandedBatch,
+    ExpandedEntry,
+    KeyedEntries,
+    SourceProgress,
+    keyed_entries,
+)
 
 from .errors import PermanentFailure, RetryLater
 from .http_engine import HttpEngine
@@ -51,7 +62,7 @@ class SourceRows(Protocol):
     async def enqueue_expanded(
         self,
         job: ClaimedJob,
-        entries: Sequence[ExpandedEntry],
+        entries: Sequence[ExpandedEntry] | KeyedEntries,
         *,
         entries_done: int,
         skipped: int,
@@ -108,13 +119,18 @@ class SourceExpansion:
             lastmod_after=lastmod_after,
             start_after=progress.entries,
         )
-        batches = _Batches(job, self._rows, reader, self._batch_entries)
         timeout = options.timeout_seconds * SOURCE_TIMEOUT_FACTOR
         # One thread for the reader, for the whole document: an lxml parser must only be used
         # in the thread that created it (its names live in a per-thread dictionary).
         parsing = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sitemap-reader")
+        batches = _Batches(job, self._rows, reader, self._batch_entries, parsing)
         try:
             return await self._expand(job, options, reader, batches, progress, timeout, parsing)
+        except BaseException as error:
+            # A failure lets the batch in flight land (its entries are good, and it records its
+            # progress); a cancellation (the job's timeout, a drain) cancels it.
+            await batches.abandon(cancelled=not isinstance(error, Exception))
+            raise
         finally:
             # The parser is freed in its own thread too, after whatever chunk it still reads.
             parsing.submit(reader.release)
@@ -217,16 +233,29 @@ class SourceExpansion:
 
 
 class _Batches:
-    """The entries waiting for the next insert, and what the inserts did."""
+    """The entries waiting for the next insert, the insert in flight, and what the inserts did.
+
+    At most one insert is in flight: `add` sends a full batch once the one before it is in, and
+    returns while it is inserted, so that the caller reads on; `flush` sends the rest and waits
+    for it. Memory: the batch in flight, the next one keyed and waiting for it, and the one
+    being filled.
+    """
 
     def __init__(
-        self, job: ClaimedJob, rows: SourceRows, reader: SitemapReader, batch_entries: int
+        self,
+        job: ClaimedJob,
+        rows: SourceRows,
+        reader: SitemapReader,
+        batch_entries: int,
+        keying: concurrent.futures.Executor,
     ) -> None:
         self._job = job
         self._rows = rows
         self._reader = reader
         self._batch_entries = batch_entries
+        self._keying = keying
         self._pending: list[SitemapEntry] = []
+        self._in_flight: asyncio.Task[tuple[ExpandedBatch | None, int]] | None = None
         self._skipped_flushed = 0
         self.pages = 0
         self.sitemaps = 0
@@ -235,33 +264,69 @@ class _Batches:
     async def add(self, entries: list[SitemapEntry]) -> None:
         self._pending.extend(entries)
         while len(self._pending) >= self._batch_entries:
-            await self._insert(self._pending[: self._batch_entries], last=False)
+            batch = self._pending[: self._batch_entries]
             self._pending = self._pending[self._batch_entries :]
+            await self._send(batch, last=False)
 
     async def flush(self) -> None:
-        """Insert what is pending and record that the whole document is read."""
-        await self._insert(self._pending, last=True)
+        """Insert what is pending, record that the whole document is read, and wait until
+        every insert is in."""
+        await self._send(self._pending, last=True)
         self._pending = []
+        await self._land()
 
-    async def _insert(self, batch: list[SitemapEntry], *, last: bool) -> None:
+    async def abandon(self, *, cancelled: bool) -> None:
+        """The expansion ends early: wait for the insert in flight (`cancelled`: cancel it
+        first), so that no insert outlives the expansion. Its outcome no longer matters."""
+        task, self._in_flight = self._in_flight, None
+        if task is None:
+            return
+        if cancelled:
+            task.cancel()
+        # The insert's own error, if any, is not this expansion's: it ends for another reason.
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def _send(self, batch: list[SitemapEntry], *, last: bool) -> None:
         # Progress: a batch's last entry, or (`last`) every entry read, skipped ones included;
         # the entries skipped so far go with the batch that records them as done.
         done = self._reader.entries if last else batch[-1].position
         skipped = self._reader.skipped - self._skipped_flushed if last else 0
         if not batch and not skipped:
             return
-        inserted = await self._rows.enqueue_expanded(
-            self._job,
+        loop = asyncio.get_running_loop()
+        keyed = await loop.run_in_executor(
+            self._keying,
+            keyed_entries,
             [ExpandedEntry(entry.url, entry.is_sitemap) for entry in batch],
-            entries_done=done,
-            skipped=skipped,
         )
+        await self._land()
+        self._skipped_flushed += skipped
+        self._in_flight = asyncio.create_task(
+            self._insert(keyed, done, skipped), name=f"source-batch-{self._job.id}"
+        )
+
+    async def _insert(
+        self, keyed: KeyedEntries, done: int, skipped: int
+    ) -> tuple[ExpandedBatch | None, int]:
+        inserted = await self._rows.enqueue_expanded(
+            self._job, keyed, entries_done=done, skipped=skipped
+        )
+        return inserted, skipped
+
+    async def _land(self) -> None:
+        """Wait for the insert in flight and count it; the row fenced out stops the expansion."""
+        task = self._in_flight
+        if task is None:
+            return
+        # Cleared only once it is in: an expansion cancelled meanwhile still waits for it
+        # (`abandon`).
+        inserted, skipped = await task
+        self._in_flight = None
         if inserted is None:
             raise _stopped(self._job)
         self.pages += inserted.pages
         self.sitemaps += inserted.sitemaps
         self.skipped += skipped
-        self._skipped_flushed += skipped
 
 
 def _lastmod_after(source: Mapping[str, Any]) -> datetime | None:

@@ -111,3 +111,37 @@ def test_a_job_whose_site_refuses_its_namespace_is_told_which_policy_until_it_ma
     wait_for_status(
         kubectl, namespace, "vault", lambda status: status.get("total") == 1, what="rows queued"
     )
+
+
+@pytest.mark.timeout(120)
+def test_a_policy_deleted_while_no_operator_ran_is_removed_when_one_starts(
+    kubectl: Kubectl,
+    namespace: str,
+    database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    gone, kept = f"gone-{namespace}", f"kept-{namespace}"
+    site, other = f"{namespace}.example", f"other-{namespace}.example"
+    kubectl.apply(site_policy(gone, sites=[site], maxConcurrentPerSite=1))
+    kubectl.apply(site_policy(kept, sites=[other], maxConcurrentPerSite=2))
+    first = operator_factory(database_url)
+    eventually_blocking(
+        lambda: (
+            (site_rule(database_url, site).policies, site_rule(database_url, other).policies)
+            == ((gone,), (kept,))
+        ),
+        within=30,
+        what="both policies synced into PostgreSQL",
+    )
+    first.stop()
+
+    kubectl.run("delete", "sitepolicy", gone)
+    operator_factory(database_url)
+
+    eventually_blocking(
+        lambda: site_rule(database_url, site).policies == (),
+        within=30,
+        what="the deleted policy gone from PostgreSQL",
+    )
+    assert site_rule(database_url, other).policies == (kept,)
+    kubectl.run("delete", "sitepolicy", kept)

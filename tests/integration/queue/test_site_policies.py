@@ -228,6 +228,38 @@ async def test_the_most_specific_pattern_wins_and_a_change_reaches_sites_already
     assert state.max_in_flight is None
 
 
+async def test_retaining_the_listed_policies_removes_the_others_but_not_one_written_since(
+    async_connection: Connection,
+) -> None:
+    for name in ("listed", "deleted"):
+        await queue.apply_site_policy(
+            async_connection,
+            queue.SitePolicy(name=name, patterns=(f"{name}.test",), max_concurrent_per_site=1),
+        )
+    await async_connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type) VALUES (%s, 'classic')",
+        ("https://deleted.test/",),
+    )
+    listed_at = await queue.database_now(async_connection)
+    # Created while the cluster was being listed: not in the listing, but newer than it.
+    await queue.apply_site_policy(
+        async_connection,
+        queue.SitePolicy(name="new", patterns=("new.test",), max_concurrent_per_site=1),
+    )
+
+    removed = await queue.retain_site_policies(async_connection, ["listed"], listed_at=listed_at)
+
+    assert removed == ["deleted"]
+    rules = await queue.site_rules(async_connection, ["listed.test", "deleted.test", "new.test"])
+    assert {site: rule.policies for site, rule in rules.items()} == {
+        "listed.test": ("listed",),
+        "deleted.test": (),
+        "new.test": ("new",),
+    }
+    state = (await queue.site_states(async_connection, ["deleted.test"]))["deleted.test"]
+    assert state.max_in_flight is None
+
+
 async def test_policies_naming_one_pattern_combine_to_the_strictest_of_each_setting(
     async_connection: Connection,
 ) -> None:

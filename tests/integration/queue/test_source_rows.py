@@ -1,4 +1,5 @@
-"""Source rows on a real PostgreSQL: fenced batches, dedup per owner, progress, cancel."""
+"""Source rows on a real PostgreSQL: fenced batches, dedup per owner, progress, cancel, and
+the undelivered mark of rows whose job has an output."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 import scrapeq_queue as queue
+from scrapeq_queue.output_batches import OutputSettings, register_output
 from scrapeq_queue.rows import NewJob, Owner
 from scrapeq_queue.source_rows import (
     ExpandedBatch,
@@ -172,3 +174,121 @@ async def test_a_cancelled_source_inserts_nothing_more_and_its_rows_are_cancelle
     assert statuses == {"cancelled"}
     assert await enqueue_expanded(async_connection, source, pages("e"), entries_done=5) is None
     assert batch is None or batch.pages == 2
+
+
+async def undelivered_by_url(connection: Connection) -> dict[str, bool]:
+    cursor = await connection.execute(
+        "SELECT url_to_scrape, undelivered FROM scraping_jobs ORDER BY id"
+    )
+    return dict(await cursor.fetchall())
+
+
+@pytest.mark.timeout(60)
+async def test_the_rows_a_source_expands_for_a_job_with_an_output_are_inserted_undelivered(
+    async_connection: Connection,
+) -> None:
+    await register_output(
+        async_connection,
+        owner_uid=OWNER.uid,
+        owner_namespace=OWNER.namespace,
+        owner_name=OWNER.name,
+        settings=OutputSettings(key_prefix="out"),
+    )
+    await enqueue_source(async_connection)
+    source = await claim_source(async_connection)
+
+    await enqueue_expanded(
+        async_connection,
+        source,
+        [*pages("a", "b"), ExpandedEntry("https://shop.test/more.xml", is_sitemap=True)],
+        entries_done=3,
+    )
+
+    assert await undelivered_by_url(async_connection) == {
+        "https://shop.test/sitemap.xml": True,
+        "https://shop.test/a": True,
+        "https://shop.test/b": True,
+        "https://shop.test/more.xml": True,
+    }
+
+
+@pytest.mark.timeout(60)
+async def test_a_plain_insert_marks_undelivered_only_the_rows_of_owners_with_an_output(
+    async_connection: Connection,
+) -> None:
+    await register_output(
+        async_connection,
+        owner_uid="with-output",
+        owner_namespace="shop",
+        owner_name="with",
+        settings=OutputSettings(key_prefix="out"),
+    )
+    # One statement of a SQL producer that knows nothing of outputs: rows of an owner with an
+    # output, of an owner without one, and without an owner.
+    await async_connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, owner_uid, owner_namespace,"
+        " owner_name) VALUES"
+        " ('https://shop.test/1', 'default', 'with-output', 'shop', 'with'),"
+        " ('https://shop.test/2', 'default', 'without-output', 'shop', 'without'),"
+        " ('https://shop.test/3', 'default', NULL, NULL, NULL),"
+        " ('https://shop.test/4', 'default', 'with-output', 'shop', 'with')"
+    )
+    await async_connection.execute(
+        "INSERT INTO scraping_jobs (url_to_scrape, parser_type, owner_uid, owner_namespace,"
+        " owner_name, undelivered) VALUES ('https://shop.test/5', 'default', 'with-output',"
+        " 'shop', 'with', true)"
+    )
+
+    assert await undelivered_by_url(async_connection) == {
+        "https://shop.test/1": True,
+        "https://shop.test/2": False,
+        "https://shop.test/3": False,
+        "https://shop.test/4": True,
+        "https://shop.test/5": True,
+    }
+
+
+@pytest.mark.timeout(60)
+async def test_owner_progress_counts_the_source_rows_not_finished_as_expanding(
+    async_connection: Connection,
+) -> None:
+    async def expanding() -> tuple[int, int]:
+        progress = (await queue.owner_progress(async_connection, [OWNER.uid]))[OWNER.uid]
+        return progress.total, progress.expanding
+
+    await enqueue_source(async_connection)
+    assert await expanding() == (1, 1)
+    source = await claim_source(async_connection)
+    await enqueue_expanded(
+        async_connection,
+        source,
+        [*pages("a"), ExpandedEntry("https://shop.test/more.xml", is_sitemap=True)],
+        entries_done=2,
+    )
+    assert await expanding() == (3, 2)
+
+    await queue.complete_job(
+        async_connection, source.id, source.attempt, result={}, duration_seconds=0.1
+    )
+    assert await expanding() == (3, 1)
+    (more,) = [job for job in await claim_all(async_connection) if job.url.endswith(".xml")]
+    await queue.fail_job(
+        async_connection,
+        more.id,
+        more.attempt,
+        error="gone",
+        reason="http_404",
+        duration_seconds=0.1,
+    )
+    assert await expanding() == (3, 0)
+
+
+async def claim_all(connection: Connection) -> list[queue.ClaimedJob]:
+    return await queue.claim_jobs(
+        connection,
+        worker_id="worker-a",
+        queues=["default"],
+        limit=10,
+        lease_seconds=30,
+        politeness=queue.NO_SITE_LIMIT,
+    )

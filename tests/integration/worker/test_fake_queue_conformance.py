@@ -14,6 +14,7 @@ import pytest
 import scrapeq_queue as queue
 from scrapeq_queue import DEFAULT_POLITENESS, Completion, FollowUrl, PageVisit, PageWrite
 from scrapeq_queue.sessions import SessionRules, proxy_id
+from scrapeq_queue.source_rows import ExpandedBatch, ExpandedEntry, SourceProgress, keyed_entries
 from scrapeq_worker.queue_gateway import PostgresBackend, QueueBackend
 
 from scrapeq.local.pgbouncer import LocalPgBouncer
@@ -22,6 +23,8 @@ from tests.waiting import eventually
 
 WORKER = "contract-worker"
 LEASE_SECONDS = 30.0
+SOURCE_OWNER = queue.Owner(uid="uid-contract", namespace="shop", name="catalogue")
+SOURCE_PAYLOAD: dict[str, Any] = {"render": False, "source": {"kind": "sitemap"}}
 
 
 class Harness(Protocol):
@@ -36,6 +39,8 @@ class Harness(Protocol):
     async def status(self, job_id: int) -> str: ...
 
     async def expire_leases(self) -> None: ...
+
+    async def enqueue_source(self, url: str, payload: dict[str, Any]) -> int: ...
 
 
 class FakeHarness:
@@ -53,6 +58,11 @@ class FakeHarness:
 
     async def expire_leases(self) -> None:
         self.fake.expire_leases()
+
+    async def enqueue_source(self, url: str, payload: dict[str, Any]) -> int:
+        return self.fake.enqueue(
+            url, payload=payload, owner_uid=SOURCE_OWNER.uid, dedup_key=f"sitemap:{url}"
+        )
 
 
 class PostgresHarness:
@@ -91,6 +101,15 @@ class PostgresHarness:
             "UPDATE scraping_jobs SET lease_expires_at = now() - interval '1 second' "
             "WHERE status = 'processing'"
         )
+
+    async def enqueue_source(self, url: str, payload: dict[str, Any]) -> int:
+        (job_id,) = await queue.enqueue_many(
+            self.connection,
+            [queue.NewJob(url=url, dedup_key=f"sitemap:{url}")],
+            owner=SOURCE_OWNER,
+            payload=payload,
+        )
+        return job_id
 
 
 async def queue_enqueue(
@@ -481,3 +500,55 @@ async def test_a_site_no_policy_names_has_a_rule_that_sets_nothing(harness: Harn
         None,
     )
     assert rule.refusing_policy("team") is None
+
+
+async def test_a_source_rows_batches_queue_each_entry_once_and_record_its_progress(
+    harness: Harness,
+) -> None:
+    source_id = await harness.enqueue_source("http://shop.test/sitemap.xml", SOURCE_PAYLOAD)
+    (source,) = await claim(harness, 1)
+    assert source.id == source_id
+    assert await harness.backend.source_progress(source) == SourceProgress()
+
+    first = await harness.backend.enqueue_expanded(
+        source,
+        [ExpandedEntry("http://a.test/a"), ExpandedEntry("http://more.test/more.xml", True)],
+        entries_done=2,
+        skipped=0,
+    )
+    again = await harness.backend.enqueue_expanded(
+        source,
+        keyed_entries([ExpandedEntry("http://a.test/a"), ExpandedEntry("http://b.test/b")]),
+        entries_done=5,
+        skipped=1,
+    )
+
+    assert first == ExpandedBatch(pages=1, sitemaps=1)
+    assert again == ExpandedBatch(pages=1, sitemaps=0)
+    assert await harness.backend.source_progress(source) == SourceProgress(
+        entries=5, enqueued=2, sitemaps=1, skipped=1
+    )
+    queued = {job.url: job.payload for job in await claim(harness, 10)}
+    assert queued == {
+        "http://a.test/a": {"render": False},
+        "http://more.test/more.xml": SOURCE_PAYLOAD,
+        "http://b.test/b": {"render": False},
+    }
+
+
+async def test_a_source_rows_old_attempt_reads_no_progress_and_inserts_nothing(
+    harness: Harness,
+) -> None:
+    await harness.enqueue_source("http://shop.test/sitemap.xml", SOURCE_PAYLOAD)
+    (old,) = await claim(harness, 1)
+    assert await harness.backend.release_jobs(worker_id=WORKER, jobs=[old.token]) == 1
+    (new,) = await claim(harness, 1)
+
+    assert await harness.backend.source_progress(old) is None
+    stale = await harness.backend.enqueue_expanded(
+        old, [ExpandedEntry("http://a.test/a")], entries_done=1, skipped=0
+    )
+
+    assert stale is None
+    assert await harness.backend.source_progress(new) == SourceProgress()
+    assert await claim(harness, 10) == []

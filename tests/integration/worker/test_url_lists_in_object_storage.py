@@ -11,6 +11,7 @@ import pytest
 import scrapeq_queue as queue
 from scrapeq_queue.payload import OBJECT_SOURCE_URL
 from scrapeq_queue.rows import NewJob
+from scrapeq_worker import object_store
 from scrapeq_worker.errors import PermanentFailure
 from scrapeq_worker.http_engine import HttpEngine
 from scrapeq_worker.job_options import options_from_payload
@@ -113,3 +114,21 @@ async def test_a_missing_list_fails_for_good_with_its_key(
     with pytest.raises(PermanentFailure, match=r"no object lists/nowhere\.txt") as raised:
         await expand(connection, store_for(s3_server))
     assert raised.value.reason == "object_not_found"
+
+
+async def test_a_list_larger_than_one_range_is_read_in_ranges_whole_and_in_order(
+    s3_server: LocalS3Server, connection: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ranges of 1,000 bytes: a range boundary falls inside lines and inside the gzip stream.
+    monkeypatch.setattr(object_store, "STREAM_RANGE_BYTES", 1000)
+    store = store_for(s3_server)
+    urls = [f"https://shop.test/item/{n}" for n in range(20_000)]
+    body = gzip.compress(("\n".join(urls) + "\n").encode())
+    assert len(body) > 20 * 1000
+    await store.put("lists/ranged.txt.gz", body, content_type="x")
+    await enqueue_list(connection, "lists/ranged.txt.gz", "lines")
+
+    scraped = await expand(connection, store)
+
+    assert page_rows(await owner_rows(connection)) == urls
+    assert scraped.result["source"]["enqueued"] == 20_000

@@ -66,6 +66,28 @@ def test_done_counts_every_finished_row_out_of_all_rows() -> None:
     assert progress_text(OwnerProgress(total=120, succeeded=30, failed=7, pending=83)) == "37/120"
 
 
+def test_done_says_the_rows_so_far_with_a_plus_while_a_source_expands() -> None:
+    counts = OwnerProgress(total=5001, succeeded=12, processing=1, pending=4988, expanding=1)
+    assert progress_text(counts) == "12/5001+"
+    status = build_status(
+        counts, previous={}, generation=1, allowed_failure_percent=0, queue="default", now=NOW
+    )
+    assert (status["phase"], status["total"], status["expanding"]) == ("Running", 5001, 1)
+    (ready,) = [c for c in status["conditions"] if c["type"] == "Ready"]
+    assert ready["message"] == (
+        "5001 URLs queued on queue default so far; sources still expanding: 1"
+    )
+
+
+def test_done_says_n_of_n_and_expanding_is_unset_once_every_source_ended() -> None:
+    counts = OwnerProgress(total=5001, succeeded=13, pending=4988)
+    assert progress_text(counts) == "13/5001"
+    status = build_status(
+        counts, previous={}, generation=1, allowed_failure_percent=0, queue="default", now=NOW
+    )
+    assert status["expanding"] is None
+
+
 def test_a_succeeded_status_has_counts_times_and_a_complete_condition() -> None:
     started = NOW - timedelta(minutes=5)
     finished = NOW - timedelta(seconds=2)

@@ -33,6 +33,13 @@ from scrapeq_queue import (
 from scrapeq_queue.sessions import Outcome as SessionOutcome
 from scrapeq_queue.sessions import Session, SessionRecord, SessionRules
 from scrapeq_queue.site_policies import SiteRule
+from scrapeq_queue.source_rows import (
+    ExpandedBatch,
+    ExpandedEntry,
+    KeyedEntries,
+    SourceProgress,
+    keyed_entries,
+)
 
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # The fake's retry delay: long enough that a retried row is not due again within a test.
@@ -60,6 +67,11 @@ class FakeRow:
     last_error: str | None = None
     # One entry per ended attempt: completed, retried, failed, released, expired.
     outcomes: list[str] = field(default_factory=list)
+    # The ScrapeJob it belongs to and its key there (rows of one owner are unique by key).
+    owner_uid: str | None = None
+    dedup_key: str | None = None
+    # A source row's expansion so far (the queue's `source_progress` column).
+    source_progress: dict[str, int] | None = None
 
 
 @dataclass
@@ -110,6 +122,8 @@ class FakeQueue:
         queue: str = "default",
         priority: int = 0,
         max_retries: int = 3,
+        owner_uid: str | None = None,
+        dedup_key: str | None = None,
     ) -> int:
         row = FakeRow(
             next(self._ids),
@@ -119,6 +133,8 @@ class FakeQueue:
             priority=priority,
             max_retries=max_retries,
             run_at=self.now,
+            owner_uid=owner_uid,
+            dedup_key=dedup_key,
         )
         self.rows[row.id] = row
         self._notify()
@@ -439,6 +455,65 @@ class FakeQueue:
             )
             for host_key in host_keys
         }
+
+    async def source_progress(self, job: ClaimedJob) -> SourceProgress | None:
+        self._enter("source_progress")
+        row = self._current(job.id, job.attempt)
+        return None if row is None else SourceProgress.from_column(row.source_progress)
+
+    async def enqueue_expanded(
+        self,
+        job: ClaimedJob,
+        entries: Sequence[ExpandedEntry] | KeyedEntries,
+        *,
+        entries_done: int,
+        skipped: int,
+    ) -> ExpandedBatch | None:
+        self._enter("enqueue_expanded")
+        source = self._current(job.id, job.attempt)
+        if source is None:
+            return None
+        keyed = entries if isinstance(entries, KeyedEntries) else keyed_entries(entries)
+        taken = {
+            (row.owner_uid, row.dedup_key)
+            for row in self.rows.values()
+            if row.owner_uid is not None and row.dedup_key is not None
+        }
+        pages = sitemaps = 0
+        for url, is_sitemap, dedup_key in zip(
+            keyed.urls, keyed.is_sitemap, keyed.dedup_keys, strict=True
+        ):
+            if source.owner_uid is not None:
+                if (source.owner_uid, dedup_key) in taken:
+                    continue
+                taken.add((source.owner_uid, dedup_key))
+            payload = {key: value for key, value in source.payload.items() if key != "source"}
+            if is_sitemap:
+                payload["source"] = {**source.payload["source"], "kind": "sitemap"}
+            row = FakeRow(
+                next(self._ids),
+                url,
+                payload,
+                queue=source.queue,
+                priority=source.priority,
+                max_retries=source.max_retries,
+                run_at=self.now,
+                owner_uid=source.owner_uid,
+                dedup_key=dedup_key if source.owner_uid is not None else None,
+            )
+            self.rows[row.id] = row
+            sitemaps += is_sitemap
+            pages += not is_sitemap
+        progress = SourceProgress.from_column(source.source_progress)
+        source.source_progress = {
+            "entries": max(entries_done, progress.entries),
+            "enqueued": progress.enqueued + pages,
+            "sitemaps": progress.sitemaps + sitemaps,
+            "skipped": progress.skipped + skipped,
+        }
+        if pages or sitemaps:
+            self._notify()
+        return ExpandedBatch(pages=pages, sitemaps=sitemaps)
 
     async def robots_copy(self, origin: str, *, lease_seconds: float) -> RobotsCopy:
         self._enter("robots_copy")
