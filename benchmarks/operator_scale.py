@@ -3,7 +3,7 @@
     python -m benchmarks.operator_scale                  # issue sizes: 1,000 jobs, 100,000 URLs
     python -m benchmarks.operator_scale --jobs 100 --big-urls 10000   # a smoke run
 
-Starts a throw-away PostgreSQL and kube-apiserver + etcd (no kubelet), applies the CRD, and runs
+Starts a throw-away PostgreSQL and kube-apiserver + etcd (no kubelet), applies the CRDs, and runs
 `python -m scrapeq operator` as a subprocess with its default settings. The benchmark plays the
 workers through the queue package (claim_jobs + complete_many), so rows finish as fast as the
 database allows and the figures are the operator's own. Measures:
@@ -63,7 +63,9 @@ from scrapeq.local.processes import (
 )
 
 REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
-CRD_PATH = REPOSITORY_ROOT / "crds" / "scrapejobs.scrapeq.io.yaml"
+# The project's CRDs (ScrapeJob, SitePolicy, QueuePolicy), each file named for its CRD: the
+# operator runs against the API it is installed with.
+CRD_PATHS = sorted((REPOSITORY_ROOT / "crds").glob("*.yaml"))
 NAMESPACE = "bench"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 COUNTED_RESOURCES = {"scrapejobs", "events"}
@@ -624,8 +626,10 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="scrapeq-bench-operator-"))
     with LocalPostgres() as postgres, LocalControlPlane() as cluster:
         kube = Kube(cluster.kubeconfig)
-        kube.run("apply", "-f", str(CRD_PATH))
-        wait_for_established_crd(Path(cluster.kubeconfig), "scrapejobs.scrapeq.io")
+        for crd_path in CRD_PATHS:
+            kube.run("apply", "-f", str(crd_path))
+        for crd_path in CRD_PATHS:
+            wait_for_established_crd(Path(cluster.kubeconfig), crd_path.name.removesuffix(".yaml"))
         poll(
             lambda: (
                 subprocess.run(

@@ -63,7 +63,7 @@ BATCH_SIZE = 50
 PROCRASTINATE_CONCURRENCY = 10
 # Pause between two latency samples so the consumer is back to waiting on LISTEN.
 LATENCY_GAP_SECONDS = 0.02
-SYSTEMS = ("scrapeq", "pgqueuer", "procrastinate")
+SYSTEMS = ("scrapeq", "scrapeq-tenants", "scrapeq-tenants-off", "pgqueuer", "procrastinate")
 # Throughput and latency run this many interleaved rounds; the median round is reported.
 ROUNDS = 3
 # procrastinate drains 20,000 jobs in minutes, not seconds (one job per fetch, one commit per
@@ -633,12 +633,64 @@ class Procrastinate:
             yield claim_one
 
 
+# --- namespace turns (docs/queue.md, "Namespace turns") -------------------------------------------
+
+
+class ScrapeqTenants(Scrapeq):
+    """Rows of 10 namespaces over the 1,000 sites, every site holding rows of every namespace:
+    the claim with namespace turns on (a head per site and namespace, a site's slots in turns
+    of namespaces)."""
+
+    name = "scrapeq-tenants"
+    namespaces = 10
+    # Throughput is what the switch may cost; the other measures use ownerless rows.
+    measures = ("throughput",)
+
+    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+        async with await queue.connect(dsn) as connection:
+            for namespace in range(self.namespaces):
+                # Row n goes to namespace (n // hosts) % namespaces, so that each site's rows
+                # belong to every namespace.
+                await queue.enqueue_many(
+                    connection,
+                    [
+                        self.url(n)
+                        for n in range(count)
+                        if (n // self.hosts) % self.namespaces == namespace
+                    ],
+                    owner=queue.Owner(
+                        uid=f"bench-{namespace}", namespace=f"team-{namespace}", name="bench"
+                    ),
+                )
+
+
+class ScrapeqTenantsTurnsOff(ScrapeqTenants):
+    """The same rows, claimed with namespace turns off (`scrapeq.namespace_turns = off` on the
+    claiming connections): each head gives its site's best rows of any namespace."""
+
+    name = "scrapeq-tenants-off"
+
+    def __init__(self, batch_size: int) -> None:
+        super().__init__(batch_size)
+        self._turned_off: set[int] = set()
+
+    async def claim(
+        self, connection: psycopg.AsyncConnection[Any], worker: str, limit: int
+    ) -> list[tuple[int, int, str]]:
+        if id(connection) not in self._turned_off:
+            await connection.execute("SET scrapeq.namespace_turns = off")
+            self._turned_off.add(id(connection))
+        return await super().claim(connection, worker, limit)
+
+
 IMPLEMENTATIONS: dict[str, Callable[[int], System]] = {
     "scrapeq": Scrapeq,
     "scrapeq-before": ScrapeqBeforePoliteness,
     "scrapeq-hot-host": ScrapeqHotHost,
     "scrapeq-no-signal": ScrapeqWithoutFinishedSignal,
     "scrapeq-signal": ScrapeqFinishedSignal,
+    "scrapeq-tenants": ScrapeqTenants,
+    "scrapeq-tenants-off": ScrapeqTenantsTurnsOff,
     "pgqueuer": PgQueuerSystem,
     "procrastinate": Procrastinate,
 }
@@ -1009,6 +1061,7 @@ def politeness_ratios(results: list[dict[str, Any]]) -> list[str]:
         ("scrapeq-hot-host", "scrapeq", "hot host, other sites' rows"),
         ("scrapeq", "scrapeq-no-signal", "finished signal, no row opted in"),
         ("scrapeq-signal", "scrapeq-no-signal", "finished signal, every row opted in"),
+        ("scrapeq-tenants", "scrapeq-tenants-off", "namespace turns on / off, 10 namespaces"),
     ):
         if system not in rates or reference not in rates:
             continue

@@ -5,6 +5,7 @@
 | charts/scrapeq/files/scrapejobs.scrapeq.io.yaml  | crds/scrapejobs.scrapeq.io.yaml     |
 | charts/scrapeq/files/sitepolicies.scrapeq.io.yaml| crds/sitepolicies.scrapeq.io.yaml   |
 | charts/scrapeq/files/operator-rules.yaml         | deploy/rbac/operator.yaml (rules)   |
+| charts/scrapeq/files/queuepolicies.scrapeq.io.yaml | crds/queuepolicies.scrapeq.io.yaml |
 | charts/scrapeq/files/scrapeq-alerts.yaml         | deploy/prometheus/scrapeq-alerts.yaml|
 | deploy/grafana/scrapeq-dashboard.json            | scripts/dashboard.py                |
 | charts/scrapeq/files/scrapeq-dashboard.json      | scripts/dashboard.py                |
@@ -83,18 +84,26 @@ def documented_options(page: Path) -> str:
 
 
 def operator_rules() -> str:
-    """The ClusterRole's rules (`rules`), the SitePolicy ClusterRole's (`sitePolicyRules`) and
-    the pool Role's (`poolRules`; the chart replaces their resourceNames with its own pools'
-    Deployments)."""
+    """The ClusterRole's rules (`rules`), the SitePolicy reader's (`sitePolicyRules`), the
+    pool Role's (`poolRules`; the chart replaces their resourceNames with its own pools'
+    Deployments) and the QueuePolicy reader's (`queuePolicyRules`)."""
     documents = list(yaml.safe_load_all((ROOT / "deploy" / "rbac" / "operator.yaml").read_text()))
-    cluster_roles = [doc for doc in documents if doc and doc.get("kind") == "ClusterRole"]
-    cluster_role, site_policy_role = cluster_roles
-    pool_role = next(doc for doc in documents if doc and doc.get("kind") == "Role")
+
+    def rules_of(kind: str, name: str) -> list[dict[str, object]]:
+        found = next(
+            doc
+            for doc in documents
+            if doc and doc.get("kind") == kind and doc["metadata"]["name"] == name
+        )
+        rules: list[dict[str, object]] = found["rules"]
+        return rules
+
     return HEADER.format(source="deploy/rbac/operator.yaml") + yaml.safe_dump(
         {
-            "rules": cluster_role["rules"],
-            "sitePolicyRules": site_policy_role["rules"],
-            "poolRules": pool_role["rules"],
+            "rules": rules_of("ClusterRole", "scrapeq-operator"),
+            "sitePolicyRules": rules_of("ClusterRole", "scrapeq-operator-site-policies"),
+            "poolRules": rules_of("Role", "scrapeq-operator-pools"),
+            "queuePolicyRules": rules_of("ClusterRole", "scrapeq-operator-queue-policies"),
         },
         sort_keys=False,
     )
@@ -130,6 +139,9 @@ def expected_files() -> dict[Path, str]:
         ).read_text(),
         CHART / "files" / "sitepolicies.scrapeq.io.yaml": (
             ROOT / "crds" / "sitepolicies.scrapeq.io.yaml"
+        ).read_text(),
+        CHART / "files" / "queuepolicies.scrapeq.io.yaml": (
+            ROOT / "crds" / "queuepolicies.scrapeq.io.yaml"
         ).read_text(),
         CHART / "files" / "operator-rules.yaml": operator_rules(),
         CHART / "files" / "scrapeq-alerts.yaml": (

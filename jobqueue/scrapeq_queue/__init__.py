@@ -60,6 +60,11 @@ from scrapeq_queue.migrations import (
     require_current_schema,
     schema_is_current,
 )
+from scrapeq_queue.namespace_limits import (
+    EVERY_NAMESPACE,
+    namespace_limits,
+    set_namespace_limits,
+)
 from scrapeq_queue.notifications import (
     FINISHED_CHANNEL,
     NOTIFY_CHANNEL,
@@ -152,6 +157,7 @@ from scrapeq_queue.webhook_outbox import (
 __all__ = [
     "CSV_HEADER_SAMPLE_ROWS",
     "DEFAULT_POLITENESS",
+    "EVERY_NAMESPACE",
     "EXPORT_FORMATS",
     "FINISHED_CHANNEL",
     "INVALID_PAYLOAD_REASON",
@@ -233,6 +239,7 @@ __all__ = [
     "mark_webhook_delivered",
     "migrate",
     "named_crawl_key",
+    "namespace_limits",
     "normalise_url",
     "owner_progress",
     "owners_changed_since",
@@ -263,6 +270,7 @@ __all__ = [
     "schedule_crawl_key",
     "schema_is_current",
     "set_crawl_delay",
+    "set_namespace_limits",
     "site_rules",
     "site_states",
     "store_robots_copy",

@@ -25,6 +25,7 @@ SET row_security = off;
 CREATE TYPE public.scrapeq_claim_visit AS (
 	queue text,
 	host_key text,
+	owner_namespace text,
 	generation bigint,
 	head_id bigint,
 	host_limit integer,
@@ -34,6 +35,7 @@ CREATE TYPE public.scrapeq_claim_visit AS (
 	id bigint,
 	priority integer,
 	run_at timestamp with time zone,
+	row_namespace text,
 	owner_key text
 );
 
@@ -65,6 +67,9 @@ DECLARE
     -- The advisory-lock space of host turns: a claim holds (host_turns, hashtext(host_key))
     -- while it counts and takes the host's rows. 'scrq' in ASCII.
     host_turns CONSTANT INTEGER := 1935897201;
+    -- The advisory-lock space of capped namespaces' turns: a claim holds (namespace_caps,
+    -- hashtext(namespace)) while it counts and takes a capped namespace's rows. 'scrn' in ASCII.
+    namespace_caps CONSTANT INTEGER := 1935896174;
     -- How many hosts a claim may pass over (full, paused, inside a delay, held by another
     -- claim) besides those it takes rows from.
     passed_over CONSTANT INTEGER := 5000;
@@ -73,6 +78,15 @@ DECLARE
     -- The walk, in walk order.
     walk scrapeq_claim_visit[];
     claimed_rows BIGINT;
+    -- Whether a site's rows go out in turns of their namespaces (step 5): the setting
+    -- scrapeq.namespace_turns, on unless set to off (docs/queue.md, "Namespace turns").
+    namespace_turns CONSTANT BOOLEAN :=
+        coalesce(nullif(current_setting('scrapeq.namespace_turns', true), ''), 'on')::boolean;
+    -- The caps on rows in flight per namespace (scrapeq_namespace_limits): the namespaces with
+    -- a cap of their own and their caps, and the cap of every other namespace (`*`).
+    capped_namespaces TEXT[];
+    capped_limits INTEGER[];
+    every_cap INTEGER;
 BEGIN
     -- 1. The queues, each once (a repeated name would walk and lock the same hosts twice).
     IF cardinality(wanted_queues) > 1 THEN
@@ -88,120 +102,286 @@ BEGIN
     -- value (a sequence read is volatile, and would keep the look-up below off the index).
     marks := ARRAY(SELECT pg_sequence_last_value(scrapeq_claim_turn_slot(given.queue))
                    FROM unnest(wanted_queues) AS given(queue));
+    SELECT array_agg(caps.owner_namespace) FILTER (WHERE caps.owner_namespace <> '*'),
+           array_agg(caps.max_in_flight) FILTER (WHERE caps.owner_namespace <> '*'),
+           min(caps.max_in_flight) FILTER (WHERE caps.owner_namespace = '*')
+    INTO capped_namespaces, capped_limits, every_cap
+    FROM scrapeq_namespace_limits AS caps;
 
     -- 3. The walk. Each queue's heads in walk order; a host that looks free is locked (never
     -- waiting) with its due rows up to its free slots (SKIP LOCKED).
-    SELECT array_agg(visit.step) INTO walk
-    FROM unnest(wanted_queues, marks) AS wanted(queue, mark)
-    -- The start: the key of the marked head's row (the row keeps that key unless it was
-    -- retried since; any key is a place to start), as (-priority, run_at, id), the head
-    -- index's order. With no such row, before the first host of the highest priority.
-    CROSS JOIN LATERAL (
-        SELECT coalesce(-marked.priority::bigint, -2147483647) AS rank,
-               coalesce(marked.run_at, '-infinity') AS run_at,
-               coalesce(marked.id, -9223372036854775808) AS id
-        FROM (SELECT) AS one
-        LEFT JOIN scraping_jobs AS marked ON marked.id = wanted.mark
-    ) AS start
-    CROSS JOIN LATERAL (
-        SELECT ROW(host.queue, host.host_key, host.generation, host.head_id, host.host_limit,
-                   host.host_limit - busy.running, host.delay, host.touch, next.id, next.priority,
-                   next.run_at, next.owner_key)::scrapeq_claim_visit AS step
-        FROM (
-            SELECT heads.queue, heads.host_key, heads.generation, heads.head_priority,
-                   heads.head_id, state.last_finished_at, state.last_claimed_id, state.host_limit,
-                   state.delay, state.touch, state.job_limits
-            -- The head order cut into four stretches, walked in this order: higher priorities
-            -- than the start's; the start's priority after the start; the same priority up to the
-            -- start (hosts of equal priority take turns); lower priorities. Each stretch is a
-            -- range (after, upto] of the head index.
-            FROM (VALUES
-                    (1, -9223372036854775808, '-infinity'::timestamptz, -9223372036854775808,
-                        start.rank, '-infinity'::timestamptz, -9223372036854775808),
-                    (2, start.rank, start.run_at, start.id,
-                        start.rank, 'infinity', 9223372036854775807),
-                    (3, start.rank, '-infinity', -9223372036854775808,
-                        start.rank, start.run_at, start.id),
-                    (4, start.rank, 'infinity', 9223372036854775807,
-                        9223372036854775807, 'infinity', 9223372036854775807)
-                 ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank, upto_run_at,
-                              upto_id)
-            CROSS JOIN LATERAL (
-                SELECT heads.* FROM scrapeq_host_queues AS heads
-                WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
-                  AND (-heads.head_priority::bigint, heads.head_run_at, heads.head_id)
-                      > (stretch.after_rank, stretch.after_run_at, stretch.after_id)
-                  AND (-heads.head_priority::bigint, heads.head_run_at, heads.head_id)
-                      <= (stretch.upto_rank, stretch.upto_run_at, stretch.upto_id)
-                  AND heads.head_run_at <= now()
-                ORDER BY -heads.head_priority::bigint, heads.head_run_at, heads.head_id
+    IF namespace_turns THEN
+        -- Each head gives its own namespace's rows of the host
+        -- (scrapeq_jobs_namespace_claim_idx).
+        SELECT array_agg(visit.step) INTO walk
+        FROM unnest(wanted_queues, marks) AS wanted(queue, mark)
+        -- The start: the key of the marked head's row (the row keeps that key unless it was
+        -- retried since; any key is a place to start), as (-priority, run_at, id), the head
+        -- index's order. With no such row, before the first host of the highest priority.
+        CROSS JOIN LATERAL (
+            SELECT coalesce(-marked.priority::bigint, -2147483647) AS rank,
+                   coalesce(marked.run_at, '-infinity') AS run_at,
+                   coalesce(marked.id, -9223372036854775808) AS id
+            FROM (SELECT) AS one
+            LEFT JOIN scraping_jobs AS marked ON marked.id = wanted.mark
+        ) AS start
+        CROSS JOIN LATERAL (
+            SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
+                       host.head_id, host.host_limit, host.host_limit - busy.running,
+                       host.delay, host.touch, next.id, next.priority, next.run_at,
+                       next.row_namespace, next.owner_key)::scrapeq_claim_visit AS step
+            FROM (
+                SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
+                       CASE WHEN heads.owner_namespace <> '' THEN coalesce(
+                           capped_limits[array_position(capped_namespaces,
+                                                        heads.owner_namespace)],
+                           every_cap) END AS namespace_cap,
+                       heads.head_priority, heads.head_id, state.last_finished_at,
+                       state.last_claimed_id, state.host_limit, state.delay, state.touch,
+                       state.job_limits
+                -- The head order cut into four stretches, walked in this order: higher
+                -- priorities than the start's; the start's priority after the start; the same
+                -- priority up to the start (hosts of equal priority take turns); lower
+                -- priorities. Each stretch is a range (after, upto] of the head index.
+                FROM (VALUES
+                        (1, -9223372036854775808, '-infinity'::timestamptz, -9223372036854775808,
+                            start.rank, '-infinity'::timestamptz, -9223372036854775808),
+                        (2, start.rank, start.run_at, start.id,
+                            start.rank, 'infinity', 9223372036854775807),
+                        (3, start.rank, '-infinity', -9223372036854775808,
+                            start.rank, start.run_at, start.id),
+                        (4, start.rank, 'infinity', 9223372036854775807,
+                            9223372036854775807, 'infinity', 9223372036854775807)
+                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank,
+                                  upto_run_at, upto_id)
+                CROSS JOIN LATERAL (
+                    SELECT heads.* FROM scrapeq_host_queues AS heads
+                    WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
+                      AND (-heads.head_priority::bigint, heads.head_run_at, heads.head_id)
+                          > (stretch.after_rank, stretch.after_run_at, stretch.after_id)
+                      AND (-heads.head_priority::bigint, heads.head_run_at, heads.head_id)
+                          <= (stretch.upto_rank, stretch.upto_run_at, stretch.upto_id)
+                      AND heads.head_run_at <= now()
+                    ORDER BY -heads.head_priority::bigint, heads.head_run_at, heads.head_id
+                    LIMIT claim_limit + passed_over
+                ) AS heads
+                -- A nested loop keeps the walk's order (a hash join would not). A host inside
+                -- its delay or pause is passed over here.
+                CROSS JOIN LATERAL (
+                    SELECT hosts.last_finished_at, hosts.last_claimed_id, hosts.job_limits,
+                           hosts.touched_at < now() - interval '1 minute' AS touch,
+                           scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
+                                              hosts.crawl_delay_seconds, hosts.breaker_trips,
+                                              default_max_per_host, default_delay_seconds)
+                               AS host_limit,
+                           scrapeq_host_delay(hosts.delay_seconds, hosts.crawl_delay_seconds,
+                                              default_delay_seconds) AS delay
+                    FROM scrapeq_hosts AS hosts
+                    WHERE hosts.host_key = heads.host_key AND hosts.next_allowed_at <= now()
+                    -- (one row at most; keeps the subquery from being pulled into a join)
+                    LIMIT 1
+                ) AS state
                 LIMIT claim_limit + passed_over
-            ) AS heads
-            -- A nested loop keeps the walk's order (a hash join would not). A host inside its
-            -- delay or pause is passed over here.
+            ) AS host
+            -- Its rows in flight, as this statement's snapshot sees them (step 5 counts again).
             CROSS JOIN LATERAL (
-                SELECT hosts.last_finished_at, hosts.last_claimed_id, hosts.job_limits,
-                       hosts.touched_at < now() - interval '1 minute' AS touch,
-                       scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
-                                          hosts.crawl_delay_seconds, hosts.breaker_trips,
-                                          default_max_per_host, default_delay_seconds)
-                           AS host_limit,
-                       scrapeq_host_delay(hosts.delay_seconds, hosts.crawl_delay_seconds,
-                                          default_delay_seconds) AS delay
-                FROM scrapeq_hosts AS hosts
-                WHERE hosts.host_key = heads.host_key AND hosts.next_allowed_at <= now()
-                LIMIT 1  -- (one row at most; keeps the subquery from being pulled into a join)
-            ) AS state
-            LIMIT claim_limit + passed_over
-        ) AS host
-        -- Its rows in flight, as this statement's snapshot sees them (step 5 counts again).
+                SELECT count(*) AS running FROM scraping_jobs AS jobs
+                WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
+            ) AS busy
+            -- Where jobs set their own limits on the host: the owners whose rows are at their
+            -- job's limit or inside its delay (scrapeq_site_job_limits; NULL: no job set any).
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN host.job_limits THEN ARRAY(
+                    SELECT own.owner_key FROM scrapeq_site_job_limits AS own
+                    LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+                    WHERE own.host_key = host.host_key
+                      AND (scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                           <= (SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.host_key = own.host_key
+                                 AND jobs.status = 'processing'
+                                 AND coalesce(jobs.owner_uid, '') = own.owner_key)
+                           OR last.updated_at + make_interval(secs => own.delay_seconds)
+                              > now())
+                ) END AS full
+            ) AS own
+            -- The host's turn: only a host with a free slot and past its delay is locked.
+            CROSS JOIN LATERAL (
+                SELECT CASE
+                    WHEN busy.running >= host.host_limit THEN false
+                    -- A capped namespace at its cap, or whose rows another claim is taking.
+                    WHEN host.namespace_cap IS NOT NULL
+                         AND ((SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.owner_namespace = host.owner_namespace
+                                 AND jobs.status = 'processing') >= host.namespace_cap
+                              OR NOT pg_try_advisory_xact_lock(namespace_caps,
+                                                               hashtext(host.owner_namespace)))
+                        THEN false
+                    WHEN host.delay > 0 AND greatest(host.last_finished_at,
+                            (SELECT jobs.updated_at FROM scraping_jobs AS jobs
+                             WHERE jobs.id = host.last_claimed_id))
+                            + make_interval(secs => host.delay) > now() THEN false
+                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key))
+                    END AS locked
+            ) AS turn
+            LEFT JOIN LATERAL (
+                SELECT jobs.id, jobs.priority, jobs.run_at,
+                       coalesce(jobs.owner_namespace, '') AS row_namespace,
+                       CASE WHEN own.full IS NOT NULL THEN coalesce(jobs.owner_uid, '') END
+                           AS owner_key
+                FROM scraping_jobs AS jobs
+                WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
+                  AND jobs.queue = host.queue
+                  AND coalesce(jobs.owner_namespace, '') = host.owner_namespace
+                  AND jobs.priority >= host.head_priority
+                  AND jobs.run_at <= now()
+                  AND (own.full IS NULL OR coalesce(jobs.owner_uid, '') <> ALL (own.full))
+                ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+                LIMIT host.host_limit - busy.running
+                -- Only the holder of a host's lock claims its rows, but another statement (a
+                -- cancel, an application's UPDATE) may hold one: such a row is left, never waited
+                -- for. A row updated since the walk's snapshot is read as it is now.
+                FOR UPDATE SKIP LOCKED
+            ) AS next ON true
+            WHERE turn.locked
+            LIMIT claim_limit
+        ) AS visit;
+    ELSE
+        -- Namespace turns off: the same walk, each head giving the host's best rows of any
+        -- namespace (a host visited through two heads offers its rows twice; step 5 counts
+        -- each row once within the host's free slots). Only the namespace condition of
+        -- `next` differs from the statement above: change both together.
+        SELECT array_agg(visit.step) INTO walk
+        FROM unnest(wanted_queues, marks) AS wanted(queue, mark)
+        -- The start: the key of the marked head's row (the row keeps that key unless it was
+        -- retried since; any key is a place to start), as (-priority, run_at, id), the head
+        -- index's order. With no such row, before the first host of the highest priority.
         CROSS JOIN LATERAL (
-            SELECT count(*) AS running FROM scraping_jobs AS jobs
-            WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
-        ) AS busy
-        -- Where jobs set their own limits on the host: the owners whose rows are at their
-        -- job's limit or inside its delay (scrapeq_site_job_limits; NULL: no job set any).
+            SELECT coalesce(-marked.priority::bigint, -2147483647) AS rank,
+                   coalesce(marked.run_at, '-infinity') AS run_at,
+                   coalesce(marked.id, -9223372036854775808) AS id
+            FROM (SELECT) AS one
+            LEFT JOIN scraping_jobs AS marked ON marked.id = wanted.mark
+        ) AS start
         CROSS JOIN LATERAL (
-            SELECT CASE WHEN host.job_limits THEN ARRAY(
-                SELECT own.owner_key FROM scrapeq_site_job_limits AS own
-                LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
-                WHERE own.host_key = host.host_key
-                  AND (scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
-                       <= (SELECT count(*) FROM scraping_jobs AS jobs
-                           WHERE jobs.host_key = own.host_key AND jobs.status = 'processing'
-                             AND coalesce(jobs.owner_uid, '') = own.owner_key)
-                       OR last.updated_at + make_interval(secs => own.delay_seconds) > now())
-            ) END AS full
-        ) AS own
-        -- The host's turn: only a host with a free slot and past its delay is locked.
-        CROSS JOIN LATERAL (
-            SELECT CASE
-                WHEN busy.running >= host.host_limit THEN false
-                WHEN host.delay > 0 AND greatest(host.last_finished_at,
-                        (SELECT jobs.updated_at FROM scraping_jobs AS jobs
-                         WHERE jobs.id = host.last_claimed_id))
-                        + make_interval(secs => host.delay) > now() THEN false
-                ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key)) END AS locked
-        ) AS turn
-        LEFT JOIN LATERAL (
-            SELECT jobs.id, jobs.priority, jobs.run_at,
-                   CASE WHEN own.full IS NOT NULL THEN coalesce(jobs.owner_uid, '') END
-                       AS owner_key
-            FROM scraping_jobs AS jobs
-            WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
-              AND jobs.queue = host.queue AND jobs.priority >= host.head_priority
-              AND jobs.run_at <= now()
-              AND (own.full IS NULL OR coalesce(jobs.owner_uid, '') <> ALL (own.full))
-            ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
-            LIMIT host.host_limit - busy.running
-            -- Only the holder of a host's lock claims its rows, but another statement (a cancel,
-            -- an application's UPDATE) may hold one: such a row is left, never waited for. A row
-            -- updated since the walk's snapshot is read as it is now.
-            FOR UPDATE SKIP LOCKED
-        ) AS next ON true
-        WHERE turn.locked
-        LIMIT claim_limit
-    ) AS visit;
+            SELECT ROW(host.queue, host.host_key, host.owner_namespace, host.generation,
+                       host.head_id, host.host_limit, host.host_limit - busy.running,
+                       host.delay, host.touch, next.id, next.priority, next.run_at,
+                       next.row_namespace, next.owner_key)::scrapeq_claim_visit AS step
+            FROM (
+                SELECT heads.queue, heads.host_key, heads.owner_namespace, heads.generation,
+                       CASE WHEN heads.owner_namespace <> '' THEN coalesce(
+                           capped_limits[array_position(capped_namespaces,
+                                                        heads.owner_namespace)],
+                           every_cap) END AS namespace_cap,
+                       heads.head_priority, heads.head_id, state.last_finished_at,
+                       state.last_claimed_id, state.host_limit, state.delay, state.touch,
+                       state.job_limits
+                -- The head order cut into four stretches, walked in this order: higher
+                -- priorities than the start's; the start's priority after the start; the same
+                -- priority up to the start (hosts of equal priority take turns); lower
+                -- priorities. Each stretch is a range (after, upto] of the head index.
+                FROM (VALUES
+                        (1, -9223372036854775808, '-infinity'::timestamptz, -9223372036854775808,
+                            start.rank, '-infinity'::timestamptz, -9223372036854775808),
+                        (2, start.rank, start.run_at, start.id,
+                            start.rank, 'infinity', 9223372036854775807),
+                        (3, start.rank, '-infinity', -9223372036854775808,
+                            start.rank, start.run_at, start.id),
+                        (4, start.rank, 'infinity', 9223372036854775807,
+                            9223372036854775807, 'infinity', 9223372036854775807)
+                     ) AS stretch(position, after_rank, after_run_at, after_id, upto_rank,
+                                  upto_run_at, upto_id)
+                CROSS JOIN LATERAL (
+                    SELECT heads.* FROM scrapeq_host_queues AS heads
+                    WHERE heads.queue = wanted.queue AND heads.head_id IS NOT NULL
+                      AND (-heads.head_priority::bigint, heads.head_run_at, heads.head_id)
+                          > (stretch.after_rank, stretch.after_run_at, stretch.after_id)
+                      AND (-heads.head_priority::bigint, heads.head_run_at, heads.head_id)
+                          <= (stretch.upto_rank, stretch.upto_run_at, stretch.upto_id)
+                      AND heads.head_run_at <= now()
+                    ORDER BY -heads.head_priority::bigint, heads.head_run_at, heads.head_id
+                    LIMIT claim_limit + passed_over
+                ) AS heads
+                -- A nested loop keeps the walk's order (a hash join would not). A host inside
+                -- its delay or pause is passed over here.
+                CROSS JOIN LATERAL (
+                    SELECT hosts.last_finished_at, hosts.last_claimed_id, hosts.job_limits,
+                           hosts.touched_at < now() - interval '1 minute' AS touch,
+                           scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
+                                              hosts.crawl_delay_seconds, hosts.breaker_trips,
+                                              default_max_per_host, default_delay_seconds)
+                               AS host_limit,
+                           scrapeq_host_delay(hosts.delay_seconds, hosts.crawl_delay_seconds,
+                                              default_delay_seconds) AS delay
+                    FROM scrapeq_hosts AS hosts
+                    WHERE hosts.host_key = heads.host_key AND hosts.next_allowed_at <= now()
+                    -- (one row at most; keeps the subquery from being pulled into a join)
+                    LIMIT 1
+                ) AS state
+                LIMIT claim_limit + passed_over
+            ) AS host
+            -- Its rows in flight, as this statement's snapshot sees them (step 5 counts again).
+            CROSS JOIN LATERAL (
+                SELECT count(*) AS running FROM scraping_jobs AS jobs
+                WHERE jobs.host_key = host.host_key AND jobs.status = 'processing'
+            ) AS busy
+            -- Where jobs set their own limits on the host: the owners whose rows are at their
+            -- job's limit or inside its delay (scrapeq_site_job_limits; NULL: no job set any).
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN host.job_limits THEN ARRAY(
+                    SELECT own.owner_key FROM scrapeq_site_job_limits AS own
+                    LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+                    WHERE own.host_key = host.host_key
+                      AND (scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                           <= (SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.host_key = own.host_key
+                                 AND jobs.status = 'processing'
+                                 AND coalesce(jobs.owner_uid, '') = own.owner_key)
+                           OR last.updated_at + make_interval(secs => own.delay_seconds)
+                              > now())
+                ) END AS full
+            ) AS own
+            -- The host's turn: only a host with a free slot and past its delay is locked.
+            CROSS JOIN LATERAL (
+                SELECT CASE
+                    WHEN busy.running >= host.host_limit THEN false
+                    -- A capped namespace at its cap, or whose rows another claim is taking.
+                    WHEN host.namespace_cap IS NOT NULL
+                         AND ((SELECT count(*) FROM scraping_jobs AS jobs
+                               WHERE jobs.owner_namespace = host.owner_namespace
+                                 AND jobs.status = 'processing') >= host.namespace_cap
+                              OR NOT pg_try_advisory_xact_lock(namespace_caps,
+                                                               hashtext(host.owner_namespace)))
+                        THEN false
+                    WHEN host.delay > 0 AND greatest(host.last_finished_at,
+                            (SELECT jobs.updated_at FROM scraping_jobs AS jobs
+                             WHERE jobs.id = host.last_claimed_id))
+                            + make_interval(secs => host.delay) > now() THEN false
+                    ELSE pg_try_advisory_xact_lock(host_turns, hashtext(host.host_key))
+                    END AS locked
+            ) AS turn
+            LEFT JOIN LATERAL (
+                SELECT jobs.id, jobs.priority, jobs.run_at,
+                       coalesce(jobs.owner_namespace, '') AS row_namespace,
+                       CASE WHEN own.full IS NOT NULL THEN coalesce(jobs.owner_uid, '') END
+                           AS owner_key
+                FROM scraping_jobs AS jobs
+                WHERE jobs.status = 'pending' AND jobs.host_key = host.host_key
+                  AND jobs.queue = host.queue
+                  AND jobs.priority >= host.head_priority
+                  AND jobs.run_at <= now()
+                  AND (own.full IS NULL OR coalesce(jobs.owner_uid, '') <> ALL (own.full))
+                ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+                LIMIT host.host_limit - busy.running
+                -- Only the holder of a host's lock claims its rows, but another statement (a
+                -- cancel, an application's UPDATE) may hold one: such a row is left, never waited
+                -- for. A row updated since the walk's snapshot is read as it is now.
+                FOR UPDATE SKIP LOCKED
+            ) AS next ON true
+            WHERE turn.locked
+            LIMIT claim_limit
+        ) AS visit;
+    END IF;
     IF walk IS NULL THEN
         RETURN;
     END IF;
@@ -253,6 +433,24 @@ BEGIN
         ) AS state ON true
         LEFT JOIN scraping_jobs AS last ON last.id = state.last_claimed_id
     ),
+    rooms AS (
+        -- Each capped namespace among the walked rows: its cap less its rows in flight, counted
+        -- afresh (the walk holds its lock, so no other claim takes its rows meanwhile).
+        SELECT capped.row_namespace, greatest(capped.cap - busy.running, 0) AS room
+        FROM (
+            SELECT DISTINCT walked.row_namespace,
+                   coalesce(capped_limits[array_position(capped_namespaces,
+                                                         walked.row_namespace)],
+                            every_cap) AS cap
+            FROM walked
+            WHERE walked.row_namespace <> ''
+        ) AS capped
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS running FROM scraping_jobs AS jobs
+            WHERE jobs.owner_namespace = capped.row_namespace AND jobs.status = 'processing'
+        ) AS busy
+        WHERE capped.cap IS NOT NULL
+    ),
     own_visited AS (
         -- Each job with limits of its own among the walked rows, its rows in flight on the
         -- host counted afresh (the host's lock keeps other claims off them).
@@ -274,30 +472,56 @@ BEGIN
         LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
     ),
     chosen AS (
-        -- The best `claim_limit` walked rows within their jobs' own free slots, then within
-        -- their hosts'.
-        SELECT ranked.id
+        -- The best `claim_limit` walked rows within their jobs' own free slots, then their
+        -- hosts' free slots, then their namespaces' caps. A host's slots go by priority, then
+        -- in turns of its namespaces (each namespace's first row, then each one's second, ...;
+        -- with scrapeq.namespace_turns off, oldest first).
+        SELECT capped.id
         FROM (
-            SELECT mine.id, mine.priority, mine.run_at, visited.free,
-                   row_number() OVER (PARTITION BY mine.host_key
-                                      ORDER BY mine.priority DESC, mine.run_at, mine.id)
-                       AS rank
+            SELECT ranked.id, ranked.priority, ranked.run_at, rooms.room,
+                   row_number() OVER (PARTITION BY ranked.row_namespace
+                                      ORDER BY ranked.priority DESC, ranked.run_at, ranked.id)
+                       AS namespace_rank
             FROM (
-                SELECT walked.id, walked.host_key, walked.priority, walked.run_at,
-                       own_visited.free AS own_free,
-                       row_number() OVER (PARTITION BY walked.host_key, walked.owner_key
-                                          ORDER BY walked.priority DESC, walked.run_at,
-                                                   walked.id) AS own_rank
-                FROM walked
-                LEFT JOIN own_visited ON own_visited.host_key = walked.host_key
-                                     AND own_visited.owner_key = walked.owner_key
-                WHERE walked.id IS NOT NULL
-            ) AS mine
-            JOIN visited ON visited.host_key = mine.host_key
-            WHERE mine.own_free IS NULL OR mine.own_rank <= mine.own_free
-        ) AS ranked
-        WHERE ranked.rank <= ranked.free
-        ORDER BY ranked.priority DESC, ranked.run_at, ranked.id
+                SELECT turned.id, turned.priority, turned.run_at, turned.row_namespace,
+                       visited.free,
+                       row_number() OVER (PARTITION BY turned.host_key
+                                          ORDER BY turned.priority DESC,
+                                                   CASE WHEN namespace_turns
+                                                        THEN turned.namespace_turn ELSE 0 END,
+                                                   turned.run_at, turned.id)
+                           AS rank
+                FROM (
+                    SELECT mine.id, mine.host_key, mine.priority, mine.run_at,
+                           mine.row_namespace,
+                           row_number() OVER (PARTITION BY mine.host_key, mine.owner_namespace,
+                                                           mine.priority
+                                              ORDER BY mine.run_at, mine.id)
+                               AS namespace_turn
+                    FROM (
+                        SELECT walked.id, walked.host_key, walked.owner_namespace,
+                               walked.priority, walked.run_at, walked.row_namespace,
+                               own_visited.free AS own_free,
+                               row_number() OVER (PARTITION BY walked.host_key, walked.owner_key
+                                                  ORDER BY walked.priority DESC, walked.run_at,
+                                                           walked.id) AS own_rank
+                        -- (each row once: with namespace turns off, two heads of a host offer
+                        -- the same)
+                        FROM (SELECT DISTINCT ON (offered.id) offered.*
+                              FROM walked AS offered WHERE offered.id IS NOT NULL
+                              ORDER BY offered.id) AS walked
+                        LEFT JOIN own_visited ON own_visited.host_key = walked.host_key
+                                             AND own_visited.owner_key = walked.owner_key
+                    ) AS mine
+                    WHERE mine.own_free IS NULL OR mine.own_rank <= mine.own_free
+                ) AS turned
+                JOIN visited ON visited.host_key = turned.host_key
+            ) AS ranked
+            LEFT JOIN rooms ON rooms.row_namespace = ranked.row_namespace
+            WHERE ranked.rank <= ranked.free
+        ) AS capped
+        WHERE capped.room IS NULL OR capped.namespace_rank <= capped.room
+        ORDER BY capped.priority DESC, capped.run_at, capped.id
         LIMIT claim_limit
     ),
     claimed AS (
@@ -373,12 +597,12 @@ BEGIN
         UPDATE scrapeq_host_queues AS known
         SET head_priority = moved.priority, head_run_at = moved.run_at, head_id = moved.id
         FROM (
-            SELECT short.queue, short.host_key, short.generation, best.priority,
-                   best.run_at, best.id
+            SELECT short.queue, short.host_key, short.owner_namespace, short.generation,
+                   best.priority, best.run_at, best.id
             FROM (
-                SELECT walked.queue, walked.host_key, walked.generation
+                SELECT walked.queue, walked.host_key, walked.owner_namespace, walked.generation
                 FROM walked
-                GROUP BY walked.queue, walked.host_key, walked.generation
+                GROUP BY walked.queue, walked.host_key, walked.owner_namespace, walked.generation
                 HAVING count(walked.id) < max(walked.free)
             ) AS short
             LEFT JOIN LATERAL (
@@ -387,7 +611,9 @@ BEGIN
                     (SELECT jobs.priority, jobs.run_at, jobs.id, 0 AS rank
                      FROM scraping_jobs AS jobs
                      WHERE jobs.status = 'pending' AND jobs.host_key = short.host_key
-                       AND jobs.queue = short.queue AND jobs.run_at <= now()
+                       AND jobs.queue = short.queue
+                       AND coalesce(jobs.owner_namespace, '') = short.owner_namespace
+                       AND jobs.run_at <= now()
                        AND NOT EXISTS (SELECT FROM claimed WHERE claimed.id = jobs.id)
                      ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                      LIMIT 1)
@@ -396,6 +622,7 @@ BEGIN
                      FROM scraping_jobs AS jobs
                      WHERE jobs.status = 'pending' AND jobs.host_key = short.host_key
                        AND jobs.queue = short.queue
+                       AND coalesce(jobs.owner_namespace, '') = short.owner_namespace
                        AND NOT EXISTS (SELECT FROM claimed WHERE claimed.id = jobs.id)
                      ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
                      LIMIT 1)
@@ -407,9 +634,11 @@ BEGIN
         JOIN LATERAL (
             SELECT FROM scrapeq_host_queues AS free
             WHERE free.queue = moved.queue AND free.host_key = moved.host_key
+              AND free.owner_namespace = moved.owner_namespace
             FOR UPDATE SKIP LOCKED
         ) AS unlocked ON true
         WHERE known.queue = moved.queue AND known.host_key = moved.host_key
+          AND known.owner_namespace = moved.owner_namespace
           AND known.generation = moved.generation
     )
     SELECT claimed.id, claimed.attempt, claimed.url_to_scrape, claimed.parser_type,
@@ -486,6 +715,81 @@ $$;
 
 
 --
+-- Name: scrapeq_heads_after_insert(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_heads_after_insert() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM scrapeq_heads_pending(
+        array_agg(queue), array_agg(host_key), array_agg(owner_namespace), array_agg(priority),
+        array_agg(run_at), array_agg(id))
+    FROM new_rows WHERE status = 'pending';
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_heads_after_pending(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_heads_after_pending() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM scrapeq_heads_pending(ARRAY[NEW.queue], ARRAY[NEW.host_key],
+                                  ARRAY[NEW.owner_namespace], ARRAY[NEW.priority],
+                                  ARRAY[NEW.run_at], ARRAY[NEW.id]);
+    RETURN NULL;
+END;
+$$;
+
+
+--
+-- Name: scrapeq_heads_pending(text[], text[], text[], integer[], timestamp with time zone[], bigint[]); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_heads_pending(queues text[], host_keys text[], owner_namespaces text[], priorities integer[], run_ats timestamp with time zone[], ids bigint[]) RETURNS void
+    LANGUAGE sql
+    AS $$
+    SELECT FROM scrapeq_hosts AS hosts
+    WHERE hosts.host_key = ANY(host_keys)
+    ORDER BY hosts.host_key
+    FOR KEY SHARE;
+    INSERT INTO scrapeq_hosts (host_key)
+    SELECT DISTINCT given.host_key FROM unnest(host_keys) AS given(host_key)
+    -- (the sites known already are left out here, so that only new ones reach the trigger)
+    WHERE NOT EXISTS (SELECT FROM scrapeq_hosts AS hosts WHERE hosts.host_key = given.host_key)
+    ORDER BY given.host_key
+    ON CONFLICT (host_key) DO NOTHING;
+    INSERT INTO scrapeq_host_queues AS known (queue, host_key, owner_namespace, head_priority,
+                                              head_run_at, head_id)
+    SELECT DISTINCT ON (given.queue, given.host_key, given.owner_namespace)
+           given.queue, given.host_key, given.owner_namespace, given.priority, given.run_at,
+           given.id
+    FROM (SELECT listed.queue, listed.host_key, coalesce(listed.owner_namespace, '')
+                     AS owner_namespace, listed.priority, listed.run_at, listed.id
+          FROM unnest(queues, host_keys, owner_namespaces, priorities, run_ats, ids)
+               AS listed(queue, host_key, owner_namespace, priority, run_at, id)) AS given
+    ORDER BY given.queue, given.host_key, given.owner_namespace, given.run_at > now(),
+             given.priority DESC, given.run_at, given.id
+    ON CONFLICT (host_key, queue, owner_namespace) DO UPDATE
+    -- The better of the two heads: due before not due, then the claim order.
+    SET (head_priority, head_run_at, head_id) = (
+            SELECT head.priority, head.run_at, head.id
+            FROM (VALUES (known.head_priority, known.head_run_at, known.head_id),
+                         (excluded.head_priority, excluded.head_run_at, excluded.head_id))
+                 AS head(priority, run_at, id)
+            ORDER BY head.id IS NULL, head.run_at > now(), head.priority DESC, head.run_at,
+                     head.id
+            LIMIT 1),
+        generation = known.generation + 1;
+$$;
+
+
+--
 -- Name: scrapeq_host_delay(double precision, double precision, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -522,77 +826,6 @@ $$;
 --
 
 COMMENT ON FUNCTION public.scrapeq_host_limit(max_in_flight integer, delay_seconds double precision, crawl_delay_seconds double precision, breaker_trips integer, default_max_in_flight integer, default_delay_seconds double precision) IS 'scrapeq: how many requests a site (scrapeq_hosts.host_key) may have in flight; used by the claim and the autoscaler''s backlog count.';
-
-
---
--- Name: scrapeq_hosts_after_insert(); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.scrapeq_hosts_after_insert() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM scrapeq_hosts_pending(
-        array_agg(queue), array_agg(host_key), array_agg(priority), array_agg(run_at),
-        array_agg(id))
-    FROM new_rows WHERE status = 'pending';
-    RETURN NULL;
-END;
-$$;
-
-
---
--- Name: scrapeq_hosts_after_pending(); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.scrapeq_hosts_after_pending() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    PERFORM scrapeq_hosts_pending(ARRAY[NEW.queue], ARRAY[NEW.host_key], ARRAY[NEW.priority],
-                                  ARRAY[NEW.run_at], ARRAY[NEW.id]);
-    RETURN NULL;
-END;
-$$;
-
-
---
--- Name: scrapeq_hosts_pending(text[], text[], integer[], timestamp with time zone[], bigint[]); Type: FUNCTION; Schema: public; Owner: -
---
-
-CREATE FUNCTION public.scrapeq_hosts_pending(queues text[], host_keys text[], priorities integer[], run_ats timestamp with time zone[], ids bigint[]) RETURNS void
-    LANGUAGE sql
-    AS $$
-    SELECT FROM scrapeq_hosts AS hosts
-    WHERE hosts.host_key = ANY(host_keys)
-    ORDER BY hosts.host_key
-    FOR KEY SHARE;
-    INSERT INTO scrapeq_hosts (host_key)
-    SELECT DISTINCT given.host_key FROM unnest(host_keys) AS given(host_key)
-    -- (the sites known already are left out here, so that only new ones reach the trigger)
-    WHERE NOT EXISTS (SELECT FROM scrapeq_hosts AS hosts WHERE hosts.host_key = given.host_key)
-    ORDER BY given.host_key
-    ON CONFLICT (host_key) DO NOTHING;
-    INSERT INTO scrapeq_host_queues AS known (queue, host_key, head_priority, head_run_at,
-                                              head_id)
-    SELECT DISTINCT ON (given.queue, given.host_key)
-           given.queue, given.host_key, given.priority, given.run_at, given.id
-    FROM unnest(queues, host_keys, priorities, run_ats, ids)
-         AS given(queue, host_key, priority, run_at, id)
-    ORDER BY given.queue, given.host_key, given.run_at > now(), given.priority DESC,
-             given.run_at, given.id
-    ON CONFLICT (host_key, queue) DO UPDATE
-    -- The better of the two heads: due before not due, then the claim order.
-    SET (head_priority, head_run_at, head_id) = (
-            SELECT head.priority, head.run_at, head.id
-            FROM (VALUES (known.head_priority, known.head_run_at, known.head_id),
-                         (excluded.head_priority, excluded.head_run_at, excluded.head_id))
-                 AS head(priority, run_at, id)
-            ORDER BY head.id IS NULL, head.run_at > now(), head.priority DESC, head.run_at,
-                     head.id
-            LIMIT 1),
-        generation = known.generation + 1;
-$$;
 
 
 --
@@ -1504,7 +1737,8 @@ CREATE TABLE public.scrapeq_host_queues (
     head_priority integer,
     head_run_at timestamp with time zone,
     head_id bigint,
-    generation bigint DEFAULT 0 NOT NULL
+    generation bigint DEFAULT 0 NOT NULL,
+    owner_namespace text DEFAULT ''::text NOT NULL
 )
 WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='70');
 
@@ -1513,7 +1747,7 @@ WITH (autovacuum_vacuum_scale_factor='0.01', fillfactor='70');
 -- Name: TABLE scrapeq_host_queues; Type: COMMENT; Schema: public; Owner: -
 --
 
-COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: each site''s head per queue (the key of its best pending row), the order in which claims visit sites.';
+COMMENT ON TABLE public.scrapeq_host_queues IS 'scrapeq: each site''s head per queue and owner namespace (the key of its best pending row), the order in which claims visit sites.';
 
 
 --
@@ -1542,6 +1776,13 @@ COMMENT ON COLUMN public.scrapeq_host_queues.head_id IS 'The id of the head row 
 --
 
 COMMENT ON COLUMN public.scrapeq_host_queues.generation IS 'Bumped by every statement that moves the head up (a producer, a retry), so that a claim that read the rows before it does not move the head past a row it could not see.';
+
+
+--
+-- Name: COLUMN scrapeq_host_queues.owner_namespace; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_host_queues.owner_namespace IS 'The owner_namespace of the head''s rows; '''' for rows without an owner (one namespace of their own).';
 
 
 --
@@ -1675,6 +1916,33 @@ COMMENT ON COLUMN public.scrapeq_hosts.policy_pattern IS 'The pattern of the sit
 --
 
 COMMENT ON COLUMN public.scrapeq_hosts.job_limits IS 'Some job named its own limit or delay on the site (scrapeq_site_job_limits): the claim looks them up.';
+
+
+--
+-- Name: scrapeq_namespace_limits; Type: TABLE; Schema: public; Owner: -
+--
+
+CREATE TABLE public.scrapeq_namespace_limits (
+    owner_namespace text NOT NULL,
+    max_in_flight integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT scrapeq_namespace_limits_max_in_flight_check CHECK ((max_in_flight >= 1)),
+    CONSTRAINT scrapeq_namespace_limits_owner_namespace_check CHECK ((owner_namespace <> ''::text))
+);
+
+
+--
+-- Name: TABLE scrapeq_namespace_limits; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON TABLE public.scrapeq_namespace_limits IS 'scrapeq: the most rows of a namespace in flight at once (the claim holds it); * is every namespace without a row of its own.';
+
+
+--
+-- Name: COLUMN scrapeq_namespace_limits.owner_namespace; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_namespace_limits.owner_namespace IS 'A namespace (owner_namespace of its rows), or * for every other namespace.';
 
 
 --
@@ -2485,7 +2753,7 @@ ALTER TABLE ONLY public.scrapeq_crawl_memory
 --
 
 ALTER TABLE ONLY public.scrapeq_host_queues
-    ADD CONSTRAINT scrapeq_host_queues_pkey PRIMARY KEY (host_key, queue);
+    ADD CONSTRAINT scrapeq_host_queues_pkey PRIMARY KEY (host_key, queue, owner_namespace);
 
 
 --
@@ -2524,6 +2792,14 @@ ALTER TABLE public.scraping_jobs
 --
 
 COMMENT ON CONSTRAINT scrapeq_jobs_payload_is_object ON public.scraping_jobs IS 'payload must be a JSON object of options (NULL counts as {})';
+
+
+--
+-- Name: scrapeq_namespace_limits scrapeq_namespace_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
+--
+
+ALTER TABLE ONLY public.scrapeq_namespace_limits
+    ADD CONSTRAINT scrapeq_namespace_limits_pkey PRIMARY KEY (owner_namespace);
 
 
 --
@@ -2718,6 +2994,20 @@ CREATE INDEX scrapeq_jobs_host_claim_idx ON public.scraping_jobs USING btree (ho
 
 
 --
+-- Name: scrapeq_jobs_namespace_claim_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_jobs_namespace_claim_idx ON public.scraping_jobs USING btree (host_key, queue, COALESCE(owner_namespace, ''::text), priority DESC, run_at, id) WHERE (status = 'pending'::public.scraping_job_status);
+
+
+--
+-- Name: scrapeq_jobs_namespace_processing_idx; Type: INDEX; Schema: public; Owner: -
+--
+
+CREATE INDEX scrapeq_jobs_namespace_processing_idx ON public.scraping_jobs USING btree (owner_namespace) WHERE ((status = 'processing'::public.scraping_job_status) AND (owner_namespace IS NOT NULL));
+
+
+--
 -- Name: scrapeq_jobs_owner_changes_idx; Type: INDEX; Schema: public; Owner: -
 --
 
@@ -2798,14 +3088,14 @@ CREATE TRIGGER scrapeq_jobs_fill_host_key BEFORE INSERT OR UPDATE OF host_key ON
 -- Name: scraping_jobs scrapeq_jobs_hosts_on_insert; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER scrapeq_jobs_hosts_on_insert AFTER INSERT ON public.scraping_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.scrapeq_hosts_after_insert();
+CREATE TRIGGER scrapeq_jobs_hosts_on_insert AFTER INSERT ON public.scraping_jobs REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION public.scrapeq_heads_after_insert();
 
 
 --
 -- Name: scraping_jobs scrapeq_jobs_hosts_on_pending; Type: TRIGGER; Schema: public; Owner: -
 --
 
-CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status, run_at, priority ON public.scraping_jobs FOR EACH ROW WHEN (((new.status = 'pending'::public.scraping_job_status) AND ((old.status <> 'pending'::public.scraping_job_status) OR (new.run_at < old.run_at) OR (new.priority > old.priority)))) EXECUTE FUNCTION public.scrapeq_hosts_after_pending();
+CREATE TRIGGER scrapeq_jobs_hosts_on_pending AFTER UPDATE OF status, run_at, priority, owner_namespace ON public.scraping_jobs FOR EACH ROW WHEN (((new.status = 'pending'::public.scraping_job_status) AND ((old.status <> 'pending'::public.scraping_job_status) OR (new.run_at < old.run_at) OR (new.priority > old.priority) OR (new.owner_namespace IS DISTINCT FROM old.owner_namespace)))) EXECUTE FUNCTION public.scrapeq_heads_after_pending();
 
 
 --
@@ -2913,5 +3203,6 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0013_sessions'),
     ('0014_batch_webhooks'),
     ('0015_site_policies'),
+    ('0016_tenancy'),
     ('0017_undelivered_per_statement'),
     ('0018_crawl_flags');

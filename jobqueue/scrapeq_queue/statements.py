@@ -1464,3 +1464,29 @@ deleted AS (
 )
 SELECT count(*) FROM deleted
 """
+
+
+# --- namespace caps (namespace_limits.py; docs/queue.md, "Namespace caps") -----------------------
+
+# Replace the caps with the given ones in one statement; an unchanged cap is not rewritten.
+NAMESPACE_LIMITS_REPLACE: Final = """
+WITH given AS (
+    SELECT named.owner_namespace, named.max_in_flight
+    FROM unnest(%(namespaces)s::text[], %(limits)s::integer[]) AS named(owner_namespace,
+                                                                        max_in_flight)
+),
+removed AS (
+    DELETE FROM scrapeq_namespace_limits AS known
+    WHERE NOT EXISTS (SELECT FROM given WHERE given.owner_namespace = known.owner_namespace)
+)
+INSERT INTO scrapeq_namespace_limits AS known (owner_namespace, max_in_flight)
+SELECT given.owner_namespace, given.max_in_flight FROM given
+ON CONFLICT (owner_namespace) DO UPDATE SET max_in_flight = excluded.max_in_flight,
+                                            updated_at = now()
+    WHERE known.max_in_flight <> excluded.max_in_flight
+"""
+
+# Every cap.
+NAMESPACE_LIMITS_READ: Final = """
+SELECT owner_namespace, max_in_flight FROM scrapeq_namespace_limits ORDER BY owner_namespace
+"""

@@ -20,7 +20,13 @@ from typing import Any, TypeVar
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from scrapeq_operator.vocabulary import GROUP, PLURAL, SITE_POLICY_PLURAL, VERSION
+from scrapeq_operator.vocabulary import (
+    GROUP,
+    PLURAL,
+    QUEUE_POLICY_PLURAL,
+    SITE_POLICY_PLURAL,
+    VERSION,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +199,19 @@ class Cluster:
             PLURAL,
             label_selector=label_selector,
         )
+        return [dict(item) for item in listed.get("items", [])]
+
+    async def list_queue_policies(self) -> list[dict[str, Any]] | None:
+        """Every QueuePolicy (cluster-scoped), as plain dicts; None when the resource is not
+        installed (404). Other API errors (403: the operator may not read them) are raised."""
+        try:
+            listed = await self._call(
+                self._custom.list_cluster_custom_object, GROUP, VERSION, QUEUE_POLICY_PLURAL
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
         return [dict(item) for item in listed.get("items", [])]
 
     async def list_site_policy_names(self) -> list[str]:

@@ -22,6 +22,7 @@ from typing import Any
 
 import kopf
 import scrapeq_queue
+from kubernetes.client.rest import ApiException
 from scrapeq_queue import WEBHOOK_BATCH_EVENT, Connection, DatabaseUnavailable
 from scrapeq_queue.output_batches import mark_output_ended, register_output
 from scrapeq_queue.payload import validate_payload
@@ -53,10 +54,20 @@ from scrapeq_operator.job_status import (
     merge_conditions,
     summarize,
 )
+from scrapeq_operator.namespace_caps import NamespaceCapSync
 from scrapeq_operator.output_spec import job_output
 from scrapeq_operator.output_store import OutputStore
 from scrapeq_operator.output_uploader import OutputUploader
 from scrapeq_operator.parser_coverage import named_parser, unknown_parser
+from scrapeq_operator.queue_access import (
+    ADMITTED_CONDITION,
+    QUEUE_ALLOWED_REASON,
+    JobNotAdmittedError,
+    QueuePolicy,
+    admission,
+    admitted_message,
+    read_policy,
+)
 from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.settings import OperatorSettings
@@ -115,6 +126,7 @@ async def start_operator(
     runtime.spawn("webhooks", delivery.run())
     runtime.spawn("retention", Retention(config, runtime).run())
     runtime.spawn("site-policies", SitePolicyResync(runtime).run())
+    runtime.spawn("namespace-caps", NamespaceCapSync(config, runtime).run())
     if config.object_store_bucket is not None:
         runtime.spawn("output", OutputUploader(config, runtime, OutputStore(config)).run())
     if config.autoscaler_enabled:
@@ -343,6 +355,7 @@ async def enqueue_scrapejob(
     conditions = list(status.get("conditions") or [])
     options = row_options(spec)
     dependencies: DependencyCheck | None = None
+    admitted: dict[str, Any] | None = None
     try:
         problems = validate_payload(options["payload"])
         if "sealed" in (spec.get("payload") or {}):
@@ -355,6 +368,27 @@ async def enqueue_scrapejob(
             problems.append("payload.crawlKey is written by the operator: use spec.recrawl.key")
         if problems:
             raise JobNotRunnableError("InvalidSpec", "; ".join(problems), permanent=True)
+        policies = await _queue_policies(runtime, body, retry)
+        refusal = admission(
+            policies, namespace=namespace, queue=options["queue"], priority=options["priority"]
+        )
+        if refusal is not None:
+            raise refusal
+        if _was_refused(conditions):
+            # Only a job refused before says Admitted=True: the common case costs no write.
+            admitted = make_condition(
+                ADMITTED_CONDITION,
+                True,
+                QUEUE_ALLOWED_REASON,
+                admitted_message(
+                    policies,
+                    namespace=namespace,
+                    queue=options["queue"],
+                    priority=options["priority"],
+                ),
+                generation=generation,
+                now=_now(),
+            )
         crawl = crawl_payload(spec, meta, namespace)
         if crawl:
             options["payload"] = {**(options["payload"] or {}), **crawl}
@@ -404,7 +438,9 @@ async def enqueue_scrapejob(
     except JobNotRunnableError as error:
         if error.permanent:
             await _record_failed_events(runtime, body, spec, status, error, retry)
-        await _not_runnable(runtime, body, patch, conditions, generation, error, retry, logger)
+        await _not_runnable(
+            runtime, body, patch, conditions, generation, error, retry, logger, admitted
+        )
         if error.permanent:
             return
         delay = (
@@ -457,6 +493,7 @@ async def enqueue_scrapejob(
         ) from error
     metrics.JOBS_ENQUEUED_TOTAL.inc(inserted)
     logger.info("queued %d new rows (%d URLs) on queue %s", inserted, len(urls), options["queue"])
+    updates = [] if admitted is None else [admitted]
     if dependencies is not None:
         names = ", ".join(dependency.name for dependency in dependencies.dependencies)
         unblocked = make_condition(
@@ -467,12 +504,48 @@ async def enqueue_scrapejob(
             generation=generation,
             now=_now(),
         )
-        patch.status["conditions"] = merge_conditions(conditions, [unblocked])
+        updates.append(unblocked)
+    if updates:
+        patch.status["conditions"] = merge_conditions(conditions, updates)
     # Status (Ready=True, counts, phase) is written by the status sync in one PATCH with the
     # first counts, saving an API write per job. Only a urlsFrom job's first URL is known here
     # alone.
     if first_url(spec) is None and urls:
         patch.status["firstURL"] = urls[0]
+
+
+async def _queue_policies(
+    runtime: OperatorRuntime, body: kopf.Body, retry: int
+) -> list[QueuePolicy] | None:
+    """Every QueuePolicy, read from the API server at each check (they are few, and a policy
+    the admin just changed applies to the next job at once); None when the resource is not
+    installed. An API error other than 404 retries the job later, never admits it."""
+    try:
+        listed = await runtime.cluster.list_queue_policies()
+    except ApiException as error:
+        metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
+        if retry == 0:
+            await _warn(
+                runtime,
+                body,
+                "QueuePoliciesUnreadable",
+                f"cannot read the QueuePolicies ({error.status} {error.reason}); the job is "
+                "checked again later",
+            )
+        raise kopf.TemporaryError(
+            f"cannot read the QueuePolicies: {error.status} {error.reason}",
+            delay=runtime.settings.not_ready_retry_seconds,
+        ) from error
+    if listed is None:
+        return None
+    return [read_policy(item) for item in listed]
+
+
+def _was_refused(conditions: list[Mapping[str, Any]]) -> bool:
+    return any(
+        condition.get("type") == ADMITTED_CONDITION and condition.get("status") == "False"
+        for condition in conditions
+    )
 
 
 async def _record_failed_events(
@@ -521,18 +594,34 @@ async def _not_runnable(
     error: JobNotRunnableError,
     retry: int,
     logger: logging.Logger | logging.LoggerAdapter[Any],
+    admitted: dict[str, Any] | None = None,
 ) -> None:
-    """Record why a job queues nothing: Blocked while it waits for dependencies, Ready=False
-    otherwise, and Failed when that can never change; one Event per reason."""
+    """Record why a job queues nothing: Blocked while it waits for dependencies, Admitted=False
+    when no QueuePolicy lets it use its queue, Ready=False otherwise, and Failed when that can
+    never change; one Event per reason. `admitted` is the Admitted=True condition of a job
+    refused before and admitted now."""
     now = _now()
     blocked = isinstance(error, JobBlockedError)
     updates = [
         make_condition("Ready", False, error.reason, error.message, generation=generation, now=now)
     ]
+    if admitted is not None:
+        updates.append(admitted)
     if blocked:
         updates.append(
             make_condition(
                 "Blocked", True, error.reason, error.message, generation=generation, now=now
+            )
+        )
+    if isinstance(error, JobNotAdmittedError):
+        updates.append(
+            make_condition(
+                ADMITTED_CONDITION,
+                False,
+                error.reason,
+                error.message,
+                generation=generation,
+                now=now,
             )
         )
     elif error.permanent:

@@ -61,7 +61,7 @@ SCALING_DECISIONS_TOTAL = Counter(
 RECONCILE_ERRORS_TOTAL = Counter(
     "scrapeq_operator_reconcile_errors_total",
     "Failed rounds or handler runs, by component (enqueue, cancel, status_sync, autoscaler, "
-    "retention, retry_failed, schedule, webhooks, site_policy).",
+    "retention, retry_failed, schedule, webhooks, site_policy, namespace_caps).",
     ["component"],
     registry=REGISTRY,
 )

@@ -332,6 +332,14 @@ class OperatorSettings:
         parse=parse_float,
         help="Re-check delay of a job that cannot run.",
     )
+    # How often the QueuePolicies' caps on rows in flight per namespace are written to the
+    # queue (namespace_caps.py): a changed cap holds for new claims within this long.
+    queue_policy_sync_seconds: float = option(
+        10.0,
+        env=_env("queue_policy_sync_seconds"),
+        parse=parse_float,
+        help="How often the QueuePolicies' namespace caps are written to the queue.",
+    )
     # Delay before re-checking a ScrapeJob blocked by spec.dependsOn (how soon it starts after
     # its last dependency succeeded).
     dependency_poll_seconds: float = option(
@@ -591,6 +599,7 @@ class OperatorSettings:
             "jobs per replica": self.autoscaler.jobs_per_replica,
             "schedule check interval": self.schedule_check_seconds,
             "dependency poll interval": self.dependency_poll_seconds,
+            "queue policy sync interval": self.queue_policy_sync_seconds,
         }
         for what, value in positive.items():
             if value <= 0:

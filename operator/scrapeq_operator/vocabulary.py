@@ -9,6 +9,8 @@ VERSION = "v1alpha1"
 PLURAL = "scrapejobs"
 # The cluster-scoped SitePolicy (docs/operator.md, "Site policies").
 SITE_POLICY_PLURAL = "sitepolicies"
+# The cluster-scoped QueuePolicy (queue_access.py): which namespaces may use which queues.
+QUEUE_POLICY_PLURAL = "queuepolicies"
 
 # Finalizer that keeps a deleted ScrapeJob until its rows are cancelled in PostgreSQL.
 FINALIZER = f"{GROUP}/cancel-rows"

@@ -45,7 +45,8 @@ from scrapeq.local.s3_server import LocalS3Server
 NAMESPACE = "scrapeq-demo"
 POOL = "scrapeq-worker-default"
 EXAMPLES = REPOSITORY_ROOT / "examples" / "demo"
-CRD = REPOSITORY_ROOT / "crds" / "scrapejobs.scrapeq.io.yaml"
+# The project's CRDs (ScrapeJob, SitePolicy, QueuePolicy), each file named for its CRD.
+CRDS = sorted((REPOSITORY_ROOT / "crds").glob("*.yaml"))
 # The port the examples name; when it is taken the demo serves elsewhere and rewrites them.
 EXAMPLE_SHOP = "http://127.0.0.1:8808"
 # What each example is expected to end as; `--once` fails when one does not.
@@ -222,10 +223,12 @@ class Demo:
         self._scrapeq("migrate", "--database-url", self.database_url)
 
     def install_crd_and_pool(self) -> None:
-        say("installing the ScrapeJob CRD and the worker Deployment with kubectl …")
-        self._kubectl("apply", "-f", str(CRD))
+        say("installing the CRDs and the worker Deployment with kubectl …")
+        for crd in CRDS:
+            self._kubectl("apply", "-f", str(crd))
         assert self.kubeconfig is not None
-        wait_for_established_crd(Path(self.kubeconfig), "scrapejobs.scrapeq.io")
+        for crd in CRDS:
+            wait_for_established_crd(Path(self.kubeconfig), crd.name.removesuffix(".yaml"))
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
         self._kubectl("apply", "-f", "-", stdin=json.dumps(namespace))
         self._kubectl("apply", "-f", "-", stdin=json.dumps(WORKER_DEPLOYMENT))

@@ -24,7 +24,7 @@ def test_the_chart_installs_both_crds_and_a_default_policy_for_every_site_after_
 ) -> None:
     manifests = rendered(helm_binary, {})
     crds = {crd["metadata"]["name"] for crd in of_kind(manifests, "CustomResourceDefinition")}
-    assert crds == {"scrapejobs.scrapeq.io", "sitepolicies.scrapeq.io"}
+    assert crds == {"scrapejobs.scrapeq.io", "sitepolicies.scrapeq.io", "queuepolicies.scrapeq.io"}
     policy = find(manifests, "SitePolicy", "scrapeq-default")
     assert policy["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     # Nothing set: the pools' defaults and each job's own settings hold.

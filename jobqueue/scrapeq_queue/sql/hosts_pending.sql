@@ -1,8 +1,9 @@
--- How pending rows make their sites known and claimable: scrapeq_hosts_pending, and the
--- trigger functions of scraping_jobs that call it (the triggers themselves are made by migration
--- 0003_politeness). The live definition; a migration applies this file
--- (`\ir ../sql/hosts_pending.sql`); a change to it comes with a new migration that applies it
--- again. scrapeq_hosts and scrapeq_host_queues are keyed by site (host_key).
+-- How pending rows made their sites known and claimable before heads were kept per namespace:
+-- scrapeq_hosts_pending, and the trigger functions of scraping_jobs that call it (the triggers
+-- themselves are made by migration 0003_politeness). Migrations 0003 and 0005 apply this file
+-- (`\ir ../sql/hosts_pending.sql`); 0016_tenancy drops these functions for those of
+-- sql/namespace_heads.sql, the live definition. scrapeq_hosts and scrapeq_host_queues were
+-- keyed by site (host_key).
 
 -- Pending rows (parallel arrays, one entry per row: the arguments of a trigger's call) make
 -- their hosts known and claimable: locks the hosts that exist FOR KEY SHARE (waiting for a

@@ -4,7 +4,7 @@
 --
 -- The claim never matches patterns: a site's policy is resolved into its scrapeq_hosts row
 -- (policy_pattern, max_in_flight, delay_seconds) when the site is first seen
--- (scrapeq_hosts_pending) and again for every site when a policy changes
+-- (scrapeq_heads_pending) and again for every site when a policy changes
 -- (scrapeq_site_policies_resolve).
 
 -- The patterns that may apply to a site, most specific first: the site itself, then `*.` and

@@ -13,6 +13,7 @@ import pytest
 from scrapeq.local.processes import wait_for_established_crd
 from tests.e2e.operator.operator_parts import (
     CRD_PATH,
+    QUEUE_POLICY_CRD_PATH,
     SITE_POLICY_CRD_PATH,
     Kubectl,
     OperatorProcess,
@@ -23,16 +24,29 @@ from tests.waiting import eventually_blocking
 
 @pytest.fixture(scope="session")
 def kubectl(kube_cluster: Any) -> Kubectl:
-    """kubectl as admin, with the ScrapeJob and SitePolicy CRDs installed and established."""
+    """kubectl as admin, with the ScrapeJob, SitePolicy and QueuePolicy CRDs installed and
+    established (no QueuePolicy exists unless a test creates one: every namespace may use every
+    queue)."""
     client = Kubectl(Path(kube_cluster.kubeconfig))
-    client.run("apply", "-f", str(CRD_PATH), "-f", str(SITE_POLICY_CRD_PATH))
-    for crd in ("scrapejobs.scrapeq.io", "sitepolicies.scrapeq.io"):
+    client.run(
+        "apply",
+        "-f",
+        str(CRD_PATH),
+        "-f",
+        str(SITE_POLICY_CRD_PATH),
+        "-f",
+        str(QUEUE_POLICY_CRD_PATH),
+    )
+    for crd in ("scrapejobs.scrapeq.io", "sitepolicies.scrapeq.io", "queuepolicies.scrapeq.io"):
         wait_for_established_crd(Path(kube_cluster.kubeconfig), crd)
     # Discovery of the new group can lag the Established condition by a moment.
     eventually_blocking(
-        lambda: client.run("get", "scrapejobs,sitepolicies", "-A", check=False).returncode == 0,
+        lambda: (
+            client.run("get", "scrapejobs,sitepolicies,queuepolicies", "-A", check=False).returncode
+            == 0
+        ),
         within=30,
-        what="the scrapejobs and sitepolicies resources to be served",
+        what="the scrapejobs, sitepolicies and queuepolicies resources to be served",
     )
     return client
 

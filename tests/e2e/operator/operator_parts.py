@@ -35,6 +35,7 @@ T = TypeVar("T")
 REPOSITORY_ROOT = Path(__file__).resolve().parents[3]
 CRD_PATH = REPOSITORY_ROOT / "crds" / "scrapejobs.scrapeq.io.yaml"
 SITE_POLICY_CRD_PATH = REPOSITORY_ROOT / "crds" / "sitepolicies.scrapeq.io.yaml"
+QUEUE_POLICY_CRD_PATH = REPOSITORY_ROOT / "crds" / "queuepolicies.scrapeq.io.yaml"
 
 # Short loops so that tests see changes in seconds; production defaults are in settings.py.
 FAST_OPERATOR_ENVIRONMENT = {
@@ -48,6 +49,7 @@ FAST_OPERATOR_ENVIRONMENT = {
     "SCRAPEQ_OPERATOR_NOT_READY_RETRY_SECONDS": "2",
     "SCRAPEQ_OPERATOR_SCHEDULE_CHECK_SECONDS": "1",
     "SCRAPEQ_OPERATOR_DEPENDENCY_POLL_SECONDS": "1",
+    "SCRAPEQ_OPERATOR_QUEUE_POLICY_SYNC_SECONDS": "1",
 }
 
 

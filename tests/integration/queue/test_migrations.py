@@ -159,6 +159,7 @@ def test_a_live_definition_is_applied_from_its_own_file() -> None:
         "host_limits.sql": ["0003_politeness", "0005_site_politeness"],
         "payload_limits.sql": ["0003_politeness", "0005_site_politeness"],
         "hosts_pending.sql": ["0003_politeness", "0005_site_politeness"],
+        "namespace_heads.sql": ["0016_tenancy"],
     }
     for name, migrations in applying.items():
         text = resources.files("scrapeq_queue").joinpath("sql", name).read_text(encoding="utf-8")
@@ -177,6 +178,9 @@ CLAIM_PATH_FUNCTIONS = (
     "scrapeq_hosts_pending",
     "scrapeq_hosts_after_insert",
     "scrapeq_hosts_after_pending",
+    "scrapeq_heads_pending",
+    "scrapeq_heads_after_insert",
+    "scrapeq_heads_after_pending",
     "scrapeq_payload_max_per_host",
     "scrapeq_payload_delay_seconds",
     "scrapeq_job_limit",
@@ -248,3 +252,40 @@ async def test_a_database_at_an_earlier_version_upgrades_to_the_site_names(
             " WHERE own.owner_key = '' ORDER BY own.host_key"
         )
         assert await cursor.fetchall() == [(None, "new.test", 7), (None, "www.old.test", 3)]
+
+
+async def test_a_database_with_site_policies_and_crawl_flags_takes_the_tenancy_migration_after_them(
+    empty_database_url: str,
+) -> None:
+    """A database migrated before 0016_tenancy existed (0015 and 0018 applied, 0016 not) gets
+    0016 alone from `scrapeq migrate`, ends with the schema of a fresh database, and its pending
+    rows of two namespaces on one site get a head each and go out in turns."""
+    earlier = [m for m in available_migrations() if m.version != "0016_tenancy"]
+    async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
+        await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
+        for migration in earlier:
+            await conn.execute(migration.sql.encode("utf-8"))
+            await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
+        await conn.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, owner_uid, owner_namespace,"
+            " owner_name)"
+            " SELECT 'https://shared.test/' || n, 'classic', 'uid-' || ns, ns, 'job'"
+            " FROM unnest(ARRAY['big', 'big', 'big', 'small']) WITH ORDINALITY AS given(ns, n)"
+        )
+
+        assert await asyncio.to_thread(queue.migrate, empty_database_url) == ["0016_tenancy"]
+        assert render_snapshot(empty_database_url) == SNAPSHOT_PATH.read_text(encoding="utf-8")
+
+        cursor = await conn.execute(
+            "SELECT owner_namespace FROM scrapeq_host_queues ORDER BY owner_namespace"
+        )
+        assert await cursor.fetchall() == [("big",), ("small",)]
+        jobs = await queue.claim_jobs(
+            conn,
+            worker_id="w",
+            queues=["default"],
+            limit=10,
+            lease_seconds=30,
+            politeness=queue.SitePoliteness(max_concurrent_per_site=2),
+        )
+    assert sorted(job.owner_namespace or "" for job in jobs) == ["big", "small"]
