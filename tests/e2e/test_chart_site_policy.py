@@ -19,7 +19,7 @@ def rendered(helm_binary: Path, values: dict[str, Any]) -> list[Manifest]:
     return render(helm_binary, with_password(values))
 
 
-def test_the_chart_installs_both_crds_and_a_default_policy_for_every_site_after_them(
+def test_the_chart_installs_its_crds_and_a_default_policy_for_every_site_after_them(
     helm_binary: Path,
 ) -> None:
     manifests = rendered(helm_binary, {})
