@@ -50,13 +50,32 @@ SERVER_ERROR_WINDOW_MAX_AGE_SECONDS: Final = 600.0
 # some of its recent responses still succeed: a site that answers some pages (removed products
 # answering 500 among live ones) loses a second per failed probe, never minutes, and while
 # its breaker is tripped sees about one request a second from the whole cluster. Once all
-# SERVER_ERROR_WINDOW responses failed (the site looks down) each failed probe doubles the
-# pause, up to BREAKER_MAX_PAUSE_SECONDS: half a minute between probes keeps a site that is
-# down from seeing more than two requests a minute from the whole cluster, and bounds what
-# each row of a site that answers nothing but 500 costs (docs/queue.md, "Server errors", gives
-# the worst case).
+# SERVER_ERROR_WINDOW responses failed, each failed probe that was a row's first attempt (the
+# site looks down: pages never tried fail too) doubles the pause, up to
+# BREAKER_MAX_PAUSE_SECONDS; a retry failing again speaks for its own row and keeps the pause
+# as it is. Half a minute between probes keeps a site that is down from seeing more than two
+# requests a minute from the whole cluster, and bounds what each row of a site that answers
+# nothing but 500 costs (docs/queue.md, "Server errors", gives the worst case).
 BREAKER_PAUSE_SECONDS: Final = 1.0
 BREAKER_MAX_PAUSE_SECONDS: Final = 30.0
+
+# Adaptive concurrency (docs/queue.md, "Adaptive concurrency"; off unless a site policy turns
+# it on): a site's limit follows the latency and the server errors of its responses, for the
+# whole cluster, between 1 and the policy's limit. It starts at ADAPTIVE_START_LIMIT (the
+# pool's own default) and grows by one per round of completions (a round: as many completions
+# as the limit) while the site's latency stays within ADAPTIVE_LATENCY_TOLERANCE times its
+# floor; a latency above that takes a quarter off (ADAPTIVE_LATENCY_BACKOFF), a server error
+# half (ADAPTIVE_ERROR_BACKOFF), each at most once per latency, so that the responses of the
+# requests in flight when the limit fell do not lower it again.
+ADAPTIVE_START_LIMIT: Final = DEFAULT_MAX_CONCURRENT_PER_SITE
+# The latency is a moving average: each completion's duration weighs this much in it.
+ADAPTIVE_LATENCY_WEIGHT: Final = 0.3
+# The floor is the fastest completion seen, rising this share of the way to the average with
+# each completion: a site that became slower for good is not held to yesterday's speed.
+ADAPTIVE_FLOOR_DRIFT: Final = 0.05
+ADAPTIVE_LATENCY_TOLERANCE: Final = 2.0
+ADAPTIVE_LATENCY_BACKOFF: Final = 0.75
+ADAPTIVE_ERROR_BACKOFF: Final = 0.5
 
 
 def site_limit_problem(value: object) -> str | None:

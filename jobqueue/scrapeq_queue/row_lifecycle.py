@@ -24,6 +24,11 @@ from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
 from scrapeq_queue.politeness import (
+    ADAPTIVE_ERROR_BACKOFF,
+    ADAPTIVE_FLOOR_DRIFT,
+    ADAPTIVE_LATENCY_BACKOFF,
+    ADAPTIVE_LATENCY_TOLERANCE,
+    ADAPTIVE_LATENCY_WEIGHT,
     BREAKER_MAX_PAUSE_SECONDS,
     BREAKER_PAUSE_SECONDS,
     DEFAULT_POLITENESS,
@@ -37,6 +42,16 @@ from scrapeq_queue.rows import ClaimedJob, Completion, FollowUrl
 from scrapeq_queue.urls import BAD_URL_REASON, normalise_url, target_problem
 
 logger = logging.getLogger(__name__)
+
+# What a completion binds into JOB_COMPLETE_MANY for the sites whose limit adapts (docs/queue.md,
+# "Adaptive concurrency"), besides its rows.
+_COMPLETION_SITE_PARAMS: Final = {
+    "window": SERVER_ERROR_WINDOW,
+    "latency_weight": ADAPTIVE_LATENCY_WEIGHT,
+    "floor_drift": ADAPTIVE_FLOOR_DRIFT,
+    "latency_tolerance": ADAPTIVE_LATENCY_TOLERANCE,
+    "latency_backoff": ADAPTIVE_LATENCY_BACKOFF,
+}
 
 
 @dataclass(frozen=True)
@@ -263,7 +278,7 @@ async def complete_many(
         "attempts": [completion.attempt for completion in completions],
         "results": Jsonb([completion.result for completion in completions]),
         "durations": [float(completion.duration_seconds) for completion in completions],
-        "window": SERVER_ERROR_WINDOW,
+        **_COMPLETION_SITE_PARAMS,
     }
     if any(completion.memory is not None for completion in completions):
         # The crawl memory of the current completions commits with them: one commit for the
@@ -328,7 +343,7 @@ async def complete_job(
                 "attempts": [attempt],
                 "results": Jsonb([completion.result]),
                 "durations": [float(duration_seconds)],
-                "window": SERVER_ERROR_WINDOW,
+                **_COMPLETION_SITE_PARAMS,
             },
         )
         if await cursor.fetchone() is None:
@@ -468,6 +483,7 @@ async def retry_job(
             "trip_errors": policy.server_error_trip,
             "pause_seconds": policy.breaker_pause_seconds,
             "max_pause_seconds": min(policy.breaker_max_pause_seconds, policy.max_delay_seconds),
+            "error_backoff": ADAPTIVE_ERROR_BACKOFF,
         },
     )
     row = await cursor.fetchone()

@@ -259,3 +259,9 @@ class SiteState:
     recent_server_errors: int
     # Times in a row its server-error breaker tripped (0: closed).
     breaker_trips: int
+    # Where its policy makes the limit adaptive (docs/queue.md, "Adaptive concurrency"): the
+    # limit it may grow to, the limit reached (max_in_flight is its whole part) and the latency
+    # it follows; None where the limit does not adapt.
+    adaptive_ceiling: int | None = None
+    adaptive_limit: float | None = None
+    latency_seconds: float | None = None

@@ -836,10 +836,17 @@ CREATE FUNCTION public.scrapeq_hosts_take_policy() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    SELECT rules.pattern, rules.max_in_flight, rules.delay_seconds
-    INTO NEW.policy_pattern, NEW.max_in_flight, NEW.delay_seconds
+    SELECT rules.pattern, rules.max_in_flight, rules.delay_seconds,
+           CASE WHEN EXISTS (SELECT FROM scrapeq_site_policies AS policies
+                             WHERE policies.pattern = rules.pattern AND policies.adaptive)
+                THEN rules.max_in_flight END
+    INTO NEW.policy_pattern, NEW.max_in_flight, NEW.delay_seconds, NEW.adaptive_ceiling
     FROM scrapeq_site_rules AS rules
     WHERE rules.pattern = scrapeq_site_policy_pattern(NEW.host_key);
+    IF NEW.adaptive_ceiling IS NOT NULL THEN
+        NEW.adaptive_limit := least(NEW.adaptive_ceiling, 2);
+        NEW.max_in_flight := floor(NEW.adaptive_limit)::integer;
+    END IF;
     RETURN NEW;
 END;
 $$;
@@ -1246,26 +1253,49 @@ COMMENT ON FUNCTION public.scrapeq_site_patterns(host_key text) IS 'scrapeq: the
 --
 
 CREATE FUNCTION public.scrapeq_site_policies_resolve() RETURNS bigint
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+DECLARE
+    changed BIGINT;
+BEGIN
     WITH resolved AS (
-        SELECT hosts.host_key, rules.pattern, rules.max_in_flight, rules.delay_seconds
+        SELECT hosts.host_key, rules.pattern, rules.delay_seconds, adapting.ceiling,
+               CASE WHEN adapting.ceiling IS NULL THEN NULL
+                    ELSE least(adapting.ceiling,
+                               coalesce(hosts.adaptive_limit, 2))
+               END AS adaptive_limit,
+               rules.max_in_flight
         FROM scrapeq_hosts AS hosts
         LEFT JOIN scrapeq_site_rules AS rules
             ON rules.pattern = scrapeq_site_policy_pattern(hosts.host_key)
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN EXISTS (SELECT FROM scrapeq_site_policies AS policies
+                                     WHERE policies.pattern = rules.pattern AND policies.adaptive)
+                        THEN rules.max_in_flight END AS ceiling
+        ) AS adapting
     ),
-    changed AS (
+    updated AS (
         UPDATE scrapeq_hosts AS hosts
         SET policy_pattern = resolved.pattern,
-            max_in_flight = resolved.max_in_flight,
-            delay_seconds = resolved.delay_seconds
+            max_in_flight = coalesce(floor(resolved.adaptive_limit)::integer,
+                                     resolved.max_in_flight),
+            delay_seconds = resolved.delay_seconds,
+            adaptive_ceiling = resolved.ceiling,
+            adaptive_limit = resolved.adaptive_limit
         FROM resolved
         WHERE hosts.host_key = resolved.host_key
-          AND (hosts.policy_pattern, hosts.max_in_flight, hosts.delay_seconds)
-              IS DISTINCT FROM (resolved.pattern, resolved.max_in_flight, resolved.delay_seconds)
+          AND (hosts.policy_pattern, hosts.max_in_flight, hosts.delay_seconds,
+               hosts.adaptive_ceiling, hosts.adaptive_limit)
+              IS DISTINCT FROM (resolved.pattern,
+                                coalesce(floor(resolved.adaptive_limit)::integer,
+                                         resolved.max_in_flight),
+                                resolved.delay_seconds, resolved.ceiling,
+                                resolved.adaptive_limit)
         RETURNING 1
     )
-    SELECT count(*) FROM changed
+    SELECT count(*) INTO changed FROM updated;
+    RETURN changed;
+END;
 $$;
 
 
@@ -1805,6 +1835,12 @@ CREATE TABLE public.scrapeq_hosts (
     breaker_trips integer DEFAULT 0 NOT NULL,
     policy_pattern text,
     job_limits boolean DEFAULT false NOT NULL,
+    adaptive_ceiling integer,
+    adaptive_limit double precision,
+    latency_seconds double precision,
+    latency_floor_seconds double precision,
+    adaptive_lowered_at timestamp with time zone,
+    CONSTRAINT scrapeq_hosts_adaptive_valid CHECK ((((adaptive_ceiling IS NULL) = (adaptive_limit IS NULL)) AND ((adaptive_ceiling IS NULL) OR ((adaptive_limit >= (1)::double precision) AND (adaptive_limit <= (adaptive_ceiling)::double precision))))),
     CONSTRAINT scrapeq_hosts_breaker_trips_valid CHECK ((breaker_trips >= 0)),
     CONSTRAINT scrapeq_hosts_delays_valid CHECK ((((delay_seconds IS NULL) OR (delay_seconds >= (0)::double precision)) AND (crawl_delay_seconds >= (0)::double precision))),
     CONSTRAINT scrapeq_hosts_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR (max_in_flight > 0))),
@@ -1916,6 +1952,41 @@ COMMENT ON COLUMN public.scrapeq_hosts.policy_pattern IS 'The pattern of the sit
 --
 
 COMMENT ON COLUMN public.scrapeq_hosts.job_limits IS 'Some job named its own limit or delay on the site (scrapeq_site_job_limits): the claim looks them up.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.adaptive_ceiling; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.adaptive_ceiling IS 'The limit an adaptive site may grow to (its policy''s); NULL: the site''s limit does not adapt.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.adaptive_limit; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.adaptive_limit IS 'An adaptive site''s limit, fractional as it grows; max_in_flight is its whole part.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.latency_seconds; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.latency_seconds IS 'An adaptive site''s latency: a moving average of its completions'' durations.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.latency_floor_seconds; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.latency_floor_seconds IS 'An adaptive site''s fastest latency, drifting towards the average.';
+
+
+--
+-- Name: COLUMN scrapeq_hosts.adaptive_lowered_at; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_hosts.adaptive_lowered_at IS 'When an adaptive site''s limit last fell: it falls at most once per latency.';
 
 
 --
@@ -2336,6 +2407,8 @@ CREATE TABLE public.scrapeq_site_policies (
     allowed_namespaces text[],
     denied_namespaces text[] DEFAULT '{}'::text[] NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    adaptive boolean DEFAULT false NOT NULL,
+    CONSTRAINT scrapeq_site_policies_adaptive_bounded CHECK (((NOT adaptive) OR (max_in_flight IS NOT NULL))),
     CONSTRAINT scrapeq_site_policies_delay_valid CHECK (((delay_seconds IS NULL) OR ((delay_seconds >= (0)::double precision) AND (delay_seconds <= (3600)::double precision)))),
     CONSTRAINT scrapeq_site_policies_max_in_flight_valid CHECK (((max_in_flight IS NULL) OR ((max_in_flight >= 1) AND (max_in_flight <= 1000)))),
     CONSTRAINT scrapeq_site_policies_pattern_valid CHECK (((pattern = '*'::text) OR (pattern ~ '^(\*\.)?[a-z0-9_-]+(\.[a-z0-9_-]+)*$'::text))),
@@ -2355,6 +2428,13 @@ COMMENT ON TABLE public.scrapeq_site_policies IS 'scrapeq: the cluster''s site p
 --
 
 COMMENT ON COLUMN public.scrapeq_site_policies.allowed_namespaces IS 'Namespaces whose ScrapeJobs may crawl the pattern''s sites; NULL: every namespace not denied.';
+
+
+--
+-- Name: COLUMN scrapeq_site_policies.adaptive; Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON COLUMN public.scrapeq_site_policies.adaptive IS 'The sites'' limit adapts to their latency and server errors, up to max_in_flight (which it then requires).';
 
 
 --
@@ -2948,7 +3028,7 @@ CREATE INDEX scrapeq_host_queues_head_idx ON public.scrapeq_host_queues USING bt
 -- Name: scrapeq_hosts_troubled_idx; Type: INDEX; Schema: public; Owner: -
 --
 
-CREATE INDEX scrapeq_hosts_troubled_idx ON public.scrapeq_hosts USING btree (host_key) WHERE ((recent_responses <> 0) OR (breaker_trips > 0));
+CREATE INDEX scrapeq_hosts_troubled_idx ON public.scrapeq_hosts USING btree (host_key) WHERE ((recent_responses <> 0) OR (breaker_trips > 0) OR (adaptive_ceiling IS NOT NULL));
 
 
 --
@@ -3205,4 +3285,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0015_site_policies'),
     ('0016_tenancy'),
     ('0017_undelivered_per_statement'),
-    ('0018_crawl_flags');
+    ('0018_crawl_flags'),
+    ('0019_adaptive_concurrency');

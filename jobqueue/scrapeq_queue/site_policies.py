@@ -50,6 +50,9 @@ class SitePolicy:
     # None: every namespace not denied may crawl; else only these.
     allowed_namespaces: tuple[str, ...] | None = None
     denied_namespaces: tuple[str, ...] = ()
+    # The sites' limit follows their latency and server errors, up to max_concurrent_per_site
+    # (docs/queue.md, "Adaptive concurrency").
+    adaptive_concurrency: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > MAX_POLICY_NAME_CHARS:
@@ -72,6 +75,11 @@ class SitePolicy:
             raise ValueError(f"site policy {self.name}: maxConcurrentPerSite {problem}")
         if self.delay_seconds is not None and (problem := site_delay_problem(self.delay_seconds)):
             raise ValueError(f"site policy {self.name}: delaySeconds {problem}")
+        if self.adaptive_concurrency and self.max_concurrent_per_site is None:
+            raise ValueError(
+                f"site policy {self.name}: adaptiveConcurrency needs maxConcurrentPerSite, the "
+                "limit the sites' concurrency may grow to"
+            )
         for field, text in (("userAgent", self.user_agent), ("contact", self.contact)):
             if text is not None and not 0 < len(text) <= MAX_USER_AGENT_CHARS:
                 raise ValueError(
@@ -139,6 +147,7 @@ async def apply_site_policy(connection: psycopg.AsyncConnection[Any], policy: Si
                     None if policy.allowed_namespaces is None else list(policy.allowed_namespaces)
                 ),
                 "denied_namespaces": list(policy.denied_namespaces),
+                "adaptive": policy.adaptive_concurrency,
             },
         )
         return await _resolve(connection)

@@ -109,9 +109,10 @@ RETURNING policy
 SITE_POLICY_INSERT: Final = """
 INSERT INTO scrapeq_site_policies (policy, pattern, max_in_flight, delay_seconds,
                                    respect_robots_txt, user_agent, contact, allowed_namespaces,
-                                   denied_namespaces)
+                                   denied_namespaces, adaptive)
 SELECT %(policy)s, given.pattern, %(max_in_flight)s, %(delay_seconds)s, %(respect_robots_txt)s,
-       %(user_agent)s, %(contact)s, %(allowed_namespaces)s::text[], %(denied_namespaces)s::text[]
+       %(user_agent)s, %(contact)s, %(allowed_namespaces)s::text[], %(denied_namespaces)s::text[],
+       %(adaptive)s
 FROM unnest(%(patterns)s::text[]) AS given(pattern)
 """
 
@@ -158,7 +159,7 @@ SELECT hosts.host_key,
        CASE WHEN hosts.recent_responses_at > now() - make_interval(
                      secs => %(window_max_age_seconds)s::double precision)
             THEN bit_count(hosts.recent_responses::bit(64)) ELSE 0 END,
-       hosts.breaker_trips
+       hosts.breaker_trips, hosts.adaptive_ceiling, hosts.adaptive_limit, hosts.latency_seconds
 FROM scrapeq_hosts AS hosts
 WHERE hosts.host_key = ANY(%(host_keys)s::text[])
 """
@@ -194,26 +195,74 @@ WITH done AS (
     ) AS outcome
     WHERE jobs.id = outcome.id AND jobs.attempt = outcome.attempt AND jobs.status = 'processing'
     RETURNING jobs.id, jobs.attempt, jobs.queue, jobs.processed_by,
-              jobs.processing_started_at, outcome.duration, jobs.host_key
+              jobs.processing_started_at, outcome.duration, jobs.host_key, jobs.crawl_flags
 ),
 logged AS (
     INSERT INTO scrapeq_attempts (job_id, attempt, worker_id, started_at, outcome,
                                   duration_seconds)
     SELECT id, attempt, processed_by, processing_started_at, 'completed', duration FROM done
 ),
--- The sites of these rows whose window holds a server error or whose breaker is tripped. A
--- clean, closed site is not written: a success shifted into a window of successes changes
--- nothing; the look-up goes through scrapeq_hosts_troubled_idx, the partial index of such
--- sites, so the completions of healthy sites read no state row. A site whose state
--- a retry holds at this instant is passed over (SKIP LOCKED): a completion never waits for a
--- site's lock (the retry holds it while it waits for its own row, which a cancel may hold
--- while it waits for one of these rows), and the next completion records its success.
+-- The sites of these rows whose window holds a server error, whose breaker is tripped or
+-- whose limit adapts. A clean, closed site is not written: a success shifted into a window of
+-- successes changes nothing; the look-up goes through scrapeq_hosts_troubled_idx, the partial
+-- index of such sites, so the completions of healthy sites read no state row. A site whose
+-- state a retry holds at this instant is passed over (SKIP LOCKED): a completion never waits
+-- for a site's lock (the retry holds it while it waits for its own row, which a cancel may
+-- hold while it waits for one of these rows), and the next completion records its success.
+-- The latency of a site's completions here is their mean duration, rows that made no request
+-- (skipped by the crawl memory, crawl flag 8) left out.
 site_locked AS (
-    SELECT hosts.host_key, site.responses
-    FROM (SELECT done.host_key, count(*) AS responses FROM done GROUP BY done.host_key) AS site
+    SELECT hosts.host_key, site.responses, site.latency, hosts.adaptive_ceiling,
+           hosts.adaptive_limit, hosts.latency_seconds, hosts.latency_floor_seconds,
+           hosts.adaptive_lowered_at
+    FROM (SELECT done.host_key, count(*) AS responses,
+                 avg(done.duration) FILTER (WHERE done.duration > 0
+                                              AND coalesce(done.crawl_flags & 8, 0) = 0)
+                     AS latency
+          FROM done GROUP BY done.host_key) AS site
     JOIN scrapeq_hosts AS hosts ON hosts.host_key = site.host_key
     WHERE hosts.recent_responses <> 0 OR hosts.breaker_trips > 0
+       OR hosts.adaptive_ceiling IS NOT NULL
     FOR NO KEY UPDATE OF hosts SKIP LOCKED
+),
+-- An adaptive site's new latency, floor and limit (docs/queue.md, "Adaptive concurrency"):
+-- the limit grows by one per round of completions while the latency stays within the
+-- tolerance of the floor, and falls by the backoff when it does not; it moves neither way
+-- within a latency of its last fall.
+adapted AS (
+    SELECT locked.host_key, averaged.latency, floored.floor,
+           CASE WHEN NOT settled.since_lowered THEN locked.adaptive_limit
+                WHEN NOT within.tolerated
+                    THEN greatest(1, locked.adaptive_limit * %(latency_backoff)s::double precision)
+                ELSE least(locked.adaptive_ceiling,
+                           locked.adaptive_limit + locked.responses / locked.adaptive_limit)
+           END AS adaptive_limit,
+           settled.since_lowered AND NOT within.tolerated AS lowered
+    FROM site_locked AS locked
+    CROSS JOIN LATERAL (
+        SELECT coalesce(locked.latency_seconds
+                        + %(latency_weight)s::double precision
+                          * (locked.latency - locked.latency_seconds),
+                        locked.latency) AS latency
+    ) AS averaged
+    CROSS JOIN LATERAL (
+        SELECT least(locked.latency,
+                     coalesce(locked.latency_floor_seconds
+                              + %(floor_drift)s::double precision
+                                * (averaged.latency - locked.latency_floor_seconds),
+                              locked.latency)) AS floor
+    ) AS floored
+    CROSS JOIN LATERAL (
+        SELECT averaged.latency
+               <= %(latency_tolerance)s::double precision * floored.floor AS tolerated
+    ) AS within
+    -- Within a latency of its last fall, the responses of requests sent before it neither
+    -- lower the limit again nor raise it.
+    CROSS JOIN LATERAL (
+        SELECT coalesce(locked.adaptive_lowered_at, '-infinity')
+               <= now() - make_interval(secs => averaged.latency) AS since_lowered
+    ) AS settled
+    WHERE locked.adaptive_ceiling IS NOT NULL AND locked.latency IS NOT NULL
 ),
 -- Each completion is a success in its site's window; one after the site's pause (the probe,
 -- or a row that was in flight) closes a tripped breaker and empties the window.
@@ -228,8 +277,15 @@ site_recovered AS (
         recent_responses_at = now(),
         breaker_trips = CASE
             WHEN coalesce(hosts.paused_until, '-infinity') <= now() THEN 0
-            ELSE hosts.breaker_trips END
+            ELSE hosts.breaker_trips END,
+        latency_seconds = coalesce(adapted.latency, hosts.latency_seconds),
+        latency_floor_seconds = coalesce(adapted.floor, hosts.latency_floor_seconds),
+        adaptive_limit = coalesce(adapted.adaptive_limit, hosts.adaptive_limit),
+        max_in_flight = coalesce(floor(adapted.adaptive_limit)::integer, hosts.max_in_flight),
+        adaptive_lowered_at = CASE WHEN adapted.lowered THEN now()
+                                   ELSE hosts.adaptive_lowered_at END
     FROM site_locked
+    LEFT JOIN adapted ON adapted.host_key = site_locked.host_key
     WHERE hosts.host_key = site_locked.host_key
 ),
 counted AS (
@@ -394,12 +450,14 @@ SELECT pages, sitemaps FROM progressed
 # (docs/queue.md, "Server errors"). %(trip_errors)s server errors among its last %(window)s
 # responses trip the site's breaker: a pause of %(pause_seconds)s; a server error once a pause
 # is over (the probe, or a row that was in flight) trips it again, for twice the last pause
-# (up to %(max_pause_seconds)s) when all %(window)s responses failed, else for the same pause.
+# (up to %(max_pause_seconds)s) when all %(window)s responses failed and the row was on its
+# first attempt, else for the same pause.
 # Errors that arrive during a pause only fill the window. Every bound value comes from one
 # RetryPolicy (row_lifecycle.py).
 JOB_RETRY: Final = """
 WITH paused AS (
-    SELECT hosts.host_key, seen.responses, tripped.trips,
+    SELECT hosts.host_key, seen.responses, tripped.trips, lowered.adaptive_limit,
+           lowered.adaptive_limit IS DISTINCT FROM hosts.adaptive_limit AS lowered,
            CASE
                WHEN %(host_pause_seconds)s::double precision IS NOT NULL
                    THEN %(host_pause_seconds)s::double precision
@@ -427,15 +485,29 @@ WITH paused AS (
                 THEN CASE WHEN bit_count(seen.responses::bit(64)) >= %(trip_errors)s::integer
                           THEN 1 ELSE 0 END
             -- Tripped and its pause over: the probe (or a row in flight) failed. The pause
-            -- grows only while every response of the window failed (the site looks down); a
-            -- site that still answers some pages keeps the first pause.
+            -- grows only while every response of the window failed and the failed row was on
+            -- its first attempt (the site looks down: pages never tried fail too); a site
+            -- that still answers some pages, or a row failing again (which speaks for that
+            -- row), keeps the pause as it is.
             WHEN coalesce(hosts.paused_until, '-infinity') <= now()
                 THEN CASE WHEN bit_count(seen.responses::bit(64)) >= %(window)s::integer
+                               AND (SELECT first.retry_count = 0 FROM scraping_jobs AS first
+                                    WHERE first.id = %(id)s)
                           THEN hosts.breaker_trips + 1 ELSE hosts.breaker_trips END
             ELSE hosts.breaker_trips END AS trips,
             %(server_error)s AND hosts.breaker_trips > 0
                 AND coalesce(hosts.paused_until, '-infinity') <= now() AS probe_failed
     ) AS tripped
+    -- An adaptive site's limit falls by the error backoff on a server error, at most once per
+    -- latency (docs/queue.md, "Adaptive concurrency").
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN %(server_error)s AND hosts.adaptive_ceiling IS NOT NULL
+                         AND coalesce(hosts.adaptive_lowered_at, '-infinity')
+                             <= now() - make_interval(secs => coalesce(hosts.latency_seconds, 0))
+                    THEN greatest(1, hosts.adaptive_limit
+                                     * %(error_backoff)s::double precision)
+                    ELSE hosts.adaptive_limit END AS adaptive_limit
+    ) AS lowered
     WHERE (%(server_error)s OR %(host_pause_seconds)s::double precision IS NOT NULL)
       AND hosts.host_key = %(host_key)s
     FOR NO KEY UPDATE OF hosts
@@ -477,7 +549,12 @@ host_paused AS (
         paused_until = CASE WHEN paused.pause IS NULL THEN hosts.paused_until
             ELSE now() + make_interval(secs => paused.pause) END,
         pause_reason = CASE WHEN paused.pause IS NULL THEN hosts.pause_reason
-            ELSE %(reason)s END
+            ELSE %(reason)s END,
+        adaptive_limit = paused.adaptive_limit,
+        max_in_flight = CASE WHEN paused.lowered THEN floor(paused.adaptive_limit)::integer
+                             ELSE hosts.max_in_flight END,
+        adaptive_lowered_at = CASE WHEN paused.lowered THEN now()
+                                   ELSE hosts.adaptive_lowered_at END
     FROM paused
     WHERE hosts.host_key = paused.host_key
 ),

@@ -27,6 +27,9 @@ def site_policy(name: str, spec: Mapping[str, Any]) -> SitePolicy:
         contact=spec.get("contact"),
         allowed_namespaces=None if allowed is None else _strings(name, "namespaces.allow", allowed),
         denied_namespaces=_strings(name, "namespaces.deny", namespaces.get("deny") or []),
+        adaptive_concurrency=bool(
+            _flag(name, "adaptiveConcurrency", spec.get("adaptiveConcurrency"))
+        ),
     )
 
 

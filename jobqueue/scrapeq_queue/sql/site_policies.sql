@@ -3,7 +3,7 @@
 -- (`\ir ../sql/site_policies.sql`); docs/queue.md, "Site policies", explains the rule once.
 --
 -- The claim never matches patterns: a site's policy is resolved into its scrapeq_hosts row
--- (policy_pattern, max_in_flight, delay_seconds) when the site is first seen
+-- (policy_pattern, max_in_flight, delay_seconds, adaptive_ceiling) when the site is first seen
 -- (scrapeq_heads_pending) and again for every site when a policy changes
 -- (scrapeq_site_policies_resolve).
 
@@ -64,27 +64,54 @@ RETURNS TEXT
 $$;
 
 -- Resolves every known site's policy again (after a policy changed); answers how many sites'
--- limits, delays or patterns changed. Writes only the rows that change.
+-- limits, delays or patterns changed. Writes only the rows that change. A site whose policy
+-- makes its limit adaptive keeps the limit it has reached (within the policy's limit, which
+-- becomes its ceiling), or starts at {{ADAPTIVE_START_LIMIT}}; one that no longer adapts takes
+-- the policy's limit. PL/pgSQL, whose statements are planned when they first run: the columns
+-- of later migrations (adaptive: 0019) need not exist when an earlier one defines it.
 CREATE OR REPLACE FUNCTION scrapeq_site_policies_resolve() RETURNS BIGINT
-    LANGUAGE sql AS $$
+    LANGUAGE plpgsql AS $$
+DECLARE
+    changed BIGINT;
+BEGIN
     WITH resolved AS (
-        SELECT hosts.host_key, rules.pattern, rules.max_in_flight, rules.delay_seconds
+        SELECT hosts.host_key, rules.pattern, rules.delay_seconds, adapting.ceiling,
+               CASE WHEN adapting.ceiling IS NULL THEN NULL
+                    ELSE least(adapting.ceiling,
+                               coalesce(hosts.adaptive_limit, {{ADAPTIVE_START_LIMIT}}))
+               END AS adaptive_limit,
+               rules.max_in_flight
         FROM scrapeq_hosts AS hosts
         LEFT JOIN scrapeq_site_rules AS rules
             ON rules.pattern = scrapeq_site_policy_pattern(hosts.host_key)
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN EXISTS (SELECT FROM scrapeq_site_policies AS policies
+                                     WHERE policies.pattern = rules.pattern AND policies.adaptive)
+                        THEN rules.max_in_flight END AS ceiling
+        ) AS adapting
     ),
-    changed AS (
+    updated AS (
         UPDATE scrapeq_hosts AS hosts
         SET policy_pattern = resolved.pattern,
-            max_in_flight = resolved.max_in_flight,
-            delay_seconds = resolved.delay_seconds
+            max_in_flight = coalesce(floor(resolved.adaptive_limit)::integer,
+                                     resolved.max_in_flight),
+            delay_seconds = resolved.delay_seconds,
+            adaptive_ceiling = resolved.ceiling,
+            adaptive_limit = resolved.adaptive_limit
         FROM resolved
         WHERE hosts.host_key = resolved.host_key
-          AND (hosts.policy_pattern, hosts.max_in_flight, hosts.delay_seconds)
-              IS DISTINCT FROM (resolved.pattern, resolved.max_in_flight, resolved.delay_seconds)
+          AND (hosts.policy_pattern, hosts.max_in_flight, hosts.delay_seconds,
+               hosts.adaptive_ceiling, hosts.adaptive_limit)
+              IS DISTINCT FROM (resolved.pattern,
+                                coalesce(floor(resolved.adaptive_limit)::integer,
+                                         resolved.max_in_flight),
+                                resolved.delay_seconds, resolved.ceiling,
+                                resolved.adaptive_limit)
         RETURNING 1
     )
-    SELECT count(*) FROM changed
+    SELECT count(*) INTO changed FROM updated;
+    RETURN changed;
+END;
 $$;
 
 COMMENT ON FUNCTION scrapeq_site_patterns(TEXT) IS
@@ -101,10 +128,17 @@ COMMENT ON FUNCTION scrapeq_site_policies_resolve() IS
 CREATE OR REPLACE FUNCTION scrapeq_hosts_take_policy() RETURNS trigger
     LANGUAGE plpgsql AS $$
 BEGIN
-    SELECT rules.pattern, rules.max_in_flight, rules.delay_seconds
-    INTO NEW.policy_pattern, NEW.max_in_flight, NEW.delay_seconds
+    SELECT rules.pattern, rules.max_in_flight, rules.delay_seconds,
+           CASE WHEN EXISTS (SELECT FROM scrapeq_site_policies AS policies
+                             WHERE policies.pattern = rules.pattern AND policies.adaptive)
+                THEN rules.max_in_flight END
+    INTO NEW.policy_pattern, NEW.max_in_flight, NEW.delay_seconds, NEW.adaptive_ceiling
     FROM scrapeq_site_rules AS rules
     WHERE rules.pattern = scrapeq_site_policy_pattern(NEW.host_key);
+    IF NEW.adaptive_ceiling IS NOT NULL THEN
+        NEW.adaptive_limit := least(NEW.adaptive_ceiling, {{ADAPTIVE_START_LIMIT}});
+        NEW.max_in_flight := floor(NEW.adaptive_limit)::integer;
+    END IF;
     RETURN NEW;
 END;
 $$;

@@ -1,6 +1,7 @@
 """Site policies on the real parts (kube-apiserver, PostgreSQL, the operator process): a
 SitePolicy applied with kubectl takes effect in PostgreSQL (the site's limit and delay the claim
-reads), a change and a deletion follow, and a ScrapeJob whose start URL's site refuses its
+reads), a change, an adaptive limit and a deletion follow, a policy adaptive without a limit is
+refused at apply time, and a ScrapeJob whose start URL's site refuses its
 namespace gets Ready=False (SiteNotAllowed) naming the policy until the policy lets it run.
 """
 
@@ -68,6 +69,21 @@ def test_a_policy_applied_with_kubectl_sets_a_sites_limit_in_postgresql(
 
     kubectl.apply(site_policy(policy, sites=[site], maxConcurrentPerSite=3))
     eventually_blocking(lambda: state() == (3, None), within=30, what="the changed policy")
+
+    # Adaptive: the limit starts at 2 and may grow to the policy's 3.
+    kubectl.apply(
+        site_policy(policy, sites=[site], maxConcurrentPerSite=3, adaptiveConcurrency=True)
+    )
+    eventually_blocking(lambda: state() == (2, None), within=30, what="the adaptive limit")
+    states = run_queue_call(database_url, lambda conn: scrapeq_queue.site_states(conn, [site]))
+    assert (states[site].adaptive_ceiling, states[site].adaptive_limit) == (3, 2.0)
+    # Adaptive without a limit to grow to is refused at apply time, and changes nothing.
+    refused = kubectl.apply(
+        site_policy(policy, sites=[site], adaptiveConcurrency=True), check=False
+    )
+    assert refused.returncode != 0
+    assert "adaptiveConcurrency needs maxConcurrentPerSite" in refused.stderr
+    assert state() == (2, None)
 
     kubectl.run("delete", "sitepolicy", policy)
     eventually_blocking(lambda: state() == (None, None), within=30, what="the policy gone")

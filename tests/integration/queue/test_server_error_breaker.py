@@ -1,7 +1,7 @@
 """A site's server-error breaker in PostgreSQL: server errors trip it by their rate over the
 site's recent responses, never by a few in a row; a tripped site waits out a bounded pause
-that doubles while its probes fail, takes one request at a time after the pause, and its
-first completion closes the breaker."""
+that doubles while its probes of pages never tried fail, takes one request at a time after
+the pause, and its first completion closes the breaker."""
 
 from __future__ import annotations
 
@@ -164,6 +164,30 @@ async def test_once_every_recent_response_failed_each_failed_probe_doubles_the_p
         pauses.append(await pause_left(async_connection, "dead.test"))
     # 2 s doubled is 4 s, the bound; doubled again it stays 4 s.
     assert pauses == [pytest.approx(4.0, abs=0.5)] * 2
+
+
+async def test_a_failed_probe_that_retries_a_row_keeps_the_pause_whatever_the_window_says(
+    async_connection: Connection,
+) -> None:
+    # Only the window's own rows: once they all failed, every probe is a retry of one of them.
+    await queue.enqueue_many(
+        async_connection,
+        [f"https://removed.test/{n}" for n in range(SERVER_ERROR_WINDOW)],
+        max_retries=5,
+    )
+    in_flight = await claim(
+        async_connection, politeness=queue.SitePoliteness(max_concurrent_per_site=20)
+    )
+    assert len(in_flight) == SERVER_ERROR_WINDOW
+    for job in in_flight:
+        await server_error(async_connection, job)
+    for _ in range(2):
+        [probe] = await eventually(lambda: claim(async_connection), within=10, what="the probe")
+        assert probe.retry_count >= 1
+        await server_error(async_connection, probe)
+        site = await state(async_connection, "removed.test")
+        assert (site.breaker_trips, site.recent_server_errors) == (1, SERVER_ERROR_WINDOW)
+        assert await pause_left(async_connection, "removed.test") == pytest.approx(2.0, abs=0.5)
 
 
 async def test_a_successful_response_pushes_an_old_error_out_of_the_window(

@@ -94,6 +94,7 @@ class PoliteSite:
             app.router.add_get("/guarded/{name:.*}", self._guarded)
             app.router.add_get("/challenged/{name:.*}", self._challenged)
             app.router.add_get("/recovering/{name:.*}", self._recovering)
+            app.router.add_get("/crowded/{name:.*}", self._crowded)
             # A request still hanging (a killed worker's) must not hold up the test's end.
             runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
             await runner.setup()
@@ -146,6 +147,12 @@ class PoliteSite:
 
     async def _page(self, request: web.Request) -> web.Response:
         return await self._serve(request, int(request.query.get("ms", "0")) / 1000)
+
+    async def _crowded(self, request: web.Request) -> web.Response:
+        """A site that slows down under load: a page takes `ms` milliseconds times the cube of
+        the requests in flight on its host, this one included."""
+        in_flight = self.records[self._host(request)].in_flight + 1
+        return await self._serve(request, int(request.query.get("ms", "0")) / 1000 * in_flight**3)
 
     async def _limited(self, request: web.Request) -> web.Response:
         """The first request of each path gets 429 with Retry-After: 3, later ones a page."""
