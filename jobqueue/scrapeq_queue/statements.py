@@ -843,48 +843,93 @@ WHERE status = 'pending'
 GROUP BY queue
 """
 
-# Due rows per queue that per-site politeness lets start now: per (queue, host) at most the
-# host's limit (scrapeq_host_limit, the claim's own rule, with the pool defaults given) less the
-# host's rows in flight, and none of a paused host; where a job set limits of its own on the
-# host (scrapeq_site_job_limits), its rows count only up to its own limit less its rows in
-# flight (scrapeq_job_limit, the claim's rule too), and none inside its own delay. Every count
-# goes through the partial indexes on pending and processing rows. A host inside its delay counts
-# as startable: it is, within that delay.
+# Due rows per queue that per-site politeness and the namespace caps let start now: per
+# (queue, host) at most the host's limit (scrapeq_host_limit, the claim's own rule, with the pool
+# defaults given) less the host's rows in flight, and none of a paused host; where a job set
+# limits of its own on the host (scrapeq_site_job_limits), its rows count only up to its own
+# limit less its rows in flight (scrapeq_job_limit, the claim's rule too), and none inside its
+# own delay. A capped namespace's rows (scrapeq_namespace_limits: its own cap, else `*`'s; rows
+# without an owner have none) count, over the queue's hosts (each host's rows of the namespace
+# up to the host's free slots), only up to its cap less its rows in flight; the queue's count
+# is the lower of the sum over hosts and the sum over namespaces. (A namespace whose rows wait
+# in two queues counts its headroom in each.) Every count goes through the partial indexes on
+# pending and processing rows, the pending rows read once. A host inside its delay counts as
+# startable: it is, within that delay.
 QUEUE_STARTABLE_DUE: Final = """
-SELECT due.queue,
-       sum(greatest(0, least(due.rows,
+WITH mine AS MATERIALIZED (
+    SELECT queue, host_key, coalesce(owner_uid, '') AS owner_key,
+           coalesce(owner_namespace, '') AS namespace, count(*) AS rows
+    FROM scraping_jobs
+    WHERE status = 'pending' AND run_at <= now()
+    GROUP BY queue, host_key, owner_key, namespace
+),
+-- Per queue, host and namespace: the rows the jobs' own limits let start.
+owned AS (
+    SELECT mine.queue, mine.host_key, mine.namespace,
+           sum(CASE WHEN own.host_key IS NULL THEN mine.rows
+                    WHEN last.updated_at + make_interval(secs => own.delay_seconds) > now()
+                        THEN 0
+                    WHEN scrapeq_job_limit(own.max_in_flight, own.delay_seconds) IS NULL
+                        THEN mine.rows
+                    ELSE least(mine.rows, greatest(0,
+                        scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
+                        - coalesce(own_busy.rows, 0))) END) AS rows
+    FROM mine
+    LEFT JOIN scrapeq_site_job_limits AS own
+        ON own.host_key = mine.host_key AND own.owner_key = mine.owner_key
+    LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
+    LEFT JOIN (SELECT host_key, coalesce(owner_uid, '') AS owner_key, count(*) AS rows
+               FROM scraping_jobs WHERE status = 'processing'
+               GROUP BY host_key, owner_key) AS own_busy
+        ON own_busy.host_key = mine.host_key AND own_busy.owner_key = mine.owner_key
+    GROUP BY mine.queue, mine.host_key, mine.namespace
+),
+-- Per host not paused: its free slots.
+open_hosts AS (
+    SELECT due.host_key,
            scrapeq_host_limit(hosts.max_in_flight, hosts.delay_seconds,
                               hosts.crawl_delay_seconds, hosts.breaker_trips,
                               %(default_limit)s::integer,
                               %(default_delay_seconds)s::double precision)
-           - coalesce(busy.rows, 0))))::bigint
-FROM (SELECT mine.queue, mine.host_key,
-             sum(CASE WHEN own.host_key IS NULL THEN mine.rows
-                      WHEN last.updated_at + make_interval(secs => own.delay_seconds) > now()
-                          THEN 0
-                      WHEN scrapeq_job_limit(own.max_in_flight, own.delay_seconds) IS NULL
-                          THEN mine.rows
-                      ELSE least(mine.rows, greatest(0,
-                          scrapeq_job_limit(own.max_in_flight, own.delay_seconds)
-                          - coalesce(own_busy.rows, 0))) END) AS rows
-      FROM (SELECT queue, host_key, coalesce(owner_uid, '') AS owner_key, count(*) AS rows
-            FROM scraping_jobs
-            WHERE status = 'pending' AND run_at <= now()
-            GROUP BY queue, host_key, owner_key) AS mine
-      LEFT JOIN scrapeq_site_job_limits AS own
-          ON own.host_key = mine.host_key AND own.owner_key = mine.owner_key
-      LEFT JOIN scraping_jobs AS last ON last.id = own.last_claimed_id
-      LEFT JOIN (SELECT host_key, coalesce(owner_uid, '') AS owner_key, count(*) AS rows
-                 FROM scraping_jobs WHERE status = 'processing'
-                 GROUP BY host_key, owner_key) AS own_busy
-          ON own_busy.host_key = mine.host_key AND own_busy.owner_key = mine.owner_key
-      GROUP BY mine.queue, mine.host_key) AS due
-LEFT JOIN scrapeq_hosts AS hosts ON hosts.host_key = due.host_key
-LEFT JOIN (SELECT host_key, count(*) AS rows FROM scraping_jobs
-           WHERE status = 'processing'
-           GROUP BY host_key) AS busy ON busy.host_key = due.host_key
-WHERE hosts.paused_until IS NULL OR hosts.paused_until <= now()
-GROUP BY due.queue
+           - coalesce(busy.rows, 0) AS free
+    FROM (SELECT DISTINCT host_key FROM mine) AS due
+    LEFT JOIN scrapeq_hosts AS hosts ON hosts.host_key = due.host_key
+    LEFT JOIN (SELECT host_key, count(*) AS rows FROM scraping_jobs
+               WHERE status = 'processing'
+               GROUP BY host_key) AS busy ON busy.host_key = due.host_key
+    WHERE hosts.paused_until IS NULL OR hosts.paused_until <= now()
+),
+by_sites AS (
+    SELECT per_host.queue, sum(greatest(0, least(per_host.rows, open_hosts.free)))::bigint AS rows
+    FROM (SELECT queue, host_key, sum(rows) AS rows FROM owned GROUP BY queue, host_key)
+         AS per_host
+    JOIN open_hosts ON open_hosts.host_key = per_host.host_key
+    GROUP BY per_host.queue
+),
+by_namespaces AS (
+    SELECT due.queue,
+           sum(CASE WHEN capped.cap IS NULL THEN due.rows
+                    ELSE least(due.rows, greatest(0, capped.cap - coalesce(busy.rows, 0)))
+               END)::bigint AS rows
+    FROM (SELECT owned.queue, owned.namespace,
+                 sum(greatest(0, least(owned.rows, open_hosts.free))) AS rows
+          FROM owned JOIN open_hosts ON open_hosts.host_key = owned.host_key
+          GROUP BY owned.queue, owned.namespace) AS due
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN due.namespace = '' THEN NULL ELSE coalesce(
+            (SELECT caps.max_in_flight FROM scrapeq_namespace_limits AS caps
+             WHERE caps.owner_namespace = due.namespace),
+            (SELECT caps.max_in_flight FROM scrapeq_namespace_limits AS caps
+             WHERE caps.owner_namespace = '*')) END AS cap
+    ) AS capped
+    LEFT JOIN LATERAL (
+        SELECT count(*) AS rows FROM scraping_jobs AS jobs
+        WHERE jobs.owner_namespace = due.namespace AND jobs.status = 'processing'
+    ) AS busy ON capped.cap IS NOT NULL
+    GROUP BY due.queue
+)
+SELECT by_sites.queue, least(by_sites.rows, by_namespaces.rows)
+FROM by_sites JOIN by_namespaces ON by_namespaces.queue = by_sites.queue
 """
 
 # In-flight rows per queue (partial index).

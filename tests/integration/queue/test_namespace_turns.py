@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 import scrapeq_queue as queue
+from scrapeq_queue import inspection
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
 
@@ -200,6 +201,11 @@ async def test_a_namespace_cap_holds_for_several_claiming_connections_and_frees_
     )
     await queue.set_namespace_limits(async_connection, {"capped": 7, "*": 1000})
     assert await queue.namespace_limits(async_connection) == {"*": 1000, "capped": 7}
+    # The autoscaler's count follows the caps as the claim does: 7 capped rows, and the free
+    # namespace's 50 sites with 2 rows each.
+    assert await inspection.startable_due(async_connection, default_max_per_site=2) == {
+        QUEUE: 7 + 100
+    }
 
     held: list[queue.ClaimedJob] = []
     # What the limits allow at most: 7 capped rows, and the free namespace's 50 sites with 2
@@ -224,12 +230,15 @@ async def test_a_namespace_cap_holds_for_several_claiming_connections_and_frees_
     assert by_namespace["capped"] == 7
     assert by_namespace["free"] == 100  # its 50 sites, 2 rows each: the sites' limits
     assert len({job.id for job in held}) == len(held)
+    # Nothing more may start, and the autoscaler's count says so.
+    assert await inspection.startable_due(async_connection, default_max_per_site=2) == {QUEUE: 0}
 
     # Finishing 3 of the capped namespace's rows lets exactly 3 more go out.
     finished = [job for job in held if job.owner_namespace == "capped"][:3]
     await queue.complete_many(
         async_connection, [queue.Completion(job.id, job.attempt, {}, 0.0) for job in finished]
     )
+    assert await inspection.startable_due(async_connection, default_max_per_site=2) == {QUEUE: 3}
     more = await queue.claim_jobs(
         async_connection, worker_id="w", queues=[QUEUE], limit=50, lease_seconds=60
     )
