@@ -273,14 +273,16 @@ class HttpEngine:
         timeout_seconds: float,
         max_bytes: int,
         upstream_proxies: tuple[UpstreamProxy, ...] = (),
+        user_agent: str | None = None,
     ) -> tuple[int, str]:
         """GET `url` like `fetch` (guard, redirects, a job's own `upstream_proxies`) and return
         the final (status, body as text), the body cut at `max_bytes`; no status is an error
-        here. For small documents the worker reads itself (robots.txt)."""
+        here. For small documents the worker reads itself (robots.txt). `user_agent` replaces
+        the pool's (a site policy's)."""
         if self._session is None:
             await self.start()
         assert self._session is not None
-        headers = {"User-Agent": self.user_agent}
+        headers = {"User-Agent": user_agent or self.user_agent}
         async with (
             self._proxy_for(upstream_proxies) as proxy_url,
             self._response(self._session, url, headers, timeout_seconds, None, proxy_url) as (

@@ -36,6 +36,7 @@ from protego import Protego
 from scrapeq_queue import RobotsCopy
 
 from .errors import PermanentFailure, RetryLater
+from .user_agent import DEFAULT_PRODUCT_TOKEN
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,9 @@ SHARED_LEASE_SECONDS: Final = ROBOTS_TIMEOUT_SECONDS + 5.0
 # most (past the lease) before it fetches the file itself.
 SHARED_POLL_SECONDS: Final = 0.1
 SHARED_WAIT_SECONDS: Final = SHARED_LEASE_SECONDS + 5.0
-# The product token robots.txt groups are matched against (User-agent: scrapeq).
-ROBOTS_USER_AGENT: Final = "scrapeq"
+# The product token robots.txt groups are matched against (User-agent: scrapeq) unless a site
+# policy names another User-Agent (user_agent.product_token).
+ROBOTS_USER_AGENT: Final = DEFAULT_PRODUCT_TOKEN
 DISALLOWED_REASON: Final = "robots_disallowed"
 UNAVAILABLE_REASON: Final = "robots_unavailable"
 
@@ -143,12 +145,14 @@ class RobotsRules:
         self._fetching: dict[str, asyncio.Future[_Entry]] = {}
         self.fetches = 0
 
-    async def check(self, url: str, fetch: Fetch | None = None) -> RobotsVerdict:
-        """Raise PermanentFailure(robots_disallowed) when `url` may not be fetched, or
-        RetryLater(robots_unavailable) while the site's robots.txt cannot be read; otherwise
-        return the verdict. URLs that are not http(s) are not checked (the guard refuses them).
-        `fetch`, when given, reads the file if it is not cached (the way the job's page would
-        be fetched: its own upstream proxies)."""
+    async def check(
+        self, url: str, fetch: Fetch | None = None, agent: str = ROBOTS_USER_AGENT
+    ) -> RobotsVerdict:
+        """Raise PermanentFailure(robots_disallowed) when `url` may not be fetched by `agent`
+        (a product token), or RetryLater(robots_unavailable) while the site's robots.txt cannot
+        be read; otherwise return the verdict. URLs that are not http(s) are not checked (the
+        guard refuses them). `fetch`, when given, reads the file if it is not cached (the way
+        the job's page would be fetched: its own upstream proxies and User-Agent)."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             return RobotsVerdict(None, fresh=False)
@@ -160,11 +164,11 @@ class RobotsRules:
                 f"as disallowing everything for {self._unavailable_ttl:g}s",
                 reason=UNAVAILABLE_REASON,
             )
-        if not entry.rules.can_fetch(url, ROBOTS_USER_AGENT):
+        if not entry.rules.can_fetch(url, agent):
             raise PermanentFailure(
                 f"{url} is disallowed by {origin}/robots.txt", reason=DISALLOWED_REASON
             )
-        delay = entry.rules.crawl_delay(ROBOTS_USER_AGENT)
+        delay = entry.rules.crawl_delay(agent)
         return RobotsVerdict(None if delay is None else float(delay), fresh=fresh)
 
     async def _entry(self, origin: str, fetch: Fetch) -> tuple[_Entry, bool]:

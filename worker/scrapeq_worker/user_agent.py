@@ -8,6 +8,7 @@ other.
 from __future__ import annotations
 
 import importlib.metadata
+import re
 from typing import Final
 
 
@@ -29,4 +30,20 @@ def user_agent(contact_url: str | None) -> str:
 
 DEFAULT_USER_AGENT: Final = user_agent(None)
 
-__all__ = ["DEFAULT_USER_AGENT", "user_agent"]
+# A User-Agent's product token, the name robots.txt groups are matched against: the name after
+# `(compatible;` in a browser-framed agent (`Mozilla/5.0 (compatible; scrapeq/0.1; +URL)`, as
+# Googlebot and bingbot send theirs), else its first word (`AcmeBot/2.1 (+URL)`).
+_COMPATIBLE_TOKEN: Final = re.compile(r"\(compatible;\s*([A-Za-z0-9_-]+)")
+_LEADING_TOKEN: Final = re.compile(r"\s*([A-Za-z0-9_-]+)")
+DEFAULT_PRODUCT_TOKEN: Final = "scrapeq"
+
+
+def product_token(agent: str | None) -> str:
+    """The product token of `agent` (scrapeq's own without one, or where none can be read)."""
+    if not agent:
+        return DEFAULT_PRODUCT_TOKEN
+    found = _COMPATIBLE_TOKEN.search(agent) or _LEADING_TOKEN.match(agent)
+    return found.group(1) if found else DEFAULT_PRODUCT_TOKEN
+
+
+__all__ = ["DEFAULT_PRODUCT_TOKEN", "DEFAULT_USER_AGENT", "product_token", "user_agent"]

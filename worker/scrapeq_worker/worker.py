@@ -66,7 +66,7 @@ from .scraper import Scraper, ScrapeResult
 from .session_pool import SessionPool
 from .settings import WorkerSettings
 from .url_sources import SourceExpansion, is_object_source, is_source_row
-from .user_agent import user_agent
+from .user_agent import product_token, user_agent
 
 logger = logging.getLogger(__name__)
 
@@ -558,14 +558,16 @@ class Worker:
         that fetched the file records its Crawl-delay for every claimer (scrapeq_hosts). The
         file is fetched the way the job's page is: through the job's own upstream proxies.
         The stricter rule wins: a site policy that obeys robots.txt overrides a job that does
-        not."""
+        not. A site policy's User-Agent fetches the file, and its product token is the one the
+        file's groups are matched against."""
         policy_obeys = rule is not None and rule.respect_robots_txt is True
         if not policy_obeys and not respects_robots(job.payload, self.settings.respect_robots_txt):
             return
         if is_object_source(job.payload):
             return  # read from the pool's own object store, not from a site
         fetch = None
-        if options.upstream_proxies:
+        agent = policy_user_agent(rule)
+        if options.upstream_proxies or agent is not None:
             proxies = options.upstream_proxies
 
             async def fetch(url: str) -> tuple[int, str]:
@@ -574,9 +576,10 @@ class Worker:
                     timeout_seconds=ROBOTS_TIMEOUT_SECONDS,
                     max_bytes=MAX_ROBOTS_BYTES,
                     upstream_proxies=proxies,
+                    user_agent=agent,
                 )
 
-        verdict = await self.robots.check(job.url, fetch)
+        verdict = await self.robots.check(job.url, fetch, agent=product_token(agent))
         if verdict.fresh and job.host_key is not None:
             await self.gateway.set_crawl_delay(job.host_key, verdict.crawl_delay_seconds or 0.0)
 
@@ -629,14 +632,21 @@ class Worker:
         logger.info("released %d unfinished jobs back to the queue", released)
 
 
-def with_policy_user_agent(options: JobOptions, rule: SiteRule | None) -> JobOptions:
-    """`options` with the User-Agent the site's policy sets (its userAgent, else scrapeq's own
-    with the policy's contact), which replaces one the job's headers name: the cluster admin
-    decides how the cluster introduces itself to a site. Unchanged when the policy sets
-    neither."""
+def policy_user_agent(rule: SiteRule | None) -> str | None:
+    """The User-Agent the site's policy sets: its userAgent, else scrapeq's own with the
+    policy's contact; None when it sets neither."""
     if rule is None or (rule.user_agent is None and rule.contact is None):
+        return None
+    return rule.user_agent or user_agent(rule.contact)
+
+
+def with_policy_user_agent(options: JobOptions, rule: SiteRule | None) -> JobOptions:
+    """`options` with the User-Agent the site's policy sets (policy_user_agent), which replaces
+    one the job's headers name: the cluster admin decides how the cluster introduces itself to
+    a site. Unchanged when the policy sets neither."""
+    agent = policy_user_agent(rule)
+    if agent is None:
         return options
-    agent = rule.user_agent or user_agent(rule.contact)
     headers = {
         name: value
         for name, value in (options.headers or {}).items()

@@ -54,6 +54,7 @@ class HostRecord:
     group_max_in_flight: collections.Counter[str] = field(default_factory=collections.Counter)
     # The User-Agent of every page request, in arrival order.
     user_agents: list[str] = field(default_factory=list)
+    robots_user_agents: list[str] = field(default_factory=list)
 
 
 class PoliteSite:
@@ -122,6 +123,7 @@ class PoliteSite:
     async def _robots(self, request: web.Request) -> web.Response:
         host = self._host(request)
         self.records[host].robots_fetches += 1
+        self.records[host].robots_user_agents.append(request.headers.get("User-Agent", ""))
         robots = self.robots.get(host, Robots())
         if robots.stall_seconds:
             await asyncio.sleep(robots.stall_seconds)

@@ -169,3 +169,31 @@ async def test_a_site_hears_the_user_agent_and_contact_its_policy_sets(
     assert on_b.startswith("Mozilla/5.0 (compatible; scrapeq/")
     assert on_b.endswith("; +https://crawler.example/about)")
     assert polite_site.records[C].user_agents == ["JobAgent/9"]
+
+
+async def test_robots_txt_is_read_and_matched_with_the_user_agent_a_policy_sets(
+    polite_site: PoliteSite, connection: Connection, database_url: str, tmp_path: Path
+) -> None:
+    # The group of the policy's product token shuts /page/private; every other crawler may go.
+    polite_site.robots[D] = Robots(
+        200, "User-agent: ExampleBot\nDisallow: /page/private\n\nUser-agent: *\nDisallow:\n"
+    )
+    await queue.apply_site_policy(
+        connection,
+        queue.SitePolicy(name="agent", patterns=(D,), user_agent="ExampleBot/1.0 (+ops@example)"),
+    )
+    [forbidden, allowed] = await enqueue_job(
+        connection,
+        "agent",
+        [polite_site.url(D, "/page/private/1"), polite_site.url(D, "/page/open")],
+    )
+    async with three_workers(database_url, tmp_path):
+        await all_completed(connection, [allowed], 60, "the allowed row")
+
+        async def forbidden_failed() -> bool:
+            return (await job_row(connection, forbidden)).status == "failed"
+
+        await eventually(forbidden_failed, within=30, what="the disallowed row failed")
+    assert (await job_row(connection, forbidden)).last_reason == "robots_disallowed"
+    assert polite_site.arrivals(D, "/page/private") == []
+    assert polite_site.records[D].robots_user_agents == ["ExampleBot/1.0 (+ops@example)"]
