@@ -227,28 +227,6 @@ class Cluster:
             raise
         return [str(item["metadata"]["name"]) for item in listed.get("items", [])]
 
-    async def patch_site_policy_status(
-        self, name: str, *, uid: str, status: dict[str, Any]
-    ) -> bool:
-        """Merge-patch the status subresource of one SitePolicy (cluster-scoped); the uid is a
-        precondition (a policy re-created under the same name gives a 409 Conflict). False when
-        the policy is gone."""
-        body = {"metadata": {"uid": uid}, "status": status}
-        try:
-            await self._call(
-                self._custom.patch_cluster_custom_object_status,
-                GROUP,
-                VERSION,
-                SITE_POLICY_PLURAL,
-                name,
-                body,
-            )
-        except ApiException as error:
-            if error.status == 404:
-                return False
-            raise
-        return True
-
     async def delete_scrapejob(self, namespace: str, name: str, *, uid: str) -> bool:
         """Delete one ScrapeJob if it is still the one with this uid; False when it is gone.
 

@@ -72,7 +72,7 @@ from scrapeq_operator.retention import Retention
 from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.settings import OperatorSettings
 from scrapeq_operator.site_policy_resync import SitePolicyResync
-from scrapeq_operator.site_policy_spec import site_policy, site_policy_status, status_differs
+from scrapeq_operator.site_policy_spec import site_policy
 from scrapeq_operator.status_sync import IndexDirectory, JobRef, StatusSync, job_ref
 from scrapeq_operator.vocabulary import (
     FINALIZER,
@@ -711,39 +711,26 @@ async def sync_site_policy(
     event: kopf.RawEvent,
     name: str,
     spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
     memo: Any,
     logger: logging.Logger | logging.LoggerAdapter[Any],
     **_: Any,
 ) -> None:
     """Write a SitePolicy into the queue (docs/operator.md, "Site policies"): the database
-    resolves every known site's policy again in the same transaction; then say so in the
-    policy's status (Applied).
+    resolves every known site's policy again in the same transaction.
 
-    A raw event handler: it needs get, list and watch on SitePolicies and patch on their status
-    (no finalizer, no bookkeeping annotations). Every policy comes again as the operator starts
-    (kopf lists them first), so a restart resyncs them all; while PostgreSQL is down the write
-    is retried here, since kopf does not retry event handlers. A generation this process has
-    written already is not written again: the status patch comes back as an event of its own.
+    A raw event handler: it needs only get, list and watch on SitePolicies (no finalizer, no
+    bookkeeping annotations). Every policy comes again as the operator starts (kopf lists them
+    first), so a restart resyncs them all; while PostgreSQL is down the write is retried here,
+    since kopf does not retry event handlers.
     """
     runtime = _runtime(memo)
     deleted = event.get("type") == "DELETED"
-    written: dict[str, tuple[str, int]] = memo.setdefault("site_policies_written", {})
-    uid = str(meta.get("uid", ""))
-    generation = int(meta.get("generation") or 1)
-    if deleted:
-        written.pop(name, None)
-    elif written.get(name) == (uid, generation):
-        await _show_site_policy_status(runtime, name, uid, generation, status, None, logger)
-        return
     try:
         policy = None if deleted else site_policy(name, spec)
     except ValueError as error:
         # The CRD's schema refuses most of this; a policy kept as it was is better than none.
         metrics.RECONCILE_ERRORS_TOTAL.labels("site_policy").inc()
         logger.error("site policy %s is kept as it was: %s", name, error)
-        await _show_site_policy_status(runtime, name, uid, generation, status, str(error), logger)
         return
     while True:
         try:
@@ -763,31 +750,4 @@ async def sync_site_policy(
             "removed" if deleted else "applied",
             changed,
         )
-        break
-    if not deleted:
-        written[name] = (uid, generation)
-        await _show_site_policy_status(runtime, name, uid, generation, status, None, logger)
-
-
-async def _show_site_policy_status(
-    runtime: OperatorRuntime,
-    name: str,
-    uid: str,
-    generation: int,
-    status: Mapping[str, Any],
-    problem: str | None,
-    logger: logging.Logger | logging.LoggerAdapter[Any],
-) -> None:
-    """Patch a SitePolicy's status to what it should say, when it says something else. A
-    failed patch is logged, never raised: the policy is in effect whatever its status says,
-    and the next event of the policy tries again."""
-    wanted = site_policy_status(
-        status, generation=generation, problem=problem, now=datetime.now(UTC)
-    )
-    if not status_differs(status, wanted):
         return
-    try:
-        await runtime.cluster.patch_site_policy_status(name, uid=uid, status=wanted)
-    except Exception as error:
-        metrics.RECONCILE_ERRORS_TOTAL.labels("site_policy").inc()
-        logger.warning("status of site policy %s not written: %s", name, error)

@@ -1,17 +1,13 @@
-"""A SitePolicy resource's spec, read into the queue's `SitePolicy`, and the status the operator
-writes back (docs/operator.md, "Site policies"). The CRD's schema refuses most bad specs before
-they reach the operator; what is left (a field of the wrong type from an older CRD, say) is
-refused here with what is wrong, and shown in the status."""
+"""A SitePolicy resource's spec, read into the queue's `SitePolicy` (docs/operator.md, "Site
+policies"). The CRD's schema refuses most bad specs before they reach the operator; what is
+left (a field of the wrong type from an older CRD, say) is refused here with what is wrong."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 from scrapeq_queue import SitePolicy
-
-from scrapeq_operator.job_status import make_condition, merge_conditions
 
 
 def site_policy(name: str, spec: Mapping[str, Any]) -> SitePolicy:
@@ -55,42 +51,3 @@ def _flag(name: str, field: str, value: object) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise ValueError(f"site policy {name}: {field} must be true or false")
     return value
-
-
-# The condition the operator keeps on a SitePolicy (docs/operator.md, "Site policies").
-APPLIED_CONDITION: Final = "Applied"
-APPLIED_MESSAGE: Final = (
-    "the queue holds this generation of the spec: the claim applies it to every site its "
-    "patterns match"
-)
-
-
-def site_policy_status(
-    previous: Mapping[str, Any],
-    *,
-    generation: int,
-    problem: str | None,
-    now: datetime,
-) -> dict[str, Any]:
-    """The status a SitePolicy of `generation` should show: Applied=True once the queue holds
-    it; Applied=False (InvalidSpec, saying what is wrong) when its spec cannot be kept and the
-    queue holds it as it was before. A condition whose status did not change keeps its
-    lastTransitionTime."""
-    condition = make_condition(
-        APPLIED_CONDITION,
-        problem is None,
-        "Applied" if problem is None else "InvalidSpec",
-        APPLIED_MESSAGE if problem is None else f"{problem}; the policy is kept as it was",
-        generation=generation,
-        now=now,
-    )
-    return {
-        "observedGeneration": generation,
-        "conditions": merge_conditions(previous.get("conditions") or [], [condition]),
-    }
-
-
-def status_differs(previous: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
-    """Whether writing `wanted` would change what `previous` says (lastTransitionTime aside,
-    which merge_conditions already keeps)."""
-    return any(previous.get(key) != value for key, value in wanted.items())

@@ -63,7 +63,7 @@ def test_a_default_policy_beyond_the_bounds_is_refused_by_the_values_schema(
 
 
 @pytest.mark.parametrize("watch", [[], ["shop"]], ids=["cluster-wide", "namespaced"])
-def test_the_operator_reads_site_policies_cluster_wide_and_writes_only_their_status(
+def test_the_operator_reads_site_policies_cluster_wide_and_nothing_more(
     helm_binary: Path, watch: list[str]
 ) -> None:
     manifests = rendered(helm_binary, {"operator": {"watchNamespaces": watch}})
@@ -73,12 +73,7 @@ def test_the_operator_reads_site_policies_cluster_wide_and_writes_only_their_sta
             "apiGroups": ["scrapeq.io"],
             "resources": ["sitepolicies"],
             "verbs": ["get", "list", "watch"],
-        },
-        {
-            "apiGroups": ["scrapeq.io"],
-            "resources": ["sitepolicies/status"],
-            "verbs": ["patch"],
-        },
+        }
     ]
     binding = find(manifests, "ClusterRoleBinding", "scrapeq-operator-site-policies")
     assert binding["roleRef"]["name"] == "scrapeq-operator-site-policies"
