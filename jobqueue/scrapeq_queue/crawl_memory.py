@@ -4,8 +4,8 @@ A crawl is named by a key: every run of a scheduled ScrapeJob shares one, and an
 producer may name one (payload `crawlKey`). Per (crawl key, URL) the memory keeps the page's
 validators (ETag, Last-Modified), the hashes of its content and of its extracted result, and
 when it was last fetched and last changed. A worker reads one row of it before fetching a row
-that names a crawl (one primary-key look-up; rows without a crawl key never touch the table)
-and writes it back with one upsert after the page (decision record 14).
+that names a crawl (a primary-key look-up, several rows' in one statement; rows without a crawl
+key never touch the table) and writes it back with the row's completion (decision record 14).
 """
 
 from __future__ import annotations
@@ -92,28 +92,51 @@ def _check_key(crawl_key: str) -> None:
         raise InvalidJob(f"a crawl key has 1 to {MAX_CRAWL_KEY_CHARS} characters")
 
 
-@translate_database_errors
 async def read_page_memory(
     connection: psycopg.AsyncConnection[Any], crawl_key: str, url: str
 ) -> PageMemory | None:
     """What the crawl `crawl_key` remembers of `url`, or None when it never fetched it."""
-    _check_key(crawl_key)
+    return (await read_page_memories(connection, [(crawl_key, url)]))[0]
+
+
+@translate_database_errors
+async def read_page_memories(
+    connection: psycopg.AsyncConnection[Any], pages: Sequence[tuple[str, str]]
+) -> list[PageMemory | None]:
+    """What crawls remember of `pages`, (crawl key, URL) pairs, in one statement: one entry per
+    pair, in their order, None for a URL its crawl never fetched."""
+    for crawl_key, _ in pages:
+        _check_key(crawl_key)
+    memories: list[PageMemory | None] = [None] * len(pages)
+    if not pages:
+        return memories
     cursor = await connection.execute(
-        statements.CRAWL_MEMORY_READ, {"crawl_key": crawl_key, "url_hash": url_hash(url)}
+        statements.CRAWL_MEMORY_READ,
+        {
+            "crawl_keys": [crawl_key for crawl_key, _ in pages],
+            "url_hashes": [url_hash(url) for _, url in pages],
+        },
     )
-    row = await cursor.fetchone()
-    if row is None:
-        return None
-    etag, last_modified, content_hash, result_hash, fetched_at, changed_at, age = row
-    return PageMemory(
-        etag=etag,
-        last_modified=last_modified,
-        content_hash=bytes(content_hash) if content_hash is not None else None,
-        result_hash=bytes(result_hash) if result_hash is not None else None,
-        fetched_at=fetched_at,
-        changed_at=changed_at,
-        age_seconds=max(0.0, float(age)),
-    )
+    for (
+        position,
+        etag,
+        last_modified,
+        content,
+        result,
+        fetched,
+        changed,
+        age,
+    ) in await cursor.fetchall():
+        memories[position - 1] = PageMemory(
+            etag=etag,
+            last_modified=last_modified,
+            content_hash=bytes(content) if content is not None else None,
+            result_hash=bytes(result) if result is not None else None,
+            fetched_at=fetched,
+            changed_at=changed,
+            age_seconds=max(0.0, float(age)),
+        )
+    return memories
 
 
 @dataclass(frozen=True)
@@ -162,22 +185,29 @@ async def write_pages(
     pages = sorted(latest.items(), key=lambda item: item[0])
     cursor = await connection.execute(
         statements.CRAWL_MEMORY_WRITE,
-        {
-            "crawl_keys": [key for (key, _), _ in pages],
-            "url_hashes": [digest for (_, digest), _ in pages],
-            "urls": [write.url for _, write in pages],
-            "etags": [_kept_validator(write.visit.etag) for _, write in pages],
-            "last_modifieds": [_kept_validator(write.visit.last_modified) for _, write in pages],
-            "content_hashes": [
-                None if write.visit.not_modified else write.visit.content_hash for _, write in pages
-            ],
-            "result_hashes": [
-                None if write.visit.not_modified else write.visit.result_hash for _, write in pages
-            ],
-            "fetched_at": fetched_at,
-        },
+        {**memory_columns([write for _, write in pages]), "fetched_at": fetched_at},
     )
     return len(await cursor.fetchall())
+
+
+def memory_columns(writes: Sequence[PageWrite]) -> dict[str, list[Any]]:
+    """The columns the memory writes bind, one entry per write in its order: the crawl keys,
+    URL hashes, URLs, validators kept and hashes (none for a 304: the remembered ones stay)."""
+    for write in writes:
+        _check_key(write.crawl_key)
+    return {
+        "crawl_keys": [write.crawl_key for write in writes],
+        "url_hashes": [url_hash(write.url) for write in writes],
+        "urls": [write.url for write in writes],
+        "etags": [_kept_validator(write.visit.etag) for write in writes],
+        "last_modifieds": [_kept_validator(write.visit.last_modified) for write in writes],
+        "content_hashes": [
+            None if write.visit.not_modified else write.visit.content_hash for write in writes
+        ],
+        "result_hashes": [
+            None if write.visit.not_modified else write.visit.result_hash for write in writes
+        ],
+    }
 
 
 @translate_database_errors
@@ -230,6 +260,7 @@ __all__ = [
     "forget_crawl",
     "named_crawl_key",
     "prune_crawl_memory",
+    "read_page_memories",
     "read_page_memory",
     "remember_page",
     "schedule_crawl_key",

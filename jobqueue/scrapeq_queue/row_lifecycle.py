@@ -19,7 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from scrapeq_queue import statements
-from scrapeq_queue.crawl_memory import PageWrite, write_pages
+from scrapeq_queue.crawl_memory import PageWrite, memory_columns, write_pages
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
@@ -280,23 +280,21 @@ async def complete_many(
         "durations": [float(completion.duration_seconds) for completion in completions],
         **_COMPLETION_SITE_PARAMS,
     }
-    if any(completion.memory is not None for completion in completions):
-        # The crawl memory of the current completions commits with them: one commit for the
-        # batch still, and no memory of a fetch whose result was not stored.
-        async with connection.transaction():
-            cursor = await connection.execute(statements.JOB_COMPLETE_MANY, params)
-            done = {row[0] for row in await cursor.fetchall()}
-            await write_pages(
-                connection,
-                [
-                    completion.memory
-                    for completion in completions
-                    if completion.memory is not None and completion.job_id in done
-                ],
-            )
-    else:
-        cursor = await connection.execute(statements.JOB_COMPLETE_MANY, params)
-        done = {row[0] for row in await cursor.fetchall()}
+    writes = [
+        (completion.job_id, completion.memory)
+        for completion in completions
+        if completion.memory is not None
+    ]
+    if writes:
+        # The crawl memory of the current completions is written by the same statement: one
+        # commit for the batch still, and no memory of a fetch whose result was not stored.
+        params["memory_ids"] = [job_id for job_id, _ in writes]
+        params.update(memory_columns([memory for _, memory in writes]))
+    cursor = await connection.execute(
+        statements.JOB_COMPLETE_MANY_REMEMBERING if writes else statements.JOB_COMPLETE_MANY,
+        params,
+    )
+    done = {row[0] for row in await cursor.fetchall()}
     for completion in completions:
         if completion.job_id not in done:
             logger.info(

@@ -180,7 +180,7 @@ RETURNING jobs.id
 # stores each result, logs the attempts and counts them. Returns the ids that completed.
 # The results arrive as one JSON array (element i belongs to ids[i]): one document to encode
 # instead of one per job.
-JOB_COMPLETE_MANY: Final = """
+_JOB_COMPLETE_MANY_CTES: Final = """
 WITH done AS (
     UPDATE scraping_jobs AS jobs
     SET status = 'completed', result = outcome.result, finished_at = now(), updated_at = now(),
@@ -293,9 +293,13 @@ counted AS (
     SELECT queue, 'completed', pg_backend_pid() %% 16, count(*) FROM done
     GROUP BY queue ORDER BY queue
     ON CONFLICT (queue, outcome, shard) DO UPDATE SET total = counters.total + excluded.total
-)
+)"""
+JOB_COMPLETE_MANY: Final = (
+    _JOB_COMPLETE_MANY_CTES
+    + """
 SELECT id FROM done
 """
+)
 
 # Serialises the followed-link inserts of one owner for the rest of the transaction, so that
 # the count below and the insert after it see every other parent's children (maxPages per job
@@ -1090,12 +1094,17 @@ SELECT count(*) FROM deleted
 
 # --- crawl memory (decision record 14) ----------------------------------------------------------
 
-# What a crawl remembers of one URL, with its age by the database's clock: one primary-key look-up.
+# What crawls remember of a list of URLs, with each memory's age by the database's clock: one
+# primary-key look-up per (crawl key, URL hash); a URL never fetched gives no row. `position` is
+# the pair's place in the lists, from 1.
 CRAWL_MEMORY_READ: Final = """
-SELECT etag, last_modified, content_hash, result_hash, fetched_at, changed_at,
-       extract(epoch FROM now() - fetched_at)::double precision
-FROM scrapeq_crawl_memory
-WHERE crawl_key = %(crawl_key)s AND url_hash = %(url_hash)s
+SELECT asked.position, memory.etag, memory.last_modified, memory.content_hash,
+       memory.result_hash, memory.fetched_at, memory.changed_at,
+       extract(epoch FROM now() - memory.fetched_at)::double precision
+FROM unnest(%(crawl_keys)s::text[], %(url_hashes)s::bytea[])
+         WITH ORDINALITY AS asked(crawl_key, url_hash, position)
+JOIN scrapeq_crawl_memory AS memory
+    ON memory.crawl_key = asked.crawl_key AND memory.url_hash = asked.url_hash
 """
 
 # Records fetches of URLs, one row each (the caller passes each (crawl key, URL) once): one
@@ -1103,17 +1112,9 @@ WHERE crawl_key = %(crawl_key)s AND url_hash = %(url_hash)s
 # its own whole). A fetch older than the remembered one changes nothing (no row returned). A 304
 # (a NULL result_hash) keeps the remembered hashes and any validator it did not send again;
 # otherwise changed_at moves when the result's hash differs.
-CRAWL_MEMORY_WRITE: Final = """
-INSERT INTO scrapeq_crawl_memory AS memory
-    (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash, fetched_at,
-     changed_at)
-SELECT page.crawl_key, page.url_hash, page.url, page.etag, page.last_modified,
-       page.content_hash, page.result_hash, coalesce(%(fetched_at)s::timestamptz, now()),
-       coalesce(%(fetched_at)s::timestamptz, now())
-FROM unnest(%(crawl_keys)s::text[], %(url_hashes)s::bytea[], %(urls)s::text[],
-            %(etags)s::text[], %(last_modifieds)s::text[], %(content_hashes)s::bytea[],
-            %(result_hashes)s::bytea[])
-     AS page (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash)
+# How a fetch updates what the crawl remembers of its URL (the conflict clause of both memory
+# writes below).
+_CRAWL_MEMORY_UPDATE: Final = """
 ON CONFLICT (crawl_key, url_hash) DO UPDATE SET
     etag = CASE WHEN excluded.result_hash IS NULL THEN coalesce(excluded.etag, memory.etag)
                 ELSE excluded.etag END,
@@ -1127,9 +1128,56 @@ ON CONFLICT (crawl_key, url_hash) DO UPDATE SET
     changed_at = CASE WHEN excluded.result_hash IS NOT NULL
                            AND excluded.result_hash IS DISTINCT FROM memory.result_hash
                       THEN excluded.fetched_at ELSE memory.changed_at END
-    WHERE memory.fetched_at <= excluded.fetched_at
+    WHERE memory.fetched_at <= excluded.fetched_at"""
+
+CRAWL_MEMORY_WRITE: Final = (
+    """
+INSERT INTO scrapeq_crawl_memory AS memory
+    (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash, fetched_at,
+     changed_at)
+SELECT page.crawl_key, page.url_hash, page.url, page.etag, page.last_modified,
+       page.content_hash, page.result_hash, coalesce(%(fetched_at)s::timestamptz, now()),
+       coalesce(%(fetched_at)s::timestamptz, now())
+FROM unnest(%(crawl_keys)s::text[], %(url_hashes)s::bytea[], %(urls)s::text[],
+            %(etags)s::text[], %(last_modifieds)s::text[], %(content_hashes)s::bytea[],
+            %(result_hashes)s::bytea[])
+     AS page (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash)
+"""
+    + _CRAWL_MEMORY_UPDATE
+    + """
 RETURNING 1
 """
+)
+
+# JOB_COMPLETE_MANY that also records the fetches of its completions in the crawl memory, in
+# the same statement (one commit, no memory of a fetch whose result was not stored): each
+# memory entry names its row (%(memory_ids)s), and only the entries of rows that completed are
+# written; of two entries of one (crawl key, URL hash) the later given wins. Key order is the
+# lock order of every memory write.
+JOB_COMPLETE_MANY_REMEMBERING: Final = (
+    _JOB_COMPLETE_MANY_CTES
+    + """,
+remembered AS (
+    INSERT INTO scrapeq_crawl_memory AS memory
+        (crawl_key, url_hash, url, etag, last_modified, content_hash, result_hash, fetched_at,
+         changed_at)
+    SELECT DISTINCT ON (page.crawl_key, page.url_hash)
+           page.crawl_key, page.url_hash, page.url, page.etag, page.last_modified,
+           page.content_hash, page.result_hash, now(), now()
+    FROM unnest(%(memory_ids)s::bigint[], %(crawl_keys)s::text[], %(url_hashes)s::bytea[],
+                %(urls)s::text[], %(etags)s::text[], %(last_modifieds)s::text[],
+                %(content_hashes)s::bytea[], %(result_hashes)s::bytea[]) WITH ORDINALITY
+         AS page (job_id, crawl_key, url_hash, url, etag, last_modified, content_hash,
+                  result_hash, position)
+    WHERE page.job_id IN (SELECT id FROM done)
+    ORDER BY page.crawl_key, page.url_hash, page.position DESC
+"""
+    + _CRAWL_MEMORY_UPDATE
+    + """
+)
+SELECT id FROM done
+"""
+)
 
 # Deletes up to `batch` URLs of one crawl (its schedule was deleted).
 CRAWL_MEMORY_FORGET_BATCH: Final = """

@@ -30,6 +30,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Protocol, TypeVar
 
 import scrapeq_queue
@@ -160,7 +161,10 @@ class QueueBackend(Protocol):
 
     async def site_rules(self, host_keys: Sequence[str]) -> dict[str, SiteRule]: ...
 
-    async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None: ...
+    async def read_page_memories(
+        self, pages: Sequence[tuple[str, str]]
+    ) -> list[PageMemory | None]: ...
+
     async def choose_session(
         self, job_id: int, attempt: int, *, host_key: str, proxy_ids: list[str]
     ) -> Session | None: ...
@@ -469,9 +473,9 @@ class PostgresBackend:
             lambda connection: scrapeq_queue.site_rules(connection, host_keys)
         )
 
-    async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
+    async def read_page_memories(self, pages: Sequence[tuple[str, str]]) -> list[PageMemory | None]:
         return await self._memory.run(
-            lambda connection: scrapeq_queue.read_page_memory(connection, crawl_key, url)
+            lambda connection: scrapeq_queue.read_page_memories(connection, pages)
         )
 
     async def store_robots_copy(
@@ -515,6 +519,12 @@ class PostgresBackend:
         await self._writes.drop()
 
 
+async def _read_page_memories(
+    backend: QueueBackend, *, pages: Sequence[tuple[str, str]]
+) -> list[PageMemory | None]:
+    return await backend.read_page_memories(pages)
+
+
 class QueueGateway:
     """The queue operations of one worker, each answering None when the database failed."""
 
@@ -548,6 +558,9 @@ class QueueGateway:
         self.back = asyncio.Event()
         # What the site policies say about each site lately: (read at, rule) by site.
         self._site_rules: dict[str, tuple[float, SiteRule]] = {}
+        # Crawl memory reads waiting for the next statement, and the task that makes them.
+        self._memory_asked: list[tuple[str, str, asyncio.Future[PageMemory | None]]] = []
+        self._memory_reader: asyncio.Task[None] | None = None
 
     # --- claims --------------------------------------------------------------------------------
 
@@ -833,11 +846,47 @@ class QueueGateway:
 
     async def page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
         """What the crawl remembers of `url`; None when it never fetched it or when the
-        database failed (the page is then fetched in full, and its result says changed)."""
-        return await self._run(
-            lambda backend: backend.read_page_memory(crawl_key, url),
-            what=f"read the crawl memory of {url}",
-        )
+        database failed (the page is then fetched in full, and its result says changed).
+
+        Reads asked for while one is under way wait for it to end and then go together, in
+        one statement: rows that finish fast (304s, skips) would otherwise queue up one
+        round trip each on the memory connection."""
+        asked: asyncio.Future[PageMemory | None] = asyncio.get_running_loop().create_future()
+        self._memory_asked.append((crawl_key, url, asked))
+        if self._memory_reader is None or self._memory_reader.done():
+            self._memory_reader = asyncio.create_task(
+                self._read_memories(), name="crawl-memory-reads"
+            )
+        return await asked
+
+    async def _read_memories(self) -> None:
+        """Answer every asked memory read, those asked meanwhile in the next statement, until
+        none is left. A reader that was cancelled since it asked is not answered; an error
+        that is not the database's goes to the readers of its statement, and a cancelled
+        task cancels every reader still waiting."""
+        batch: list[tuple[str, str, asyncio.Future[PageMemory | None]]] = []
+        try:
+            while self._memory_asked:
+                batch, self._memory_asked = self._memory_asked, []
+                pages = [(crawl_key, url) for crawl_key, url, _ in batch]
+                try:
+                    memories = await self._run(
+                        partial(_read_page_memories, pages=pages),
+                        what=f"read the crawl memory of {len(pages)} URLs",
+                    )
+                except Exception as error:
+                    for _, _, asked in batch:
+                        if not asked.done():
+                            asked.set_exception(error)
+                    continue
+                answers = memories if memories is not None else [None] * len(batch)
+                for (_, _, asked), memory in zip(batch, answers, strict=True):
+                    if not asked.done():
+                        asked.set_result(memory)
+        finally:
+            for _, _, asked in (*batch, *self._memory_asked):
+                asked.cancel()
+            self._memory_asked = []
 
     # --- parsers -------------------------------------------------------------------------------
 

@@ -83,11 +83,27 @@ _CANNOT_WORK: dict[str, Problem] = {
     "temp_dir_unwritable": "temp_dir",
 }
 
+# How long a crawl memory read made at the claim stays good for its row: a row that waited
+# longer for a page slot reads again (another run of its crawl may have written the URL since).
+MEMORY_READ_AHEAD_SECONDS = 2.0
+
+
+@dataclass
+class _MemoryRead:
+    """A claimed row's crawl memory, read as it was claimed (the rows of one claim in one
+    statement), for the row to take when its page starts."""
+
+    crawl_key: str
+    read: asyncio.Future[PageMemory | None]
+    asked_at: float
+
 
 @dataclass
 class _Running:
     job: ClaimedJob
     task: asyncio.Task[None]
+    # The row's crawl memory, read ahead at the claim (rows with a crawl key).
+    memory: _MemoryRead | None = None
     # Set when the job must not write its outcome any more (lease lost, or released).
     abandoned: bool = False
     # Set once the job holds a page slot (before that it only waits in this worker).
@@ -370,23 +386,56 @@ class Worker:
             ):
                 logger.info("burst mode: no job is due; exiting")
                 return
-            if claimed and self._free_slots() > 0:
-                continue  # there may be more due work for the free slots
+            if len(claimed) == self.settings.batch_size and self._free_slots() > 0:
+                continue  # a whole batch: there may be more due work for the free slots
+            # A short claim took what was claimable (the rest is at its sites' limits, not due
+            # or held by other claims): the next claim waits for a job to end or a NOTIFY.
             await wait_for_event(self._wake, self.settings.poll_seconds)
 
     def _free_slots(self) -> int:
         """How many more jobs to claim: the worker holds at most `concurrency` pages plus one
         batch waiting for a page slot, so a slot never waits for a claim round trip and a slow
-        database cannot make claimed work pile up."""
+        database cannot make claimed work pile up. It claims whole batches, once no held job
+        waits for a page slot: rows that end fast (a 304, a skip) would otherwise be claimed
+        one or two at a time, a claim statement each."""
         held_limit = self.settings.concurrency + self.settings.batch_size
-        return max(0, held_limit - len(self._running))
+        free = held_limit - len(self._running)
+        return free if free >= self.settings.batch_size else 0
 
     def _start(self, job: ClaimedJob) -> None:
         self.metrics.jobs_claimed.labels(job.queue).inc()
         latency = (job.claimed_at - job.run_at).total_seconds()
         self.metrics.claim_latency.labels(job.queue).observe(max(0.0, latency))
         task = asyncio.create_task(self._work(job), name=f"job-{job.id}")
-        self._running[job.id] = _Running(job, task)
+        self._running[job.id] = _Running(job, task, memory=self._read_memory_ahead(job))
+
+    def _read_memory_ahead(self, job: ClaimedJob) -> _MemoryRead | None:
+        """Start reading the crawl memory of a row that names a crawl: the rows of one claim
+        ask together, so their reads go in one statement and are done when their pages start.
+        A row whose options turn out not to read memory leaves it unread (and cancelled)."""
+        crawl_key = job.payload.get("crawlKey")
+        if not isinstance(crawl_key, str) or is_source_row(job.payload):
+            return None
+        read = asyncio.ensure_future(self.gateway.page_memory(crawl_key, job.url))
+        # Whatever the read ends with is the row's to see when it takes it, never a warning.
+        read.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return _MemoryRead(crawl_key, read, time.monotonic())
+
+    async def _page_memory(self, job: ClaimedJob, crawl_key: str) -> PageMemory | None:
+        """The row's crawl memory: the read made at its claim when it is for the same crawl
+        and recent enough, else a read now."""
+        running = self._running.get(job.id)
+        ahead = running.memory if running is not None else None
+        if ahead is not None:
+            assert running is not None
+            running.memory = None
+            if (
+                ahead.crawl_key == crawl_key
+                and time.monotonic() - ahead.asked_at <= MEMORY_READ_AHEAD_SECONDS
+            ):
+                return await ahead.read
+            ahead.read.cancel()
+        return await self.gateway.page_memory(crawl_key, job.url)
 
     # --- leases --------------------------------------------------------------------------------
 
@@ -478,7 +527,9 @@ class Worker:
             # Reporting itself failed for good; the lease will expire and the job be rescued.
             logger.exception("could not record the outcome of job %s", job.id, extra=job_log(job))
         finally:
-            self._running.pop(job.id, None)
+            running = self._running.pop(job.id, None)
+            if running is not None and running.memory is not None:
+                running.memory.read.cancel()  # read ahead, never taken
             self.jobs_finished += 1
             self._wake.set()
 
@@ -501,7 +552,7 @@ class Worker:
         if options.crawl_key is not None:
             # One primary-key look-up, for rows with a crawl key only (decision record 14). A
             # failed read counts as no memory: the page is fetched in full and says changed.
-            memory = await self.gateway.page_memory(options.crawl_key, job.url)
+            memory = await self._page_memory(job, options.crawl_key)
             after = options.recrawl_after_seconds
             if memory is not None and after is not None and memory.age_seconds < after:
                 return ScrapeResult(

@@ -163,3 +163,59 @@ async def test_a_crawl_key_past_its_bound_is_refused_as_bad_input(
 ) -> None:
     with pytest.raises(queue.InvalidJob):
         await queue.read_page_memory(async_connection, "k" * 513, URL)
+
+
+async def test_a_batched_completion_writes_the_memory_of_its_current_rows_the_later_of_two_wins(
+    async_connection: Connection,
+) -> None:
+    ids = await queue.enqueue_many(
+        async_connection, [f"https://shop{n}.example/p/1" for n in range(3)]
+    )
+    claimed = await queue.claim_jobs(
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=3,
+        lease_seconds=30,
+        politeness=queue.NO_SITE_LIMIT,
+    )
+    jobs = {job.id: job for job in claimed}
+    first, second, fenced = (jobs[job_id] for job_id in ids)
+
+    # Two current rows fetched the same URL of the crawl (two runs at once): one statement, the
+    # later entry remembered. The third row's attempt is no longer current: its fetch is not.
+    done = await queue.complete_many(
+        async_connection,
+        [
+            queue.Completion(
+                second.id, second.attempt, {}, 0.1, memory=queue.PageWrite(KEY, URL, visit("b"))
+            ),
+            queue.Completion(
+                first.id, first.attempt, {}, 0.1, memory=queue.PageWrite(KEY, URL, visit("a"))
+            ),
+            queue.Completion(
+                fenced.id,
+                fenced.attempt + 1,
+                {},
+                0.1,
+                memory=queue.PageWrite(KEY, URL + "?fenced", visit("f")),
+            ),
+        ],
+    )
+
+    assert done == {first.id, second.id}
+    memory = await queue.read_page_memory(async_connection, KEY, URL)
+    assert memory is not None
+    # Entries are taken in id order (the completion's lock order): the second row's is later.
+    assert memory.result_hash == digest("result b")
+    assert await queue.read_page_memory(async_connection, KEY, URL + "?fenced") is None
+    statuses = await (
+        await async_connection.execute(
+            "SELECT id, status::text FROM scraping_jobs WHERE id = ANY(%s)", (ids,)
+        )
+    ).fetchall()
+    assert dict(statuses) == {
+        first.id: "completed",
+        second.id: "completed",
+        fenced.id: "processing",
+    }

@@ -12,7 +12,14 @@ from typing import Any, Protocol
 import psycopg
 import pytest
 import scrapeq_queue as queue
-from scrapeq_queue import DEFAULT_POLITENESS, Completion, FollowUrl, PageVisit, PageWrite
+from scrapeq_queue import (
+    DEFAULT_POLITENESS,
+    Completion,
+    FollowUrl,
+    PageMemory,
+    PageVisit,
+    PageWrite,
+)
 from scrapeq_queue.sessions import SessionRules, proxy_id
 from scrapeq_queue.source_rows import ExpandedBatch, ExpandedEntry, SourceProgress, keyed_entries
 from scrapeq_worker.queue_gateway import PostgresBackend, QueueBackend
@@ -375,11 +382,17 @@ async def test_the_robots_copy_is_leased_to_one_fetcher_then_shared(harness: Har
     assert 0 < stored.seconds_left <= 60
 
 
+async def memory_of(harness: Harness, crawl_key: str, url: str) -> PageMemory | None:
+    """One URL's memory, read through the backend's list read."""
+    (memory,) = await harness.backend.read_page_memories([(crawl_key, url)])
+    return memory
+
+
 async def test_the_crawl_memory_commits_with_a_current_completion_and_a_304_keeps_its_hashes(
     harness: Harness,
 ) -> None:
     key, url = "shop/catalogue", "http://site1.test/p/1"
-    assert await harness.backend.read_page_memory(key, url) is None
+    assert await memory_of(harness, key, url) is None
     # Three sites: the claim's politeness limit leaves all three rows claimable at once.
     first_id = await harness.enqueue(url)
     second_id = await harness.enqueue("http://site2.test/p/1")
@@ -396,8 +409,8 @@ async def test_the_crawl_memory_commits_with_a_current_completion_and_a_304_keep
         ]
     )
     assert done == {first_id}
-    assert await harness.backend.read_page_memory(key, url + "?fenced") is None
-    first = await harness.backend.read_page_memory(key, url)
+    assert await memory_of(harness, key, url + "?fenced") is None
+    first = await memory_of(harness, key, url)
     assert first is not None
     assert (first.etag, first.content_hash, first.result_hash) == ('"v1"', b"c" * 32, b"r" * 32)
     assert first.changed_at == first.fetched_at
@@ -412,12 +425,20 @@ async def test_the_crawl_memory_commits_with_a_current_completion_and_a_304_keep
         follow_limit=None,
         memory=PageWrite(key, url, not_modified),
     )
-    second = await harness.backend.read_page_memory(key, url)
+    second = await memory_of(harness, key, url)
     assert second is not None
     assert (second.etag, second.last_modified) == ('"v1"', "Mon, 01 Dec 2025 00:00:00 GMT")
     assert (second.content_hash, second.result_hash) == (b"c" * 32, b"r" * 32)
     assert second.changed_at == first.changed_at
-    assert await harness.backend.read_page_memory("shop/other", url) is None
+    assert await memory_of(harness, "shop/other", url) is None
+    # Several pairs in one read: each answered in its place, the unknown ones None.
+    many = await harness.backend.read_page_memories(
+        [("shop/other", url), (key, url), (key, url + "?fenced"), (key, url)]
+    )
+    assert [memory is not None for memory in many] == [False, True, False, True]
+    assert many[1] == many[3]
+    assert many[1] is not None
+    assert many[1].etag == '"v1"'
 
 
 async def test_a_blocked_session_gives_way_to_another_proxy_and_a_saved_jar_comes_back(

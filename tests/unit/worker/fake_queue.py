@@ -402,8 +402,11 @@ class FakeQueue:
     def _clock(self) -> datetime:
         return _EPOCH + timedelta(seconds=self.now)
 
-    async def read_page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
-        self._enter("read_page_memory")
+    async def read_page_memories(self, pages: Sequence[tuple[str, str]]) -> list[PageMemory | None]:
+        self._enter("read_page_memories")
+        return [self._page_memory(crawl_key, url) for crawl_key, url in pages]
+
+    def _page_memory(self, crawl_key: str, url: str) -> PageMemory | None:
         memory = self.memory.get((crawl_key, url))
         if memory is None:
             return None

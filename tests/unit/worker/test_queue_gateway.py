@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import pytest
-from scrapeq_queue import DEFAULT_POLITENESS, ClaimedJob, DatabaseUnavailable
+from scrapeq_queue import DEFAULT_POLITENESS, ClaimedJob, DatabaseUnavailable, PageMemory
 from scrapeq_worker.metrics import WorkerMetrics
 from scrapeq_worker.queue_gateway import QueueGateway
 from scrapeq_worker.readiness import Readiness, ReadinessSchedule
@@ -169,3 +171,95 @@ async def test_renewals_answer_none_when_the_database_fails_and_the_answering_ti
     assert g.gateway.seconds_answering() == 0
     assert await g.gateway.renew_leases([(1, 1)], 60) == set()
     assert 0 <= g.gateway.seconds_answering() < 60
+
+
+def _remembered(etag: str) -> PageMemory:
+    seen = datetime(2026, 1, 1, tzinfo=UTC)
+    return PageMemory(etag, None, b"c" * 32, b"r" * 32, seen, seen, 0.0)
+
+
+async def test_crawl_memory_reads_asked_together_go_in_one_statement_each_answered() -> None:
+    g = Gateway()
+    g.queue.memory[("shop", "http://site.test/1")] = _remembered('"one"')
+    g.queue.memory[("shop", "http://site.test/3")] = _remembered('"three"')
+
+    memories = await asyncio.gather(
+        *(g.gateway.page_memory("shop", f"http://site.test/{n}") for n in range(1, 5))
+    )
+
+    assert [None if memory is None else memory.etag for memory in memories] == [
+        '"one"',
+        None,
+        '"three"',
+        None,
+    ]
+    assert g.queue.calls.count("read_page_memories") == 1
+
+
+async def test_crawl_memory_reads_asked_during_a_read_go_together_in_the_next() -> None:
+    g = Gateway()
+    g.queue.memory[("shop", "http://site.test/2")] = _remembered('"two"')
+    held = asyncio.Event()
+    answer = g.queue.read_page_memories
+    sizes: list[int] = []
+
+    async def held_read(pages: Sequence[tuple[str, str]]) -> list[PageMemory | None]:
+        sizes.append(len(pages))
+        if len(sizes) == 1:
+            await held.wait()
+        return await answer(pages)
+
+    g.queue.read_page_memories = held_read  # type: ignore[method-assign]
+    first = asyncio.create_task(g.gateway.page_memory("shop", "http://site.test/1"))
+    await eventually(lambda: sizes == [1], within=5.0, what="the first read under way")
+    later = [
+        asyncio.create_task(g.gateway.page_memory("shop", f"http://site.test/{n}"))
+        for n in (2, 3, 4)
+    ]
+    cancelled = asyncio.create_task(g.gateway.page_memory("shop", "http://site.test/5"))
+    await eventually(lambda: len(g.gateway._memory_asked) == 4, within=5.0, what="four asked")
+    cancelled.cancel()
+    held.set()
+
+    async with asyncio.timeout(5):
+        assert await first is None
+        answers = await asyncio.gather(*later)
+    assert [None if memory is None else memory.etag for memory in answers] == [
+        '"two"',
+        None,
+        None,
+    ]
+    assert sizes == [1, 4]
+    assert cancelled.cancelled()
+
+
+async def test_crawl_memory_reads_answer_none_while_the_database_is_down_and_read_again_after() -> (
+    None
+):
+    g = Gateway()
+    g.queue.memory[("shop", "http://site.test/1")] = _remembered('"one"')
+    g.queue.down = True
+
+    down = await asyncio.gather(
+        *(g.gateway.page_memory("shop", f"http://site.test/{n}") for n in (1, 2))
+    )
+    g.queue.down = False
+    again = await g.gateway.page_memory("shop", "http://site.test/1")
+
+    assert down == [None, None]
+    assert g.counter("database_errors") == 1
+    assert again is not None
+    assert again.etag == '"one"'
+
+
+async def test_an_error_that_is_not_the_queues_reaches_every_reader_of_its_statement() -> None:
+    g = Gateway()
+    g.queue.faults["read_page_memories"] = RuntimeError("the database refused the value")
+
+    answers = await asyncio.gather(
+        *(g.gateway.page_memory("shop", f"http://site.test/{n}") for n in (1, 2)),
+        return_exceptions=True,
+    )
+
+    assert [str(answer) for answer in answers] == ["the database refused the value"] * 2
+    assert await g.gateway.page_memory("shop", "http://site.test/1") is None

@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from scrapeq_queue import ClaimedJob
+from scrapeq_queue import ClaimedJob, PageMemory
+from scrapeq_worker import worker as worker_module
 from scrapeq_worker.errors import BrowserUnavailable, PermanentFailure, RetryLater
 from scrapeq_worker.job_options import JobOptions
 from scrapeq_worker.scraper import ScrapeResult
@@ -141,20 +143,27 @@ async def settle(awaitable: Awaitable[Any]) -> Any:
         return await awaitable
 
 
-async def test_the_claim_loop_fills_every_free_slot_and_holds_no_more_than_one_batch_extra() -> (
-    None
-):
+async def test_the_claim_loop_claims_whole_batches_and_holds_no_more_than_one_batch_extra() -> None:
     harness = Harness(concurrency=2, batch_size=3)
     ids = harness.enqueue(*(f"site{n}" for n in range(10)))
-    gate = asyncio.Event()
-    for n in range(10):
+    gates = {n: asyncio.Event() for n in range(10)}
+    for n, gate in gates.items():
         harness.pages.held[harness.url(f"site{n}")] = gate
+
+    def held() -> int:
+        return sum(row.status == "processing" for row in harness.queue.rows.values())
 
     async with harness.running() as run:
         await settle(harness.pages.start_of(harness.url("site1")).wait())
-        held = [row for row in harness.queue.rows.values() if row.status == "processing"]
-        assert len(held) == 2 + 3  # concurrency pages plus one batch waiting for a slot
-        gate.set()
+        assert held() == 3  # one batch: both page slots busy, one row waiting for a slot
+        assert harness.queue.calls.count("claim_jobs") == 1
+        # Its page ends: the waiting row takes the slot, and with no row waiting the worker
+        # claims the next whole batch (not the one row that would fill its hold).
+        gates[0].set()
+        await eventually(lambda: held() == 2 + 3, within=WITHIN_SECONDS, what="the next batch")
+        assert harness.queue.calls.count("claim_jobs") == 2
+        for gate in gates.values():
+            gate.set()
         assert await settle(run) == 0
 
     assert [harness.queue.status(job_id) for job_id in ids] == ["completed"] * 10
@@ -186,7 +195,8 @@ async def test_an_empty_queue_ends_a_burst_run_after_one_claim_and_one_backlog_r
 
 
 async def test_a_drain_releases_waiting_jobs_at_once_and_lets_the_running_one_finish() -> None:
-    harness = Harness(burst=False, concurrency=1, batch_size=2)
+    # One claim of three: the running page and two rows waiting for its slot.
+    harness = Harness(burst=False, concurrency=1, batch_size=3)
     running, *waiting = harness.enqueue("running", "waiting1", "waiting2")
     finish = harness.pages.hold(harness.url("running"))
 
@@ -450,3 +460,70 @@ async def test_a_worker_publishes_its_parsers_for_every_queue_it_serves_once_it_
         "default": harness.worker.parsers.names,
         "shop": harness.worker.parsers.names,
     }
+
+
+class MemoryPages(Pages):
+    """Pages that read their row's crawl memory the way the worker's own scrape does."""
+
+    def __init__(self, queue: FakeQueue) -> None:
+        super().__init__(queue)
+        self.worker: Worker | None = None
+        self.memories: dict[str, str | None] = {}
+
+    async def scrape(self, job: ClaimedJob, options: JobOptions) -> ScrapeResult:
+        assert self.worker is not None
+        assert options.crawl_key is not None
+        memory = await self.worker._page_memory(job, options.crawl_key)
+        self.memories[job.url] = None if memory is None else memory.etag
+        return await super().scrape(job, options)
+
+
+def memory_harness(**settings: Any) -> tuple[Harness, MemoryPages]:
+    harness = Harness(**settings)
+    pages = MemoryPages(harness.queue)
+    pages.worker = harness.worker
+    harness.pages = pages
+    harness.worker._scrape = pages.scrape
+    return harness, pages
+
+
+def remembered(etag: str) -> PageMemory:
+    seen = datetime(2026, 1, 1, tzinfo=UTC)
+    return PageMemory(etag, None, b"c" * 32, b"r" * 32, seen, seen, 0.0)
+
+
+async def test_the_rows_of_one_claim_read_their_crawl_memory_in_one_statement() -> None:
+    harness, pages = memory_harness(concurrency=2, batch_size=4)
+    paths = [f"site{n}" for n in range(4)]
+    harness.enqueue(*paths, payload={"render": False, "crawlKey": "shop"})
+    harness.queue.memory[("shop", harness.url("site2"))] = remembered('"two"')
+
+    assert await settle(harness.worker.run()) == 0
+
+    assert pages.memories == {
+        harness.url("site0"): None,
+        harness.url("site1"): None,
+        harness.url("site2"): '"two"',
+        harness.url("site3"): None,
+    }
+    assert harness.queue.calls.count("read_page_memories") == 1
+
+
+@pytest.mark.parametrize(("good_for", "seen"), [(30.0, None), (0.0, '"new"')])
+async def test_a_row_that_waited_past_the_read_ahead_bound_reads_its_memory_again(
+    monkeypatch: pytest.MonkeyPatch, good_for: float, seen: str | None
+) -> None:
+    monkeypatch.setattr(worker_module, "MEMORY_READ_AHEAD_SECONDS", good_for)
+    harness, pages = memory_harness(concurrency=1, batch_size=2)
+    harness.enqueue("first", "waiting", payload={"render": False, "crawlKey": "shop"})
+    finish = pages.hold(harness.url("first"))
+
+    async with harness.running() as run:
+        await settle(pages.start_of(harness.url("first")).wait())
+        # Another run of the crawl remembers the waiting row's URL after the claim read it.
+        harness.queue.memory[("shop", harness.url("waiting"))] = remembered('"new"')
+        finish.set()
+        assert await settle(run) == 0
+
+    assert pages.memories[harness.url("waiting")] == seen
+    assert harness.queue.calls.count("read_page_memories") == (1 if seen is None else 2)
