@@ -34,7 +34,7 @@ help:
 	@echo "make bench-fleet     500 simulated worker pods on one PostgreSQL, direct and through PgBouncer"
 	@echo "make bench-soak      a million rows with 10 KB results through the queue, retention on"
 	@echo "make bench-output    output delivery lag and PostgreSQL bytes per row, real S3 server"
-	@echo "make bench-sources   a sitemap index of 1,000,000 URLs expanded into rows: rows/s, peak RSS"
+	@echo "make bench-sources   1,000,000 URLs of a sitemap index (BENCH_ARGS=--source object: a list in S3) into rows"
 	@echo "make bench-recrawl   a recurring crawl's second run (1 % of 1,000 pages changed) against its first"
 	@echo "make bench-sessions  a defended site's pages completed with the session pool and without"
 

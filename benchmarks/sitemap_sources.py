@@ -2,6 +2,7 @@
 
     python -m benchmarks.sitemap_sources                       # 20 x 50,000 URLs, 2 expanders
     python -m benchmarks.sitemap_sources --sitemaps 4 --urls 5000 --expanders 1   # a smoke run
+    python -m benchmarks.sitemap_sources --source object       # one list of 1,000,000 URLs
 
 A throw-away PostgreSQL (`LocalPostgres(durable=True)`: commits cost what they cost in
 production), the migrated queue, and a local site in a process of its own that makes the
@@ -9,6 +10,10 @@ sitemaps as it sends them (odd ones gzip-compressed). One source row for the ind
 for a ScrapeJob owner; `--expanders` tasks in this process claim source rows and expand them
 with the worker's own `SourceExpansion` (the plain-HTTP engine, the guard, the reader, fenced
 batches of 5,000), each on its own connection, until no source row is left.
+
+`--source object`: the same number of URLs as one gzip-compressed list (one URL per line) in a
+local S3 server (versitygw, `make tools`), read by one expansion through the worker's object
+store client: the source a ScrapeJob's `urlsFrom.object` makes.
 
 Reports (one JSON line): rows enqueued, the wall time from the index's claim to the last
 source's end, rows/s, and the peak RSS of this process (the expanders; the site is not in it),
@@ -31,18 +36,23 @@ from typing import Any
 import psycopg
 import scrapeq_queue as queue
 from aiohttp import web
+from scrapeq_queue.payload import OBJECT_SOURCE_URL
 from scrapeq_queue.rows import NewJob, Owner
 from scrapeq_queue.source_rows import enqueue_expanded, source_progress
 from scrapeq_worker.http_engine import HttpEngine
 from scrapeq_worker.job_options import options_from_payload
 from scrapeq_worker.network_guard import NetworkGuard, parse_networks
+from scrapeq_worker.object_store import ObjectStore, ObjectStoreConfig
 from scrapeq_worker.url_sources import SourceExpansion, is_source_row
 
 from scrapeq.local.postgres import LocalPostgres
+from scrapeq.local.s3_server import LocalS3Server
 
 OWNER = Owner(uid="bench-sitemap", namespace="bench", name="million")
 PAYLOAD: dict[str, Any] = {"render": False, "timeoutSeconds": 60}
 XMLNS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+LIST_BUCKET = "scrapeq"
+LIST_KEY = "lists/million.txt.gz"
 
 
 def _serve(port_out: Any, sitemaps: int, urls: int) -> None:
@@ -115,12 +125,12 @@ class _Rows:
             _Rows.insert_seconds += time.monotonic() - started
 
 
-async def _expander(dsn: str, http: HttpEngine, name: str) -> int:
+async def _expander(dsn: str, http: HttpEngine, name: str, store: ObjectStore | None = None) -> int:
     """Claim and expand source rows until none is due; return how many it expanded."""
     options = options_from_payload(PAYLOAD, default_timeout_seconds=60)
     expanded = 0
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
-        expansion = SourceExpansion(http, _Rows(connection))
+        expansion = SourceExpansion(http, _Rows(connection), object_store=store)
         while True:
             claimed = await queue.claim_jobs(
                 connection,
@@ -149,31 +159,71 @@ async def _expander(dsn: str, http: HttpEngine, name: str) -> int:
             expanded += 1
 
 
-async def _run(sitemaps: int, urls: int, expanders: int) -> dict[str, Any]:
+def _url_list(port: int, sitemaps: int, urls: int) -> bytes:
+    """The sitemaps' URLs as one gzip-compressed list, one per line, compressed as it is made
+    (the process holds the compressed list, not the text)."""
+    compressor = zlib.compressobj(1, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    parts = [
+        compressor.compress(
+            "".join(
+                f"http://127.0.0.1:{port}/product/{number}/{page}\n" for page in range(urls)
+            ).encode()
+        )
+        for number in range(sitemaps)
+    ]
+    return b"".join(parts) + compressor.flush()
+
+
+def _list_store(s3: LocalS3Server) -> ObjectStore:
+    return ObjectStore(
+        ObjectStoreConfig(
+            bucket=LIST_BUCKET,
+            endpoint=s3.endpoint,
+            region=s3.region,
+            path_style=True,
+            access_key_id=s3.access_key,
+            secret_access_key=s3.secret_key,
+        )
+    )
+
+
+async def _run(sitemaps: int, urls: int, expanders: int, source: str) -> dict[str, Any]:
     receive, send = multiprocessing.Pipe(duplex=False)
     site = multiprocessing.Process(target=_serve, args=(send, sitemaps, urls), daemon=True)
     site.start()
     port = receive.recv()
+    s3: LocalS3Server | None = None
+    store: ObjectStore | None = None
     try:
+        if source == "object":
+            s3 = LocalS3Server(buckets=(LIST_BUCKET,))
+            s3.start()
+            store = _list_store(s3)
+            await store.put(LIST_KEY, _url_list(port, sitemaps, urls), content_type="text/plain")
         with LocalPostgres(durable=True) as server:
             dsn = server.dsn()
             await asyncio.to_thread(queue.migrate, dsn)
             async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
-                index_url = f"http://127.0.0.1:{port}/index.xml"
+                if source == "object":
+                    first_url = OBJECT_SOURCE_URL + LIST_KEY
+                    source_option = {"kind": "object", "key": LIST_KEY, "format": "lines"}
+                else:
+                    first_url = f"http://127.0.0.1:{port}/index.xml"
+                    source_option = {"kind": "sitemap"}
                 await queue.enqueue_many(
                     connection,
-                    [NewJob(url=index_url, dedup_key=f"sitemap:{index_url}")],
+                    [NewJob(url=first_url, dedup_key=f"sitemap:{first_url}")],
                     owner=OWNER,
-                    payload={**PAYLOAD, "source": {"kind": "sitemap"}},
+                    payload={**PAYLOAD, "source": source_option},
                 )
                 rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                 guard = NetworkGuard(allow_networks=parse_networks("127.0.0.1/32"))
                 async with HttpEngine(guard) as http:
                     started = time.monotonic()
                     # The index first (its sitemaps are the others' work), then all at once.
-                    first = await _expander(dsn, http, "expander-0")
+                    first = await _expander(dsn, http, "expander-0", store)
                     counts = await asyncio.gather(
-                        *(_expander(dsn, http, f"expander-{n}") for n in range(expanders))
+                        *(_expander(dsn, http, f"expander-{n}", store) for n in range(expanders))
                     )
                     seconds = time.monotonic() - started
                 cursor = await connection.execute(
@@ -188,9 +238,12 @@ async def _run(sitemaps: int, urls: int, expanders: int) -> dict[str, Any]:
     finally:
         site.kill()
         site.join(10)
+        if s3 is not None:
+            s3.stop()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "benchmark": "sitemap_sources",
+        "source": source,
         "sitemaps": sitemaps,
         "urls_per_sitemap": urls,
         "expanders": expanders,
@@ -213,8 +266,20 @@ def main() -> None:
     parser.add_argument("--sitemaps", type=int, default=20)
     parser.add_argument("--urls", type=int, default=50_000, help="URLs per sitemap")
     parser.add_argument("--expanders", type=int, default=2)
+    parser.add_argument(
+        "--source",
+        choices=("sitemap", "object"),
+        default="sitemap",
+        help="a sitemap index (sitemaps x urls) or one URL list of as many in object storage",
+    )
     arguments = parser.parse_args()
-    print(json.dumps(asyncio.run(_run(arguments.sitemaps, arguments.urls, arguments.expanders))))
+    print(
+        json.dumps(
+            asyncio.run(
+                _run(arguments.sitemaps, arguments.urls, arguments.expanders, arguments.source)
+            )
+        )
+    )
 
 
 if __name__ == "__main__":
