@@ -7,10 +7,11 @@ A local site on loopback (127.0.0.2, its own process) serves N JS-rendered pages
 Last-Modified (a 304 when either matches); `POST /change/<n>` gives a page a new version. The
 worker (`Worker`, default settings, burst mode, the site's limit raised to what the worker
 holds: its concurrency plus one claim batch) scrapes all N as rendered rows with one `crawlKey`
-from a real PostgreSQL queue; then 1 % of the pages change and a second run of the same crawl (new rows, as a schedule's next
-run makes) scrapes them again. Printed: each run's wall time, pages rendered (results with
-`rendered: true`), 304s and changed results, one JSON object per run, then the ratio of the two
-runs' times and the goal (the second run at least 20 times faster).
+from a real PostgreSQL queue; then 1 % of the pages change and a second run of the same crawl
+(new rows, as a schedule's next run makes) scrapes them again. Printed: each run's wall time,
+pages rendered (results with `rendered: true`), 304s and changed results, one JSON object per
+run, then the ratio of the two runs' times and the goal (the second run at least 20 times
+faster).
 """
 
 from __future__ import annotations
