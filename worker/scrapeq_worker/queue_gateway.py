@@ -267,11 +267,6 @@ class PostgresBackend:
         self._writes = _Channel(
             database_url, f"scrapeq-worker-writes {worker_id}", prepared_statements=not pooled
         )
-        # Crawl memory reads, one per row with a crawl key: on a connection of their own (opened
-        # by the first such row), so that they wait neither for claims nor for group commits.
-        self._memory = _Channel(
-            database_url, f"scrapeq-worker-memory {worker_id}", prepared_statements=not pooled
-        )
 
     async def claim_jobs(
         self,
@@ -474,7 +469,9 @@ class PostgresBackend:
         )
 
     async def read_page_memories(self, pages: Sequence[tuple[str, str]]) -> list[PageMemory | None]:
-        return await self._memory.run(
+        # On the claims' connection: the rows of one claim read right after it, in one
+        # statement (QueueGateway.page_memory), and the worker keeps its two connections.
+        return await self._claims.run(
             lambda connection: scrapeq_queue.read_page_memories(connection, pages)
         )
 
@@ -515,7 +512,6 @@ class PostgresBackend:
 
     async def close(self) -> None:
         await self._claims.drop()
-        await self._memory.drop()
         await self._writes.drop()
 
 
@@ -850,7 +846,7 @@ class QueueGateway:
 
         Reads asked for while one is under way wait for it to end and then go together, in
         one statement: rows that finish fast (304s, skips) would otherwise queue up one
-        round trip each on the memory connection."""
+        round trip each."""
         asked: asyncio.Future[PageMemory | None] = asyncio.get_running_loop().create_future()
         self._memory_asked.append((crawl_key, url, asked))
         if self._memory_reader is None or self._memory_reader.done():

@@ -6,6 +6,7 @@ pages fetched within recrawlAfterSeconds without a request."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Iterator
 from typing import Any
@@ -193,3 +194,48 @@ async def test_a_second_run_of_a_thousand_rendered_pages_renders_only_the_ten_th
     # What changesOnly output would hold: exactly the pages that changed.
     assert {url for url, result in second.items() if result["changed"]} == changed_urls
     assert sum(bool(result.get("not_modified")) for result in second.values()) == 970
+
+
+async def test_a_worker_on_a_crawl_holds_two_queue_connections_and_its_listen(
+    database_url: str,
+    connection: Connection,
+    worker_settings: WorkerSettings,
+    catalogue: RecrawlSite,
+) -> None:
+    urls = [catalogue.url(f"/v/{n}") for n in range(20)]
+    payload = {"render": False, "extract": EXTRACT, "crawlKey": "catalogue/budget"}
+    seen: set[str] = set()
+    most = 0
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        # Every 10 ms while the runs last: the worker's sessions by their application names.
+        nonlocal most
+        async with await queue.connect(database_url) as watcher:
+            while not done.is_set():
+                cursor = await watcher.execute(
+                    "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE %s",
+                    (f"%{worker_settings.worker_id}",),
+                )
+                names = [name for (name,) in await cursor.fetchall()]
+                seen.update(names)
+                most = max(most, len(names))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), 0.01)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        await run_crawl(connection, worker_settings, urls, payload, run=1)
+        second = await run_crawl(connection, worker_settings, urls, payload, run=2)
+    finally:
+        done.set()
+        await sampler
+
+    assert all(result["not_modified"] is True for result in second.values())
+    worker_id = worker_settings.worker_id
+    assert seen == {
+        f"scrapeq-worker {worker_id}",
+        f"scrapeq-worker-writes {worker_id}",
+        f"scrapeq-worker-listen {worker_id}",
+    }
+    assert most <= 3
