@@ -150,12 +150,15 @@ def test_a_pool_on_an_image_built_from_the_worker_image_runs_its_parsers(
                 None,
             )
 
-        condition = eventually_blocking(
-            unknown_parser,
-            within=UNKNOWN_PARSER_WITHIN_SECONDS,
-            what="the UnknownParser condition",
-            every=0.5,
-        )
+        try:
+            condition = eventually_blocking(
+                unknown_parser,
+                within=UNKNOWN_PARSER_WITHIN_SECONDS,
+                what="the UnknownParser condition",
+                every=0.5,
+            )
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{diagnosis(release, 'reviews')}") from error
         assert "shop.reviews" in str(condition["message"])
         assert "shop.listing" in str(condition["message"])
         assert not release.sql(
@@ -164,3 +167,28 @@ def test_a_pool_on_an_image_built_from_the_worker_image_runs_its_parsers(
         )
     finally:
         uninstall_release(release)
+
+
+def diagnosis(release: Release, name: str) -> str:
+    """What the ScrapeJob, the workers' publications and the operator say, for a failure."""
+    status = json.dumps(release.scrapejob_status(name), indent=1)
+    published = release.sql("SELECT * FROM scrapeq_worker_parsers")
+    rows = release.sql(
+        "SELECT id, status::text, last_reason FROM scraping_jobs"
+        " WHERE owner_name = %s AND owner_namespace = %s",
+        name,
+        release.namespace,
+    )
+    pods = release.kubectl("get", "pods", "-n", release.namespace, "-o", "wide", check=False).stdout
+    logs = release.kubectl(
+        "logs",
+        f"deployment/{release.component('operator')}",
+        "-n",
+        release.namespace,
+        "--tail=80",
+        check=False,
+    ).stdout
+    return (
+        f"status of {name}: {status}\npublished parsers: {published}\nrows: {rows}\n"
+        f"pods:\n{pods}\noperator log (last 80 lines):\n{logs}"
+    )
