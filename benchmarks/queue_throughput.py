@@ -327,7 +327,7 @@ class ScrapeqBeforePoliteness(Scrapeq):
             )
             rows = await cursor.fetchall()
         jobs = [
-            row_lifecycle.job_from_row((*row, None))
+            row_lifecycle.job_from_row((*row, *[None] * 8))  # no host key, no crawl memory
             for row in rows
             if row_lifecycle.unworkable(row) is None
         ]

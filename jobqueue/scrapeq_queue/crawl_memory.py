@@ -3,9 +3,10 @@
 A crawl is named by a key: every run of a scheduled ScrapeJob shares one, and any job or SQL
 producer may name one (payload `crawlKey`). Per (crawl key, URL) the memory keeps the page's
 validators (ETag, Last-Modified), the hashes of its content and of its extracted result, and
-when it was last fetched and last changed. A worker reads one row of it before fetching a row
-that names a crawl (a primary-key look-up, several rows' in one statement; rows without a crawl
-key never touch the table) and writes it back with the row's completion (decision record 14).
+when it was last fetched and last changed. The claim answers a row that names a crawl with its
+row of the memory (a primary-key look-up; rows without a crawl key look nothing up), a worker
+reads it again here when the row waited long for a page, and the row's completion writes it
+back (decision record 14).
 """
 
 from __future__ import annotations
@@ -99,6 +100,30 @@ async def read_page_memory(
     return (await read_page_memories(connection, [(crawl_key, url)]))[0]
 
 
+def memory_from_columns(
+    etag: str | None,
+    last_modified: str | None,
+    content: bytes | None,
+    result: bytes | None,
+    fetched: datetime | None,
+    changed: datetime | None,
+    age: float | None,
+) -> PageMemory | None:
+    """The PageMemory of a memory row's columns as CRAWL_MEMORY_READ (and the claim) answer
+    them; None when there is no row (a URL its crawl never fetched: all NULL)."""
+    if fetched is None or changed is None or age is None:
+        return None
+    return PageMemory(
+        etag=etag,
+        last_modified=last_modified,
+        content_hash=bytes(content) if content is not None else None,
+        result_hash=bytes(result) if result is not None else None,
+        fetched_at=fetched,
+        changed_at=changed,
+        age_seconds=max(0.0, float(age)),
+    )
+
+
 @translate_database_errors
 async def read_page_memories(
     connection: psycopg.AsyncConnection[Any], pages: Sequence[tuple[str, str]]
@@ -117,25 +142,8 @@ async def read_page_memories(
             "url_hashes": [url_hash(url) for _, url in pages],
         },
     )
-    for (
-        position,
-        etag,
-        last_modified,
-        content,
-        result,
-        fetched,
-        changed,
-        age,
-    ) in await cursor.fetchall():
-        memories[position - 1] = PageMemory(
-            etag=etag,
-            last_modified=last_modified,
-            content_hash=bytes(content) if content is not None else None,
-            result_hash=bytes(result) if result is not None else None,
-            fetched_at=fetched,
-            changed_at=changed,
-            age_seconds=max(0.0, float(age)),
-        )
+    for position, *columns in await cursor.fetchall():
+        memories[position - 1] = memory_from_columns(*columns)
     return memories
 
 

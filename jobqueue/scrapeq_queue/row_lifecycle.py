@@ -19,7 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from scrapeq_queue import statements
-from scrapeq_queue.crawl_memory import PageWrite, memory_columns, write_pages
+from scrapeq_queue.crawl_memory import PageWrite, memory_columns, memory_from_columns, write_pages
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.hosts import host_key_of
 from scrapeq_queue.payload import payload_as_options, validate_payload
@@ -123,6 +123,7 @@ def job_from_row(row: Sequence[Any]) -> ClaimedJob:
         claimed_at=row[15],
         lease_expires_at=row[16],
         host_key=row[17],
+        memory=memory_from_columns(*row[18:25]),
     )
 
 

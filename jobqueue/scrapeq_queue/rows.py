@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
-from scrapeq_queue.crawl_memory import PageWrite
+from scrapeq_queue.crawl_memory import PageMemory, PageWrite
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,10 @@ class ClaimedJob:
     # The politeness key of the row's host (hosts.host_key_of); None only for rows claimed
     # before the host columns existed.
     host_key: str | None = None
+    # What the row's crawl remembers of its URL, read by the claim itself for a row whose
+    # payload names a `crawlKey` (docs/queue.md, "Crawl memory"); None when the crawl never
+    # fetched the URL, and for rows without a crawl key.
+    memory: PageMemory | None = None
 
     @property
     def token(self) -> tuple[int, int]:

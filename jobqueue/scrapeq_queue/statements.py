@@ -38,14 +38,28 @@ MIGRATIONS_TABLE_EXISTS: Final = "SELECT to_regclass('scrapeq_schema_migrations'
 # limits, whichever worker of whichever pool asks: the function scrapeq_claim (sql/claim.sql;
 # docs/queue.md, "The claim"). `max_per_site` and `delay_seconds` are the claiming pool's
 # defaults for hosts whose producers named none. Answers one row of NULLs when it walked hosts
-# but took no row: claim again. A short call, which psycopg keeps parsed.
+# but took no row: claim again. With each row whose payload names a `crawlKey` (a string), what
+# that crawl remembers of the row's URL (CRAWL_MEMORY_READ's columns; NULLs when it never
+# fetched it): one primary-key look-up per such row, none for the others. A short call, which
+# psycopg keeps parsed.
 JOB_CLAIM: Final = """
-SELECT id, attempt, url_to_scrape, parser_type, payload, queue, priority, retry_count,
-       max_retries, depth, parent_id, owner_uid, owner_namespace, owner_name, run_at,
-       processing_started_at, lease_expires_at, host_key
+SELECT claim.id, claim.attempt, claim.url_to_scrape, claim.parser_type, claim.payload,
+       claim.queue, claim.priority, claim.retry_count, claim.max_retries, claim.depth,
+       claim.parent_id, claim.owner_uid, claim.owner_namespace, claim.owner_name, claim.run_at,
+       claim.processing_started_at, claim.lease_expires_at, claim.host_key,
+       memory.etag, memory.last_modified, memory.content_hash, memory.result_hash,
+       memory.fetched_at, memory.changed_at,
+       extract(epoch FROM now() - memory.fetched_at)::double precision
 FROM scrapeq_claim(%(queues)s::text[], %(limit)s::integer, %(worker_id)s::text,
                    %(lease_seconds)s::double precision, %(max_per_site)s::integer,
-                   %(delay_seconds)s::double precision)
+                   %(delay_seconds)s::double precision) WITH ORDINALITY AS claim
+LEFT JOIN LATERAL (
+    SELECT remembered.* FROM scrapeq_crawl_memory AS remembered
+    WHERE jsonb_typeof(claim.payload -> 'crawlKey') = 'string'
+      AND remembered.crawl_key = claim.payload ->> 'crawlKey'
+      AND remembered.url_hash = sha256(convert_to(claim.url_to_scrape, 'UTF8'))
+) AS memory ON true
+ORDER BY claim.ordinality
 """
 
 # Records robots.txt's Crawl-delay of a host (0: none), creating its state if need be.

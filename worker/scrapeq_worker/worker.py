@@ -83,26 +83,26 @@ _CANNOT_WORK: dict[str, Problem] = {
     "temp_dir_unwritable": "temp_dir",
 }
 
-# How long a crawl memory read made at the claim stays good for its row: a row that waited
-# longer for a page slot reads again (another run of its crawl may have written the URL since).
+# How long the crawl memory the claim read stays good for its row: a row that waited longer for
+# a page slot reads again (another run of its crawl may have written the URL since).
 MEMORY_READ_AHEAD_SECONDS = 2.0
 
 
 @dataclass
 class _MemoryRead:
-    """A claimed row's crawl memory, read as it was claimed (the rows of one claim in one
-    statement), for the row to take when its page starts."""
+    """A claimed row's crawl memory, read by the claim's own statement, for the row to take
+    when its page starts."""
 
     crawl_key: str
-    read: asyncio.Future[PageMemory | None]
-    asked_at: float
+    memory: PageMemory | None
+    read_at: float
 
 
 @dataclass
 class _Running:
     job: ClaimedJob
     task: asyncio.Task[None]
-    # The row's crawl memory, read ahead at the claim (rows with a crawl key).
+    # The row's crawl memory as its claim read it (rows with a crawl key).
     memory: _MemoryRead | None = None
     # Set when the job must not write its outcome any more (lease lost, or released).
     abandoned: bool = False
@@ -410,20 +410,16 @@ class Worker:
         self._running[job.id] = _Running(job, task, memory=self._read_memory_ahead(job))
 
     def _read_memory_ahead(self, job: ClaimedJob) -> _MemoryRead | None:
-        """Start reading the crawl memory of a row that names a crawl: the rows of one claim
-        ask together, so their reads go in one statement and are done when their pages start.
-        A row whose options turn out not to read memory leaves it unread (and cancelled)."""
+        """The crawl memory the claim read with a row that names a crawl (ClaimedJob.memory),
+        kept for the row to take when its page starts: no statement of its own."""
         crawl_key = job.payload.get("crawlKey")
         if not isinstance(crawl_key, str) or is_source_row(job.payload):
             return None
-        read = asyncio.ensure_future(self.gateway.page_memory(crawl_key, job.url))
-        # Whatever the read ends with is the row's to see when it takes it, never a warning.
-        read.add_done_callback(lambda done: done.cancelled() or done.exception())
-        return _MemoryRead(crawl_key, read, time.monotonic())
+        return _MemoryRead(crawl_key, job.memory, time.monotonic())
 
     async def _page_memory(self, job: ClaimedJob, crawl_key: str) -> PageMemory | None:
-        """The row's crawl memory: the read made at its claim when it is for the same crawl
-        and recent enough, else a read now."""
+        """The row's crawl memory: what its claim read when that is for the same crawl and
+        recent enough, else a read now."""
         running = self._running.get(job.id)
         ahead = running.memory if running is not None else None
         if ahead is not None:
@@ -431,10 +427,9 @@ class Worker:
             running.memory = None
             if (
                 ahead.crawl_key == crawl_key
-                and time.monotonic() - ahead.asked_at <= MEMORY_READ_AHEAD_SECONDS
+                and time.monotonic() - ahead.read_at <= MEMORY_READ_AHEAD_SECONDS
             ):
-                return await ahead.read
-            ahead.read.cancel()
+                return ahead.memory
         return await self.gateway.page_memory(crawl_key, job.url)
 
     # --- leases --------------------------------------------------------------------------------
@@ -527,9 +522,7 @@ class Worker:
             # Reporting itself failed for good; the lease will expire and the job be rescued.
             logger.exception("could not record the outcome of job %s", job.id, extra=job_log(job))
         finally:
-            running = self._running.pop(job.id, None)
-            if running is not None and running.memory is not None:
-                running.memory.read.cancel()  # read ahead, never taken
+            self._running.pop(job.id, None)
             self.jobs_finished += 1
             self._wake.set()
 
@@ -550,7 +543,7 @@ class Worker:
         )
         memory: PageMemory | None = None
         if options.crawl_key is not None:
-            # One primary-key look-up, for rows with a crawl key only (decision record 14). A
+            # Read by the row's claim, or again when it waited long (decision record 14). A
             # failed read counts as no memory: the page is fetched in full and says changed.
             memory = await self._page_memory(job, options.crawl_key)
             after = options.recrawl_after_seconds

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -219,3 +220,58 @@ async def test_a_batched_completion_writes_the_memory_of_its_current_rows_the_la
         second.id: "completed",
         fenced.id: "processing",
     }
+
+
+async def test_the_claim_answers_each_row_with_what_its_crawl_remembers_of_its_url(
+    async_connection: Connection,
+) -> None:
+    """One statement: a row that names a crawl gets its memory with the claim (none when the
+    crawl never fetched the URL, or when the crawl key is not a string), in claim order."""
+    # Rows of five sites, so that one claim takes them all.
+    urls = [f"https://shop{n}.example/p/1" for n in range(5)]
+    urls[1] = "https://shop1.example/p/café?q=ü"
+    await queue.remember_page(async_connection, KEY, urls[0], visit("1", etag='"v1"'))
+    await queue.remember_page(async_connection, KEY, urls[1], visit("2", etag='"v2"'))
+    await queue.remember_page(async_connection, "other/crawl", urls[2], visit("3"))
+    rows = [
+        (urls[0], {"crawlKey": KEY}),
+        (urls[1], {"crawlKey": KEY}),
+        (urls[2], {"crawlKey": KEY}),  # fetched by another crawl only
+        (urls[3], {"crawlKey": KEY}),  # never fetched
+        (urls[4], {}),
+    ]
+    ids = [
+        (await queue.enqueue_many(async_connection, [url], payload=payload, priority=10 - n))[0]
+        for n, (url, payload) in enumerate(rows)
+    ]
+    # A payload the API would refuse (a crawl key that is no string), written by SQL: no
+    # memory, and the claim fails the row for its payload as before.
+    await async_connection.execute(
+        "UPDATE scraping_jobs SET payload = jsonb_build_object('crawlKey', 5) WHERE id = %s",
+        (ids[-1],),
+    )
+
+    claimed = await queue.claim_jobs(
+        async_connection,
+        worker_id="w",
+        queues=["default"],
+        limit=10,
+        lease_seconds=30,
+        politeness=queue.NO_SITE_LIMIT,
+    )
+
+    assert [job.id for job in claimed] == ids[:4]
+    status = await (
+        await async_connection.execute(
+            "SELECT status::text FROM scraping_jobs WHERE id = %s", (ids[-1],)
+        )
+    ).fetchone()
+    assert status == ("failed",)
+    etags = [job.memory.etag if job.memory is not None else None for job in claimed]
+    assert etags == ['"v1"', '"v2"', None, None]
+    read = await queue.read_page_memory(async_connection, KEY, urls[0])
+    memory = claimed[0].memory
+    assert memory is not None
+    assert read is not None
+    assert replace(memory, age_seconds=0.0) == replace(read, age_seconds=0.0)
+    assert 0 <= memory.age_seconds < 60

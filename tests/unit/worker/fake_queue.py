@@ -239,6 +239,11 @@ class FakeQueue:
             claimed_at=_EPOCH + timedelta(seconds=self.now),
             lease_expires_at=_EPOCH + timedelta(seconds=row.lease_expires_at),
             host_key=host_key,
+            memory=(
+                self._page_memory(crawl_key, row.url)
+                if isinstance(crawl_key := row.payload.get("crawlKey"), str)
+                else None
+            ),
         )
 
     async def queue_backlog(self, queues: Sequence[str]) -> dict[str, QueueBacklog]:
