@@ -131,15 +131,23 @@ FORM_PAGE: Final = (
 )
 
 # Two "buy" buttons: the first never shown, the second far below the fold. A click says which
-# button took it and whether the browser itself sent it (a trusted event).
+# button took it and whether the browser itself sent it (a trusted event), and the mouse events
+# the button saw before it, in order (untrusted ones marked).
 BUTTONS_PAGE: Final = (
     _HEAD.format(title="Buy")
     + """</head><body><button class="buy" data-which="hidden" style="display: none">Buy</button>
 <div style="height: 3000px"></div><button class="buy" data-which="shown">Buy</button>
-<p id="bought"></p>
+<p id="bought"></p><p id="seen"></p>
 <script>
+  var seen = [];
   document.querySelectorAll('button.buy').forEach(function (button) {
+    ['mouseover', 'mousemove', 'mousedown', 'mouseup'].forEach(function (type) {
+      button.addEventListener(type, function (event) {
+        if (seen[seen.length - 1] !== type) seen.push(type + (event.isTrusted ? '' : '?'));
+      });
+    });
     button.addEventListener('click', function (event) {
+      document.getElementById('seen').textContent = seen.join(' ');
       document.getElementById('bought').innerHTML = '<span class="done">' +
         button.dataset.which + (event.isTrusted ? ' trusted' : ' untrusted') + '</span>';
     });
