@@ -58,6 +58,9 @@ LEFT JOIN LATERAL (
     WHERE jsonb_typeof(claim.payload -> 'crawlKey') = 'string'
       AND remembered.crawl_key = claim.payload ->> 'crawlKey'
       AND remembered.url_hash = sha256(convert_to(claim.url_to_scrape, 'UTF8'))
+    -- (one row at most; keeps the look-up a nested loop on the primary key: pulled into a
+    -- join, it could hash the whole memory table for each claim)
+    LIMIT 1
 ) AS memory ON true
 ORDER BY claim.ordinality
 """

@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 import pytest
 import scrapeq_queue as queue
-from scrapeq_queue import PageVisit
+from scrapeq_queue import PageVisit, statements
+from scrapeq_queue.crawl_memory import write_pages
 
 Connection = psycopg.AsyncConnection[Any]
 
@@ -275,3 +276,38 @@ async def test_the_claim_answers_each_row_with_what_its_crawl_remembers_of_its_u
     assert read is not None
     assert replace(memory, age_seconds=0.0) == replace(read, age_seconds=0.0)
     assert 0 <= memory.age_seconds < 60
+
+
+async def test_the_claim_looks_a_row_up_in_the_memory_by_its_key_never_reading_it_all(
+    async_connection: Connection,
+) -> None:
+    """The claim's plan (generic, as a connection keeps it) reaches a memory of thousands of
+    URLs through its primary key, one look-up per claimed row that names a crawl, never by
+    reading (or hashing) the whole table."""
+    await write_pages(
+        async_connection,
+        [queue.PageWrite(KEY, f"{URL}?n={n}", visit(str(n))) for n in range(3000)],
+    )
+    await async_connection.execute("ANALYZE scrapeq_crawl_memory")
+    statement = statements.JOB_CLAIM
+    for number, name in enumerate(
+        ("queues", "limit", "worker_id", "lease_seconds", "max_per_site", "delay_seconds"), 1
+    ):
+        statement = statement.replace(f"%({name})s", f"${number}")
+    await async_connection.execute(
+        "PREPARE claim_plan(text[], integer, text, double precision, integer, double precision)"
+        " AS " + statement
+    )
+    await async_connection.execute("SET plan_cache_mode = force_generic_plan")
+    plan = "\n".join(
+        row[0]
+        for row in await (
+            await async_connection.execute(
+                "EXPLAIN (COSTS OFF) EXECUTE claim_plan(ARRAY['default'], 4, 'w', 30, 2, 0)"
+            )
+        ).fetchall()
+    )
+
+    assert "Index Scan using scrapeq_crawl_memory_pkey" in plan, plan
+    assert "Seq Scan on scrapeq_crawl_memory" not in plan, plan
+    assert "Hash" not in plan, plan
