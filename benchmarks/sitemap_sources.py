@@ -42,7 +42,7 @@ from scrapeq_queue.source_rows import enqueue_expanded, source_progress
 from scrapeq_worker.http_engine import HttpEngine
 from scrapeq_worker.job_options import options_from_payload
 from scrapeq_worker.network_guard import NetworkGuard, parse_networks
-from scrapeq_worker.object_store import ObjectStore, ObjectStoreConfig
+from scrapeq_worker.object_store import ObjectStore
 from scrapeq_worker.url_sources import SourceExpansion, is_source_row
 
 from scrapeq.local.postgres import LocalPostgres
@@ -175,16 +175,7 @@ def _url_list(port: int, sitemaps: int, urls: int) -> bytes:
 
 
 def _list_store(s3: LocalS3Server) -> ObjectStore:
-    return ObjectStore(
-        ObjectStoreConfig(
-            bucket=LIST_BUCKET,
-            endpoint=s3.endpoint,
-            region=s3.region,
-            path_style=True,
-            access_key_id=s3.access_key,
-            secret_access_key=s3.secret_key,
-        )
-    )
+    return ObjectStore(s3.store_config(LIST_BUCKET))
 
 
 async def _run(sitemaps: int, urls: int, expanders: int, source: str) -> dict[str, Any]:

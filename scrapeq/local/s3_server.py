@@ -15,6 +15,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scrapeq_worker.object_store import ObjectStoreConfig
+
 from scrapeq.local.controlplane import tool_path
 from scrapeq.local.processes import LoggedPart, free_port, wait_until
 
@@ -43,6 +45,18 @@ class LocalS3Server(LoggedPart):
     @property
     def region(self) -> str:
         return REGION
+
+    def store_config(self, bucket: str, *, prefix: str = "") -> ObjectStoreConfig:
+        """How the worker's object-store client reaches `bucket` of this server, as root."""
+        return ObjectStoreConfig(
+            bucket=bucket,
+            endpoint=self.endpoint,
+            region=self.region,
+            prefix=prefix,
+            path_style=True,
+            access_key_id=self.access_key,
+            secret_access_key=self.secret_key,
+        )
 
     @property
     def root(self) -> Path:

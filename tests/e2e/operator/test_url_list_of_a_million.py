@@ -34,7 +34,7 @@ from scrapeq_worker.errors import RetryLater
 from scrapeq_worker.http_engine import HttpEngine
 from scrapeq_worker.job_options import options_from_payload
 from scrapeq_worker.network_guard import NetworkGuard
-from scrapeq_worker.object_store import ObjectStore, ObjectStoreConfig
+from scrapeq_worker.object_store import ObjectStore
 from scrapeq_worker.url_sources import SourceExpansion
 
 from scrapeq.local.s3_server import LocalS3Server
@@ -141,16 +141,7 @@ class Expansion:
             self.error = error
 
     async def _expand(self) -> Any:
-        store = ObjectStore(
-            ObjectStoreConfig(
-                bucket=S3_BUCKET,
-                endpoint=self.s3.endpoint,
-                region=self.s3.region,
-                path_style=True,
-                access_key_id=self.s3.access_key,
-                secret_access_key=self.s3.secret_key,
-            )
-        )
+        store = ObjectStore(self.s3.store_config(S3_BUCKET))
         async with (
             HttpEngine(NetworkGuard()) as http,
             await psycopg.AsyncConnection.connect(self.database_url, autocommit=True) as conn,
@@ -177,16 +168,7 @@ class Expansion:
 @pytest.fixture(scope="module")
 def million_list(s3_server: LocalS3Server) -> str:
     lines = "".join(f"https://shop.test/product/{n}\n" for n in range(URLS))
-    store = ObjectStore(
-        ObjectStoreConfig(
-            bucket=S3_BUCKET,
-            endpoint=s3_server.endpoint,
-            region=s3_server.region,
-            path_style=True,
-            access_key_id=s3_server.access_key,
-            secret_access_key=s3_server.secret_key,
-        )
-    )
+    store = ObjectStore(s3_server.store_config(S3_BUCKET))
     asyncio.run(store.put(LIST_KEY, gzip.compress(lines.encode(), 1), content_type="text/plain"))
     return LIST_KEY
 

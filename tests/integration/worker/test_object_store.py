@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import replace
 
 import pytest
 from scrapeq_worker.errors import RetryLater
@@ -18,17 +19,7 @@ pytestmark = [pytest.mark.s3, pytest.mark.timeout(120)]
 
 
 def store_for(server: LocalS3Server, *, prefix: str = "store-tests") -> ObjectStore:
-    return ObjectStore(
-        ObjectStoreConfig(
-            bucket=S3_BUCKET,
-            endpoint=server.endpoint,
-            region=server.region,
-            prefix=prefix,
-            path_style=True,
-            access_key_id=server.access_key,
-            secret_access_key=server.secret_key,
-        )
-    )
+    return ObjectStore(server.store_config(S3_BUCKET, prefix=prefix))
 
 
 def test_a_rows_object_key_is_prefix_queue_job_id_and_name_on_every_attempt() -> None:
@@ -70,13 +61,12 @@ async def test_credentials_come_from_the_environment_when_none_are_configured(
 ) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    # No keys in the settings: the client's default chain reads them from the environment.
     store = ObjectStore(
-        ObjectStoreConfig(
-            bucket=S3_BUCKET,
-            endpoint=s3_server.endpoint,
-            region=s3_server.region,
-            prefix="from-env",
-            path_style=True,
+        replace(
+            s3_server.store_config(S3_BUCKET, prefix="from-env"),
+            access_key_id=None,
+            secret_access_key=None,
         )
     )
     stored = await store.put(store.key("q", 3, "a.txt"), b"signed", content_type="text/plain")
@@ -105,15 +95,7 @@ async def test_a_wrong_secret_is_storage_unavailable_and_writes_nothing(
     s3_server: LocalS3Server,
 ) -> None:
     store = ObjectStore(
-        ObjectStoreConfig(
-            bucket=S3_BUCKET,
-            endpoint=s3_server.endpoint,
-            region=s3_server.region,
-            prefix="refused",
-            path_style=True,
-            access_key_id=s3_server.access_key,
-            secret_access_key="wrong",
-        )
+        replace(s3_server.store_config(S3_BUCKET, prefix="refused"), secret_access_key="wrong")
     )
     with pytest.raises(RetryLater) as raised:
         await store.put(store.key("q", 5, "a"), b"x", content_type="text/plain")

@@ -16,7 +16,7 @@ from scrapeq_worker.errors import PermanentFailure
 from scrapeq_worker.http_engine import HttpEngine
 from scrapeq_worker.job_options import options_from_payload
 from scrapeq_worker.network_guard import NetworkGuard
-from scrapeq_worker.object_store import ObjectStore, ObjectStoreConfig
+from scrapeq_worker.object_store import ObjectStore
 from scrapeq_worker.url_sources import SourceExpansion
 
 from scrapeq.local.s3_server import LocalS3Server
@@ -29,16 +29,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.s3, pytest.mark.timeout(300)]
 
 
 def store_for(server: LocalS3Server) -> ObjectStore:
-    return ObjectStore(
-        ObjectStoreConfig(
-            bucket=S3_BUCKET,
-            endpoint=server.endpoint,
-            region=server.region,
-            path_style=True,
-            access_key_id=server.access_key,
-            secret_access_key=server.secret_key,
-        )
-    )
+    return ObjectStore(server.store_config(S3_BUCKET))
 
 
 async def enqueue_list(connection: Connection, key: str, list_format: str) -> int:
