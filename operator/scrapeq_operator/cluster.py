@@ -36,6 +36,13 @@ T = TypeVar("T")
 # so more of them than cores keep status patches flowing when the API server is slow.
 API_THREADS = 16
 
+# A call the API server does not answer (a connection that died without a word, a stalled
+# server) fails after this long instead of holding one of those threads, and the handler or
+# loop that waits on it, for good: (connect, read) seconds. A read is one wait for data, not
+# the whole answer: a long list that keeps arriving is never cut. The client tries a GET again
+# on a fresh connection (urllib3's default retries), so a dead GET fails within about 4 minutes.
+API_REQUEST_TIMEOUT: tuple[float, float] = (10.0, 60.0)
+
 # Events are written under this component name (kubectl describe shows it as "From").
 EVENT_SOURCE = "scrapeq-operator"
 
@@ -127,7 +134,9 @@ class Cluster:
         self._client.close()
 
     async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run a blocking client call on this cluster's threads."""
+        """Run a blocking client call on this cluster's threads, bounded by
+        API_REQUEST_TIMEOUT."""
+        kwargs.setdefault("_request_timeout", API_REQUEST_TIMEOUT)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, partial(function, *args, **kwargs))
 
