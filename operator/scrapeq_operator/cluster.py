@@ -39,9 +39,10 @@ API_THREADS = 16
 # A call the API server does not answer (a connection that died without a word, a stalled
 # server) fails after this long instead of holding one of those threads, and the handler or
 # loop that waits on it, for good: (connect, read) seconds. A read is one wait for data, not
-# the whole answer: a long list that keeps arriving is never cut. The client tries a GET again
-# on a fresh connection (urllib3's default retries), so a dead GET fails within about 4 minutes.
-API_REQUEST_TIMEOUT: tuple[float, float] = (10.0, 60.0)
+# the whole answer: a long list that keeps arriving is never cut; the API server itself ends a
+# request after 60 s. The client tries a GET again on a fresh connection (urllib3's default
+# retries): a pooled connection that went dead costs one read timeout, not the call.
+API_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
 
 # Events are written under this component name (kubectl describe shows it as "From").
 EVENT_SOURCE = "scrapeq-operator"
