@@ -399,12 +399,9 @@ class StepRunner:
             if answer["state"] != "timeout":
                 return dict(answer)
 
-    async def _mouse(self, kind: str, point: tuple[float, float], **extra: Any) -> None:
-        """One trusted mouse event at `point` (CSS pixels of the viewport)."""
-        await self._send_mouse(kind, point, **extra)
-
-    def _send_mouse(self, kind: str, point: tuple[float, float], **extra: Any) -> Awaitable[Any]:
-        """Send a trusted mouse event now; the answer comes when the renderer has handled it."""
+    def _mouse(self, kind: str, point: tuple[float, float], **extra: Any) -> Awaitable[Any]:
+        """Send one trusted mouse event at `point` (CSS pixels of the viewport) now; the
+        answer comes when the renderer has handled it."""
         answer: Awaitable[Any] = self._page._client.send(
             "Input.dispatchMouseEvent",
             {"type": kind, "x": point[0], "y": point[1], "modifiers": 0, **extra},
@@ -418,9 +415,9 @@ class StepRunner:
             # follows it makes the renderer handle the move at once, a frame (about 16 ms)
             # sooner than waiting for the move's answer before pressing.
             await asyncio.gather(
-                self._send_mouse("mouseMoved", point),
-                self._send_mouse("mousePressed", point, button="left", clickCount=1),
-                self._send_mouse("mouseReleased", point, button="left", clickCount=1),
+                self._mouse("mouseMoved", point),
+                self._mouse("mousePressed", point, button="left", clickCount=1),
+                self._mouse("mouseReleased", point, button="left", clickCount=1),
             )
 
         if step.wait_for_navigation:

@@ -31,7 +31,7 @@ import logging
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import scrapeq_queue
 from scrapeq_queue import ClaimedJob, PageMemory
@@ -89,21 +89,11 @@ MEMORY_READ_AHEAD_SECONDS = 2.0
 
 
 @dataclass
-class _MemoryRead:
-    """A claimed row's crawl memory, read by the claim's own statement, for the row to take
-    when its page starts."""
-
-    crawl_key: str
-    memory: PageMemory | None
-    read_at: float
-
-
-@dataclass
 class _Running:
     job: ClaimedJob
     task: asyncio.Task[None]
-    # The row's crawl memory as its claim read it (rows with a crawl key).
-    memory: _MemoryRead | None = None
+    # When this worker claimed it (monotonic): how old the crawl memory its claim read is.
+    claimed_at: float = field(default_factory=time.monotonic)
     # Set when the job must not write its outcome any more (lease lost, or released).
     abandoned: bool = False
     # Set once the job holds a page slot (before that it only waits in this worker).
@@ -407,29 +397,18 @@ class Worker:
         latency = (job.claimed_at - job.run_at).total_seconds()
         self.metrics.claim_latency.labels(job.queue).observe(max(0.0, latency))
         task = asyncio.create_task(self._work(job), name=f"job-{job.id}")
-        self._running[job.id] = _Running(job, task, memory=self._read_memory_ahead(job))
-
-    def _read_memory_ahead(self, job: ClaimedJob) -> _MemoryRead | None:
-        """The crawl memory the claim read with a row that names a crawl (ClaimedJob.memory),
-        kept for the row to take when its page starts: no statement of its own."""
-        crawl_key = job.payload.get("crawlKey")
-        if not isinstance(crawl_key, str) or is_source_row(job.payload):
-            return None
-        return _MemoryRead(crawl_key, job.memory, time.monotonic())
+        self._running[job.id] = _Running(job, task)
 
     async def _page_memory(self, job: ClaimedJob, crawl_key: str) -> PageMemory | None:
-        """The row's crawl memory: what its claim read when that is for the same crawl and
-        recent enough, else a read now."""
+        """The row's crawl memory: what its claim read (ClaimedJob.memory) when that is for the
+        same crawl and recent enough, else a read now."""
         running = self._running.get(job.id)
-        ahead = running.memory if running is not None else None
-        if ahead is not None:
-            assert running is not None
-            running.memory = None
-            if (
-                ahead.crawl_key == crawl_key
-                and time.monotonic() - ahead.read_at <= MEMORY_READ_AHEAD_SECONDS
-            ):
-                return ahead.memory
+        if (
+            running is not None
+            and job.payload.get("crawlKey") == crawl_key
+            and time.monotonic() - running.claimed_at <= MEMORY_READ_AHEAD_SECONDS
+        ):
+            return job.memory
         return await self.gateway.page_memory(crawl_key, job.url)
 
     # --- leases --------------------------------------------------------------------------------

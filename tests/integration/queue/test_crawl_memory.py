@@ -28,6 +28,17 @@ def digest(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()
 
 
+async def claim(connection: Connection, *, limit: int) -> list[queue.ClaimedJob]:
+    return await queue.claim_jobs(
+        connection,
+        worker_id="w",
+        queues=["default"],
+        limit=limit,
+        lease_seconds=30,
+        politeness=queue.NO_SITE_LIMIT,
+    )
+
+
 def visit(version: str, *, etag: str | None = None) -> PageVisit:
     return PageVisit(
         etag=etag,
@@ -173,14 +184,7 @@ async def test_a_batched_completion_writes_the_memory_of_its_current_rows_the_la
     ids = await queue.enqueue_many(
         async_connection, [f"https://shop{n}.example/p/1" for n in range(3)]
     )
-    claimed = await queue.claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=3,
-        lease_seconds=30,
-        politeness=queue.NO_SITE_LIMIT,
-    )
+    claimed = await claim(async_connection, limit=3)
     jobs = {job.id: job for job in claimed}
     first, second, fenced = (jobs[job_id] for job_id in ids)
 
@@ -252,14 +256,7 @@ async def test_the_claim_answers_each_row_with_what_its_crawl_remembers_of_its_u
         (ids[-1],),
     )
 
-    claimed = await queue.claim_jobs(
-        async_connection,
-        worker_id="w",
-        queues=["default"],
-        limit=10,
-        lease_seconds=30,
-        politeness=queue.NO_SITE_LIMIT,
-    )
+    claimed = await claim(async_connection, limit=10)
 
     assert [job.id for job in claimed] == ids[:4]
     status = await (
