@@ -99,6 +99,10 @@ _repair_pyppeteer()
 
 # How long a stuck renderer gets to answer a trivial evaluation before it is declared hung.
 _PROBE_SECONDS: Final = 1.0
+# How soon Chromium answers Runtime.terminateExecution when it stopped a running script (a
+# loop: about 6 ms idle). A renderer busy laying out answers when the layout ends, seconds
+# later; one that answers later than this is not counted as a stopped script.
+_TERMINATE_ANSWER_SECONDS: Final = 0.5
 # How much later than the job's deadline pyppeteer's navigation timer may fire (see goto).
 _NAVIGATION_TIMER_MARGIN_MS: Final = 2000
 # Clicking through "next" pages (next.click) stops when less of the job's time is left than this
@@ -891,12 +895,13 @@ class BrowserPool:
         # Until the server has answered the document there is no script of its to hang: a slow
         # server is a timeout to retry, never a page to give up on. (While a navigation is
         # pending, a probe can go unanswered on a busy machine too.) A renderer that does not
-        # answer is stuck in JavaScript only if stopping its JavaScript makes it answer; one
-        # still busy after that is laying out or painting a heavy page: a timeout too.
+        # answer is stuck in JavaScript only if Chromium stops a running script at once and the
+        # renderer then answers. One laying out or painting a heavy page answers the stop only
+        # when that work ends: a timeout too, even when the work happens to end soon after.
         hung = False
         if watch.status is not None and not await self._answers(page):
-            await terminate_scripts(page)
-            hung = await self._answers(page)
+            stopped = await terminate_scripts(page, within=_TERMINATE_ANSWER_SECONDS)
+            hung = stopped and await self._answers(page)
         if hung:
             raise PermanentFailure(
                 f"the page's JavaScript never yielded while trying to {step} {watch.url}; it "

@@ -462,11 +462,18 @@ async def _end_target(connection: Any, info: dict[str, Any]) -> None:
                 await connection.send("Target.closeTarget", {"targetId": info["targetId"]})
 
 
-async def terminate_scripts(page: Any) -> None:
-    """Stop whatever JavaScript the page is running (CDP `Runtime.terminateExecution`)."""
+async def terminate_scripts(page: Any, *, within: float = 2.0) -> bool:
+    """Stop whatever JavaScript the page is running (CDP `Runtime.terminateExecution`);
+    whether Chromium answered within `within` seconds.
+
+    Chromium answers once the JavaScript call it stopped returns: within milliseconds for a
+    script in a loop, but only after the task ends for a renderer busy laying out a page (no
+    JavaScript is running there to stop)."""
     with contextlib.suppress(Exception):
-        async with asyncio.timeout(2.0):
+        async with asyncio.timeout(within):
             await page._client.send("Runtime.terminateExecution")
+            return True
+    return False
 
 
 def _others_known(chromium: RunningChromium, context: Context, keep: str | None) -> bool:

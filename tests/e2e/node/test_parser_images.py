@@ -174,7 +174,7 @@ def diagnosis(release: Release, name: str) -> str:
     status = json.dumps(release.scrapejob_status(name), indent=1)
     published = release.sql("SELECT * FROM scrapeq_worker_parsers")
     rows = release.sql(
-        "SELECT id, status::text, last_reason FROM scraping_jobs"
+        "SELECT id, status::text, last_error_reason FROM scraping_jobs"
         " WHERE owner_name = %s AND owner_namespace = %s",
         name,
         release.namespace,
