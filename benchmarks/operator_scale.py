@@ -134,9 +134,11 @@ class SucceededWatch:
     30 to 60 minutes; kubectl then exits and is started again (its first listing then dates
     the jobs that succeeded in between a moment late)."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, stderr_log: Path) -> None:
         self.kube = kube
         self.seen: dict[str, float] = {}
+        self.starts = 0
+        self.stderr_log = stderr_log
         self._stopped = threading.Event()
         self._process: subprocess.Popen[str] | None = None
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -145,6 +147,8 @@ class SucceededWatch:
     def _read(self) -> None:
         template = '{.metadata.name} {.status.phase}{"\\n"}'
         while not self._stopped.is_set():
+            self.starts += 1
+            stderr = self.stderr_log.open("a")
             self._process = subprocess.Popen(
                 [
                     "kubectl",
@@ -158,9 +162,10 @@ class SucceededWatch:
                     f"jsonpath={template}",
                 ],
                 stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
+                stderr=stderr,
                 text=True,
             )
+            stderr.close()
             assert self._process.stdout is not None
             for line in self._process.stdout:
                 name, _, phase = line.strip().partition(" ")
@@ -347,7 +352,12 @@ def operator_process(kubeconfig: Path, database_url: str, log: Path) -> Iterator
 
 
 def many_jobs(
-    kube: Kube, database_url: str, count: int, results: list[dict[str, Any]], pid: int
+    kube: Kube,
+    database_url: str,
+    count: int,
+    results: list[dict[str, Any]],
+    pid: int,
+    workdir: Path,
 ) -> None:
     queue = "bench-many"
     jobs = [
@@ -369,7 +379,7 @@ def many_jobs(
     ]
     before = kube.writes()
     rss_before = rss_mb(pid)
-    watch = SucceededWatch(kube)
+    watch = SucceededWatch(kube, workdir / "watch.stderr")
     with StandInWorker(database_url, queue) as worker:
         started = time.monotonic()
         with ThreadPoolExecutor(CREATE_PROCESSES) as creators:
@@ -417,12 +427,19 @@ def many_jobs(
         kb_per_job=round((rss_with_jobs - rss_before) * 1024 / count, 1),
         peak_rss_mb=round(peak_rss_mb(pid), 1),
     )
-    poll(
-        lambda: len(watch.seen) >= count,
-        timeout=60,
-        what="the watch to see every job",
-        interval=0.2,
-    )
+    try:
+        poll(
+            lambda: len(watch.seen) >= count,
+            timeout=60,
+            what="the watch to see every job",
+            interval=0.2,
+        )
+    except RuntimeError as error:
+        missed = sorted(set(worker.completed_at) - set(watch.seen))
+        raise RuntimeError(
+            f"{error}: it saw {len(watch.seen)} of {count} (missed {missed[:5]}...), kubectl "
+            f"started {watch.starts} times (its stderr: {watch.stderr_log})"
+        ) from error
     watch.stop()
     lags = sorted(watch.seen[name] - completed for name, completed in worker.completed_at.items())
     emit(
@@ -646,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
         kube.run("create", "namespace", NAMESPACE)
         database_url = postgres.dsn()
         with operator_process(cluster.kubeconfig, database_url, workdir / "operator.log") as pid:
-            many_jobs(kube, database_url, args.jobs, results, pid)
+            many_jobs(kube, database_url, args.jobs, results, pid, workdir)
             big_job(kube, database_url, args.big_urls, results, pid, workdir)
             autoscaler_reaction(kube, database_url, args.scale_samples, results)
     print_table(results)

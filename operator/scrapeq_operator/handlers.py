@@ -54,6 +54,7 @@ from scrapeq_operator.job_status import (
     merge_conditions,
     summarize,
 )
+from scrapeq_operator.kopf_memory import release_idle_bodies
 from scrapeq_operator.namespace_caps import NamespaceCapSync
 from scrapeq_operator.output_spec import job_output
 from scrapeq_operator.output_store import OutputStore
@@ -98,6 +99,8 @@ async def start_operator(
     # kopf passes every index to every handler under its name (the function's name below).
     index: kopf.Index[str, JobRef] = kwargs["scrapejobs_by_uid"]
     config: OperatorSettings = memo["settings"]
+    # kopf would keep every ScrapeJob's last body for the two filtered timers (kopf_memory.py).
+    release_idle_bodies()
     settings.persistence.finalizer = FINALIZER
     # Keep kopf's bookkeeping in our own annotations, never in status (our schema prunes it).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
