@@ -174,16 +174,20 @@ def patch_due(
     created_at: datetime | None,
     now: datetime,
     min_interval_seconds: float,
+    rows_seen_at: datetime | None = None,
 ) -> bool:
     """Whether an unfinished job's changed status may be patched now.
 
-    At most one patch per `min_interval_seconds` per job, counted from its creation: counts of
-    a big job change constantly, and a short job is seen once, finished, so its whole
-    lifecycle costs one status write. A terminal phase is always written at once.
+    At most one patch per `min_interval_seconds` per job, counted from its creation or, when
+    the operator saw its rows later (it was busy, the job waited for a dependency), from when
+    it saw them: counts of a big job change constantly, and a short job is seen once,
+    finished, so its whole lifecycle costs one status write however late it was queued. A
+    terminal phase is always written at once.
     """
     if terminal:
         return True
-    since = last_patch_at or created_at
+    starts = [time for time in (created_at, rows_seen_at) if time is not None]
+    since = last_patch_at or (max(starts) if starts else None)
     if since is None:
         return True
     return (now - since).total_seconds() >= min_interval_seconds

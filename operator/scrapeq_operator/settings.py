@@ -265,13 +265,14 @@ class OperatorSettings:
         help="Gather a burst of NOTIFYs into one round.",
     )
     # At most one status PATCH per unfinished ScrapeJob per this interval, counted from its
-    # creation (finished phases are written at once). A job done within it costs one status
-    # write in all; a 100k-URL job's ever-changing counts cost one write per interval.
+    # creation or, if later, from when the status sync first saw its rows (finished phases are
+    # written at once). A job done within it costs one status write in all; a 100k-URL job's
+    # ever-changing counts cost one write per interval.
     status_min_interval_seconds: float = option(
         3.0,
         env=_env("status_min_interval_seconds"),
         parse=parse_float,
-        help="Least time between status writes of an unfinished job, from its creation.",
+        help="Least time between status writes of an unfinished job, from its rows' arrival.",
     )
     # At most this many ScrapeJobs are read and patched per round, so a 100k-row burst cannot
     # flood the API server; the rest follow in the next round.

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,9 +54,13 @@ CHANGE_WATERMARK_OVERLAP = timedelta(seconds=5)
 UNKNOWN_OWNER_RETRY_SECONDS = 60.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobRef:
-    """What the status sync knows of one ScrapeJob (kept in a kopf index, fed by the watch)."""
+    """What the status sync knows of one ScrapeJob (kept in a kopf index, fed by the watch).
+
+    One per ScrapeJob for as long as it exists, so it is kept small: the status is kept as its
+    JSON text (one string, not a tree of dicts and strings) and read only for the jobs the sync
+    patches; the phase and observed generation, which every sweep reads, are fields."""
 
     uid: str
     namespace: str
@@ -67,21 +73,23 @@ class JobRef:
     created_at: datetime | None = None
     # The first inline URL (None for urlsFrom: the create handler records that one).
     first_url: str | None = None
-    status: Mapping[str, Any] = field(default_factory=dict)
+    status_json: str = "{}"
+    phase: str | None = None
+    observed_generation: int | None = None
     webhooks: tuple[JobWebhook, ...] = ()
 
     @property
-    def phase(self) -> str | None:
-        value = self.status.get("phase")
-        return str(value) if value else None
+    def status(self) -> dict[str, Any]:
+        """The status as the watch showed it (a fresh copy at each call)."""
+        status: dict[str, Any] = json.loads(self.status_json)
+        return status
 
     @property
     def finished(self) -> bool:
         """Terminal phase for the current generation: no sweep needs to look again."""
-        phase = self.phase
         return (
-            phase in {Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.CANCELLED.value}
-            and self.status.get("observedGeneration") == self.generation
+            self.phase in {Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.CANCELLED.value}
+            and self.observed_generation == self.generation
         )
 
 
@@ -89,18 +97,24 @@ def job_ref(body: Mapping[str, Any]) -> JobRef:
     """A JobRef from a ScrapeJob object as the watch delivers it."""
     meta = body.get("metadata", {})
     spec = body.get("spec", {})
+    status = body.get("status") or {}
+    phase = status.get("phase")
+    observed = status.get("observedGeneration")
     return JobRef(
         uid=str(meta.get("uid")),
-        namespace=str(meta.get("namespace")),
+        # Shared by many jobs: one string each, not one per job.
+        namespace=sys.intern(str(meta.get("namespace"))),
         name=str(meta.get("name")),
         resource_version=str(meta.get("resourceVersion", "")),
         generation=int(meta.get("generation") or 1),
         allowed_failure_percent=int(spec.get("allowedFailurePercent") or 0),
         deleting=bool(meta.get("deletionTimestamp")),
-        queue=str(spec.get("queue") or "default"),
+        queue=sys.intern(str(spec.get("queue") or "default")),
         created_at=parse_time(meta.get("creationTimestamp")),
         first_url=first_url(spec),
-        status=dict(body.get("status") or {}),
+        status_json=json.dumps(status, separators=(",", ":")),
+        phase=str(phase) if phase else None,
+        observed_generation=observed if isinstance(observed, int) else None,
         webhooks=job_webhooks(spec),
     )
 
@@ -162,6 +176,8 @@ class StatusSync:
         self._unknown: dict[str, float] = {}
         # uid -> when its status was last patched (unfinished jobs only), for patch_due.
         self._last_patch_at: dict[str, datetime] = {}
+        # uid -> when the sync first saw rows of the job (unfinished jobs only), for patch_due.
+        self._rows_seen_at: dict[str, datetime] = {}
         # The unserved queues (runtime.unserved_queues) the last round saw: when they change,
         # the unfinished jobs of the queues that changed are looked at again at once.
         self._unserved: frozenset[str] = frozenset()
@@ -278,8 +294,9 @@ class StatusSync:
             ref = self.directory.get(uid)
             if ref is None or ref.resource_version != resource_version:
                 del self._patched_from[uid]
-        for uid in [uid for uid in self._last_patch_at if self.directory.get(uid) is None]:
-            del self._last_patch_at[uid]
+        for memory in (self._last_patch_at, self._rows_seen_at):
+            for uid in [uid for uid in memory if self.directory.get(uid) is None]:
+                del memory[uid]
 
     def _remember_unknown(self, uid: str) -> None:
         """Retry an owner the index does not know for a while: right after a start the watch
@@ -307,9 +324,10 @@ class StatusSync:
             if patched_from is not None:
                 # The watch has delivered our last patch: nothing to remember any more.
                 del self._patched_from[ref.uid]
+            previous = ref.status
             wanted = build_status(
                 counts,
-                previous=ref.status,
+                previous=previous,
                 generation=ref.generation,
                 allowed_failure_percent=ref.allowed_failure_percent,
                 queue=ref.queue,
@@ -319,7 +337,7 @@ class StatusSync:
             synced = {key: wanted[key] for key in SYNCED_KEYS}
             if ref.first_url:
                 synced["firstURL"] = ref.first_url
-            changes = status_changes(ref.status, synced)
+            changes = status_changes(previous, synced)
             if not changes:
                 return 0
             if not patch_due(
@@ -328,6 +346,7 @@ class StatusSync:
                 created_at=ref.created_at,
                 now=now,
                 min_interval_seconds=self.settings.status_min_interval_seconds,
+                rows_seen_at=self._rows_seen_at.setdefault(ref.uid, now),
             ):
                 self._retry.add(ref.uid)
                 return 0
@@ -349,6 +368,7 @@ class StatusSync:
                         metrics.STATUS_PATCHES_TOTAL.labels("gone").inc()
                         self._patched_from.pop(ref.uid, None)
                         self._last_patch_at.pop(ref.uid, None)
+                        self._rows_seen_at.pop(ref.uid, None)
                         return 0
                     if is_conflict(error):
                         # The object changed since the watch showed it; try again next round
@@ -364,13 +384,14 @@ class StatusSync:
             self._patched_from[ref.uid] = ref.resource_version
             if Phase(wanted["phase"]).terminal:
                 self._last_patch_at.pop(ref.uid, None)
+                self._rows_seen_at.pop(ref.uid, None)
             else:
                 self._last_patch_at[ref.uid] = now
             metrics.STATUS_PATCHES_TOTAL.labels("applied").inc()
             if changes.get("phase") == Phase.FAILED.value:
                 await self._announce_failure(ref, counts)
             stalled = _condition(wanted, STALLED_CONDITION)
-            if stalled and not _condition(ref.status, STALLED_CONDITION):
+            if stalled and not _condition(previous, STALLED_CONDITION):
                 await self.runtime.cluster.announce(
                     _scrapejob(ref),
                     type_="Warning",

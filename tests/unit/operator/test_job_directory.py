@@ -39,9 +39,28 @@ def test_a_job_ref_carries_what_the_status_sync_needs() -> None:
     assert not ref.finished
 
 
+def test_a_job_ref_gives_the_status_as_the_watch_showed_it_and_a_fresh_copy_each_time() -> None:
+    status = {
+        "phase": "Running",
+        "observedGeneration": 1,
+        "succeeded": 3,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Enqueued"}],
+        "preview": [{"url": "https://a.example/é", "data": {"title": "Ünïcode"}}],
+    }
+    ref = job_ref({**BODY, "status": status})
+    assert ref.status == status
+    assert (ref.phase, ref.observed_generation) == ("Running", 1)
+    ref.status["conditions"].clear()
+    assert ref.status == status
+    assert job_ref({**BODY, "status": None}).status == {}
+
+
 def test_a_job_in_a_terminal_phase_for_its_generation_is_finished() -> None:
     body = {**BODY, "status": {"phase": "Succeeded", "observedGeneration": 1}}
     assert job_ref(body).finished
+    # Of an earlier generation: the new spec has not been looked at yet.
+    body = {**BODY, "metadata": {**BODY["metadata"], "generation": 2}, "status": body["status"]}
+    assert not job_ref(body).finished
 
 
 def test_a_job_being_deleted_is_marked() -> None:

@@ -331,6 +331,38 @@ def test_a_young_unfinished_job_waits_for_its_first_status_patch() -> None:
     )
 
 
+def test_a_job_whose_rows_came_late_waits_from_when_they_came() -> None:
+    # Created long ago, its rows just seen (a busy operator, a dependency that just finished):
+    # a job that finishes within the interval still gets only its final status.
+    created = NOW - timedelta(seconds=30)
+    seen = NOW - timedelta(seconds=1)
+    assert not patch_due(
+        terminal=False,
+        last_patch_at=None,
+        created_at=created,
+        now=NOW,
+        min_interval_seconds=3,
+        rows_seen_at=seen,
+    )
+    assert patch_due(
+        terminal=False,
+        last_patch_at=None,
+        created_at=created,
+        now=NOW + timedelta(seconds=2),
+        min_interval_seconds=3,
+        rows_seen_at=seen,
+    )
+    # Rows seen before the object's creation time (clocks apart): counted from the creation.
+    assert not patch_due(
+        terminal=False,
+        last_patch_at=None,
+        created_at=NOW,
+        now=NOW + timedelta(seconds=2),
+        min_interval_seconds=3,
+        rows_seen_at=NOW - timedelta(seconds=10),
+    )
+
+
 def test_an_unfinished_job_is_patched_at_most_once_per_interval() -> None:
     last = NOW - timedelta(seconds=2)
     created = NOW - timedelta(hours=1)
