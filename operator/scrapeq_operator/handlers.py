@@ -79,6 +79,7 @@ from scrapeq_operator.vocabulary import (
     FINALIZER,
     FORCE_DELETE_ANNOTATION,
     GROUP,
+    HANDLED_ANNOTATION_KEY,
     PLURAL,
     SITE_POLICY_PLURAL,
     VERSION,
@@ -105,7 +106,7 @@ async def start_operator(
     # Keep kopf's bookkeeping in our own annotations, never in status (our schema prunes it).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
+        prefix=GROUP, key=HANDLED_ANNOTATION_KEY
     )
     # Each Event is an API write: kopf's own (one per handler retry) are only logged; the
     # operator posts its own, once per condition (see _warn).

@@ -38,7 +38,7 @@ from scrapeq_operator.job_status import (
 )
 from scrapeq_operator.queue_coverage import STALLED_CONDITION
 from scrapeq_operator.settings import OperatorSettings
-from scrapeq_operator.vocabulary import GROUP, VERSION
+from scrapeq_operator.vocabulary import GROUP, HANDLED_ANNOTATION, VERSION
 from scrapeq_operator.webhook_recording import record_phase_events, wants_events
 from scrapeq_operator.webhook_spec import JobWebhook, job_webhooks
 
@@ -77,6 +77,8 @@ class JobRef:
     phase: str | None = None
     observed_generation: int | None = None
     webhooks: tuple[JobWebhook, ...] = ()
+    # kopf has marked the object handled (HANDLED_ANNOTATION): no PATCH of kopf's is due.
+    handled: bool = True
 
     @property
     def status(self) -> dict[str, Any]:
@@ -116,6 +118,19 @@ def job_ref(body: Mapping[str, Any]) -> JobRef:
         phase=str(phase) if phase else None,
         observed_generation=observed if isinstance(observed, int) else None,
         webhooks=job_webhooks(spec),
+        handled=HANDLED_ANNOTATION in (meta.get("annotations") or {}),
+    )
+
+
+# How long the sync waits for kopf to mark a new job handled before it writes the job's
+# status anyway (a create handler that queued rows and then failed marks nothing).
+HANDLED_WAIT_SECONDS = 10.0
+
+
+def _young(ref: JobRef, now: datetime) -> bool:
+    """Created less than HANDLED_WAIT_SECONDS ago."""
+    return (
+        ref.created_at is not None and (now - ref.created_at).total_seconds() < HANDLED_WAIT_SECONDS
     )
 
 
@@ -316,6 +331,12 @@ class StatusSync:
             counts = progress.get(ref.uid)
             if counts is None or counts.total == 0:
                 # Not queued yet (the create handler owns the status until then).
+                return 0
+            if not ref.handled and _young(ref, now):
+                # kopf marks the object handled in a PATCH of its own right after the create
+                # handler queued the rows: a status patch before it shows would carry a
+                # resourceVersion that PATCH makes stale (409). The next round sees it.
+                self._retry.add(ref.uid)
                 return 0
             patched_from = self._patched_from.get(ref.uid)
             if patched_from == ref.resource_version:

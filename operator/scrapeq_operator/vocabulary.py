@@ -17,6 +17,10 @@ FINALIZER = f"{GROUP}/cancel-rows"
 # Set to "true" on a ScrapeJob to let it go even though its rows could not be cancelled
 # (for example, the database is gone for good). Rows may then be scraped after deletion.
 FORCE_DELETE_ANNOTATION = f"{GROUP}/force-delete"
+# kopf records here what it last handled (its diff base): written in kopf's own PATCH once the
+# create handler has succeeded.
+HANDLED_ANNOTATION_KEY = "last-handled-configuration"
+HANDLED_ANNOTATION = f"{GROUP}/{HANDLED_ANNOTATION_KEY}"
 # Set (to any value) on a ScrapeJob to re-queue its failed rows once; the operator removes it
 # when done (see retry_requests.py).
 RETRY_FAILED_ANNOTATION = f"{GROUP}/retry-failed"

@@ -1,7 +1,8 @@
 """The status sync records a job's webhook events in the real PostgreSQL outbox before the
 status shows its phase: a status patch that fails (an operator stopped half-way) is retried and
 records nothing twice, endpoints that did not ask for the phase get nothing, and a job without
-webhooks writes no event (docs/webhooks.md, "Delivery").
+webhooks writes no event (docs/webhooks.md, "Delivery"). A new job's status waits for kopf to
+mark it handled.
 
 The Kubernetes side is stood in for (the index of ScrapeJobs, the status PATCH); the whole
 path runs against a real kube-apiserver in tests/e2e/operator/test_webhooks.py.
@@ -10,14 +11,17 @@ path runs against a real kube-apiserver in tests/e2e/operator/test_webhooks.py.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import psycopg
 import pytest
 import scrapeq_queue as queue
+from scrapeq_operator.job_status import format_time
 from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.settings import OperatorSettings
 from scrapeq_operator.status_sync import JobRef, StatusSync, job_ref
+from scrapeq_operator.vocabulary import HANDLED_ANNOTATION
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -131,3 +135,38 @@ async def test_a_job_without_webhooks_records_no_event(
         await runtime.close()
 
     assert await queue.webhook_events_of(async_connection, UID) == []
+
+
+async def test_a_new_job_s_status_waits_for_kopf_to_mark_it_handled(
+    async_connection: Connection, database_url: str
+) -> None:
+    # Right after the create handler queued the rows, kopf PATCHes its handled annotation: a
+    # status patch carrying the resourceVersion from before it would be refused (409).
+    await finished_rows(async_connection)
+    body = scrapejob_body([])
+    body["metadata"]["creationTimestamp"] = format_time(datetime.now(UTC))
+    settings = OperatorSettings(database_url=database_url, status_min_interval_seconds=0)
+    api = FlakyStatusApi(failures=0)
+    runtime = OperatorRuntime(settings, cast(Any, api))
+    await runtime.open()
+    try:
+        assert await StatusSync(settings, Directory(job_ref(body)), runtime).sync_round() == 0
+        assert api.patched == []
+
+        handled = {**body["metadata"], "resourceVersion": "2"}
+        handled["annotations"] = {HANDLED_ANNOTATION: "{}"}
+        ref = job_ref({**body, "metadata": handled})
+        assert await StatusSync(settings, Directory(ref), runtime).sync_round() == 1
+
+        # One kopf never marks (a handler that failed after queuing) is not waited for long.
+        old = {**body["metadata"], "creationTimestamp": "2026-12-03T19:00:00Z"}
+        assert not job_ref({**body, "metadata": old}).handled
+        assert (
+            await StatusSync(
+                settings, Directory(job_ref({**body, "metadata": old})), runtime
+            ).sync_round()
+            == 1
+        )
+    finally:
+        await runtime.close()
+    assert [status.get("phase") for status in api.patched] == ["Succeeded", "Succeeded"]
