@@ -135,8 +135,19 @@ def test_a_pool_on_an_image_built_from_the_worker_image_runs_its_parsers(
             # A producer's own label: the declarative payload decided, as before parsers.
             assert done[labelled] == ("completed", None, None, "plain-page")
 
-        # Workers of the queue have published their parsers by now: a parser none has is
-        # reported on the ScrapeJob instead of failing its rows.
+        # Once a worker of the queue has published its parsers, a parser none has is reported
+        # on the ScrapeJob instead of failing its rows. A worker publishes in the background:
+        # one that started while the database was still coming up publishes on its retry, 10 s
+        # later, and may have served the rows above by then; before any publication the
+        # operator cannot tell and queues the rows (docs/parsers.md, "Publication").
+        eventually_blocking(
+            lambda: release.sql(
+                "SELECT worker_id FROM scrapeq_worker_parsers WHERE queue = 'default'"
+            ),
+            within=60,
+            what="a worker of the queue to publish its parsers",
+            every=0.5,
+        )
         apply(release, "reviews", {"url": "https://shop.test/reviews", "parser": "shop.reviews"})
 
         def unknown_parser() -> dict[str, object] | None:
