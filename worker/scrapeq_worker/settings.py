@@ -148,14 +148,15 @@ class WorkerSettings:
         parse=parse_positive_int,
         help="Jobs (pages) worked on at once.",
     )
-    # Small claims spread a burst of jobs over many workers instead of one pod hoarding it.
+    # A small look-ahead spreads a burst of jobs over many workers instead of one pod hoarding it.
     batch_size: int = option(
         4,
         flag="--batch-size",
         env="SCRAPEQ_BATCH_SIZE",
         parse=parse_positive_int,
-        help="Most jobs claimed in one statement; the worker holds at most concurrency + one "
-        "batch (a batch waits for page slots, so no slot waits for a claim).",
+        help="Jobs held beyond concurrency (a batch waits for page slots, so no slot waits "
+        "for a claim); the worker claims once a batch of places is free, all free places in "
+        "one statement.",
     )
     # Per-site politeness, enforced by the claim for the whole cluster; a site's producers
     # (payload.politeness, ScrapeJob spec.politeness) override them. Why these values:

@@ -136,10 +136,10 @@ def test_a_pool_on_an_image_built_from_the_worker_image_runs_its_parsers(
             assert done[labelled] == ("completed", None, None, "plain-page")
 
         # Once a worker of the queue has published its parsers, a parser none has is reported
-        # on the ScrapeJob instead of failing its rows. A worker publishes in the background:
-        # one that started while the database was still coming up publishes on its retry, 10 s
-        # later, and may have served the rows above by then; before any publication the
-        # operator cannot tell and queues the rows (docs/parsers.md, "Publication").
+        # on the ScrapeJob instead of failing its rows. A worker claims nothing before its
+        # first publication, but one that started while the database was still coming up
+        # publishes on a retry; a job applied before any publication is queued, since the
+        # operator cannot tell (docs/parsers.md, "Publication").
         eventually_blocking(
             lambda: release.sql(
                 "SELECT worker_id FROM scrapeq_worker_parsers WHERE queue = 'default'"

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from scrapeq_queue import ClaimedJob, PageMemory
+from scrapeq_worker import parser_publication as publication_module
 from scrapeq_worker import worker as worker_module
 from scrapeq_worker.errors import BrowserUnavailable, PermanentFailure, RetryLater
 from scrapeq_worker.job_options import JobOptions
@@ -143,7 +144,7 @@ async def settle(awaitable: Awaitable[Any]) -> Any:
         return await awaitable
 
 
-async def test_the_claim_loop_claims_whole_batches_and_holds_no_more_than_one_batch_extra() -> None:
+async def test_the_claim_loop_claims_every_free_place_once_a_batch_is_free_and_no_more() -> None:
     harness = Harness(concurrency=2, batch_size=3)
     ids = harness.enqueue(*(f"site{n}" for n in range(10)))
     gates = {n: asyncio.Event() for n in range(10)}
@@ -155,12 +156,19 @@ async def test_the_claim_loop_claims_whole_batches_and_holds_no_more_than_one_ba
 
     async with harness.running() as run:
         await settle(harness.pages.start_of(harness.url("site1")).wait())
-        assert held() == 3  # one batch: both page slots busy, one row waiting for a slot
+        # One claim of every place: both page slots busy, one batch of rows waiting.
+        assert held() == 2 + 3
         assert harness.queue.calls.count("claim_jobs") == 1
-        # Its page ends: the waiting row takes the slot, and with no row waiting the worker
-        # claims the next whole batch (not the one row that would fill its hold).
+        # Two pages end: two places are free, fewer than a batch, so no claim; the waiting
+        # rows take the slots.
         gates[0].set()
-        await eventually(lambda: held() == 2 + 3, within=WITHIN_SECONDS, what="the next batch")
+        gates[1].set()
+        await settle(harness.pages.start_of(harness.url("site3")).wait())
+        await eventually(lambda: held() == 3, within=WITHIN_SECONDS, what="two completions")
+        assert harness.queue.calls.count("claim_jobs") == 1
+        # A third ends: a batch of places is free, and one claim takes all three.
+        gates[2].set()
+        await eventually(lambda: held() == 2 + 3, within=WITHIN_SECONDS, what="the next claim")
         assert harness.queue.calls.count("claim_jobs") == 2
         for gate in gates.values():
             gate.set()
@@ -190,8 +198,33 @@ async def test_an_empty_queue_ends_a_burst_run_after_one_claim_and_one_backlog_r
 
     assert await settle(harness.worker.run()) == 0
 
-    assert harness.queue.calls == ["require_current_schema", "claim_jobs", "queue_backlog"]
+    assert harness.queue.calls == [
+        "require_current_schema",
+        "publish_parsers",
+        "claim_jobs",
+        "queue_backlog",
+    ]
     assert harness.queue.closed
+
+
+async def test_no_row_is_claimed_before_the_workers_parsers_are_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The database fails the first publication: the worker waits for the next one (a second
+    # later, here 50 ms) before it claims.
+    monkeypatch.setattr(publication_module, "FIRST_RETRY_SECONDS", 0.05)
+    harness = Harness()
+    [job] = harness.enqueue("site")
+    harness.queue.faults["publish_parsers"] = asyncio_unavailable()
+
+    assert await settle(harness.worker.run()) == 0
+
+    calls = harness.queue.calls
+    assert calls.count("publish_parsers") == 2
+    second_publication = len(calls) - 1 - calls[::-1].index("publish_parsers")
+    assert "claim_jobs" not in calls[:second_publication]
+    assert harness.queue.status(job) == "completed"
+    assert harness.worker.publication.publications == 1
 
 
 async def test_a_drain_releases_waiting_jobs_at_once_and_lets_the_running_one_finish() -> None:
