@@ -57,8 +57,12 @@ render, bare-warm, static and crawlee run interleaved for --rounds rounds (per-r
 stderr) and each keeps its best round: the machine this runs on is shared, and the best round
 is the one least disturbed. pages/s = jobs / wall time. CPU ms/page = (user + system CPU of
 this process and of every child process it reaped, i.e. the browsers) / jobs; PostgreSQL's
-and the site's CPU are not counted. Output: one JSON object per mode on its own line, then a
-table and the goals.
+and the site's CPU are not counted, and neither is that of Chromium's processes that were not
+reaped through their parent (its renderers are not: the column counts about half of
+Chromium's CPU). machine CPU ms/page = the whole machine's busy CPU time (`/proc/stat`) during
+the mode / jobs: every process, the site's and PostgreSQL's included, and whatever else ran
+then (so it means something on an otherwise quiet machine only). Output: one JSON object per
+mode on its own line, then a table and the goals.
 """
 
 from __future__ import annotations
@@ -326,6 +330,14 @@ def _cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def _machine_busy_seconds() -> float:
+    """CPU time the whole machine has spent busy (every CPU, all but idle and I/O wait)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        ticks = [int(field) for field in stat.readline().split()[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclasses.dataclass
 class Measurement:
     mode: str
@@ -333,6 +345,7 @@ class Measurement:
     seconds: float
     cpu_seconds: float
     failed: int = 0
+    machine_cpu_seconds: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -344,15 +357,24 @@ class Measurement:
             "pages": self.pages,
             "pages_per_s": round(self.pages / self.seconds, 1),
             "cpu_ms_per_page": round(self.cpu_seconds / self.pages * 1000, 1),
+            "machine_cpu_ms_per_page": round(self.machine_cpu_seconds / self.pages * 1000, 1),
             "failed": self.failed,
         }
 
 
 async def _measure(mode: str, pages: int, run: Callable[[], Awaitable[int]]) -> Measurement:
     cpu = _cpu_seconds()
+    machine = _machine_busy_seconds()
     started = time.monotonic()
     failed = await run()
-    return Measurement(mode, pages, time.monotonic() - started, _cpu_seconds() - cpu, failed)
+    return Measurement(
+        mode,
+        pages,
+        time.monotonic() - started,
+        _cpu_seconds() - cpu,
+        failed,
+        _machine_busy_seconds() - machine,
+    )
 
 
 # Debian's full Chromium binary (/usr/bin/chromium is a shell wrapper around it).
@@ -533,12 +555,16 @@ class Bench:
 
 
 def _table(results: list[Measurement]) -> str:
-    lines = [f"{'mode':<26} {'pages':>6} {'pages/s':>9} {'CPU ms/page':>12} {'failed':>7}"]
+    lines = [
+        f"{'mode':<26} {'pages':>6} {'pages/s':>9} {'CPU ms/page':>12} "
+        f"{'machine CPU ms/page':>20} {'failed':>7}"
+    ]
     for result in results:
         data = result.as_json()
         lines.append(
             f"{data['mode']:<26} {data['pages']:>6} {data['pages_per_s']:>9} "
-            f"{data['cpu_ms_per_page']:>12} {data['failed']:>7}"
+            f"{data['cpu_ms_per_page']:>12} {data['machine_cpu_ms_per_page']:>20} "
+            f"{data['failed']:>7}"
         )
     return "\n".join(lines)
 
@@ -723,6 +749,11 @@ async def _steps(bench: Bench, arguments: argparse.Namespace) -> int:
     print()
     ratio = best["steps-three"].rate / best["steps-none"].rate
     print(f"three steps vs none: {ratio * 100:.0f}% of the pages/s (goal >= 80%)")
+    added = best["steps-three"].machine_cpu_seconds - best["steps-none"].machine_cpu_seconds
+    print(
+        f"the three steps cost {added / pages * 1000:.1f} ms of the machine's CPU per page "
+        f"({best['steps-none'].machine_cpu_seconds / pages * 1000:.1f} without them)"
+    )
     if "crawlee-steps" in best:
         print(
             "three steps, scrapeq vs Crawlee: "
