@@ -18,6 +18,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 import kubernetes
+import urllib3  # type: ignore[import-untyped]  # (1.x, through the kubernetes client)
 from kubernetes.client.rest import ApiException
 
 from scrapeq_operator.vocabulary import (
@@ -43,6 +44,13 @@ API_THREADS = 16
 # request after 60 s. The client tries a GET again on a fresh connection (urllib3's default
 # retries): a pooled connection that went dead costs one read timeout, not the call.
 API_REQUEST_TIMEOUT: tuple[float, float] = (5.0, 30.0)
+
+
+def api_unanswered(error: ApiException) -> bool:
+    """The call got no answer (Cluster._call), or one that says to try again later: the
+    API server is away, overloaded or throttling, and the same call may well succeed soon."""
+    return error.status in (0, 429) or (error.status or 0) >= 500
+
 
 # Events are written under this component name (kubectl describe shows it as "From").
 EVENT_SOURCE = "scrapeq-operator"
@@ -136,10 +144,16 @@ class Cluster:
 
     async def _call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking client call on this cluster's threads, bounded by
-        API_REQUEST_TIMEOUT."""
+        API_REQUEST_TIMEOUT. A call the API server did not answer (refused, reset, timed out)
+        raises ApiException with status 0 (api_unanswered), so that every caller handles it as
+        it handles an error answer instead of letting the client's transport errors through."""
         kwargs.setdefault("_request_timeout", API_REQUEST_TIMEOUT)
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, partial(function, *args, **kwargs))
+        try:
+            return await loop.run_in_executor(self._executor, partial(function, *args, **kwargs))
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            reason = f"no answer from the API server: {error}"
+            raise ApiException(status=0, reason=reason) from error
 
     async def patch_scrapejob_status(
         self,

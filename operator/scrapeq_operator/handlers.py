@@ -31,7 +31,7 @@ from scrapeq_queue.rows import NewJob, Owner
 
 from scrapeq_operator import metrics
 from scrapeq_operator.autoscaler import Autoscaler
-from scrapeq_operator.cluster import Cluster, load_api_client, scrapejob_ref
+from scrapeq_operator.cluster import Cluster, api_unanswered, load_api_client, scrapejob_ref
 from scrapeq_operator.credentials import sealed_credentials
 from scrapeq_operator.depends_on import DependencyCheck, check_dependencies
 from scrapeq_operator.errors import JobBlockedError, JobNotRunnableError
@@ -438,6 +438,17 @@ async def enqueue_scrapejob(
         raise kopf.TemporaryError(
             f"cannot read upstream results or published parsers, database unavailable: {error}",
             delay=settings.database_retry_seconds,
+        ) from error
+    except ApiException as error:
+        if not api_unanswered(error):
+            raise
+        # A Secret, ConfigMap or upstream job could not be read because the API server did
+        # not answer: checked again as soon as a job that cannot run yet would be.
+        metrics.RECONCILE_ERRORS_TOTAL.labels("enqueue").inc()
+        raise kopf.TemporaryError(
+            f"cannot check the job yet, the API server did not answer ({error.status}): "
+            f"{error.reason}",
+            delay=settings.not_ready_retry_seconds,
         ) from error
     except JobNotRunnableError as error:
         if error.permanent:

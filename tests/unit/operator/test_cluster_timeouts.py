@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import kubernetes
 import pytest
-import urllib3
+from kubernetes.client.rest import ApiException
 from scrapeq_operator import cluster as cluster_module
-from scrapeq_operator.cluster import Cluster
+from scrapeq_operator.cluster import Cluster, api_unanswered
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,12 +59,13 @@ async def test_a_call_the_api_server_never_answers_fails_within_its_bound(
     cluster = Cluster(kubernetes.client.ApiClient(configuration))
     try:
         started = time.monotonic()
-        # A read (retried by the client on fresh connections) and a write (never retried).
-        with pytest.raises(urllib3.exceptions.HTTPError, match=r"(?i)timed out"):
+        # A read (retried by the client on fresh connections) and a write (never retried),
+        # each an ApiException of status 0 that says what happened.
+        with pytest.raises(ApiException, match=r"(?i)no answer from the API server.*timed out"):
             await cluster.read_scrapejob("shop", "prices")
         read_seconds = time.monotonic() - started
         started = time.monotonic()
-        with pytest.raises(urllib3.exceptions.HTTPError, match=r"(?i)timed out"):
+        with pytest.raises(ApiException, match=r"(?i)timed out") as unanswered:
             await cluster.patch_scrapejob_status(
                 "shop", "prices", uid="u", resource_version=None, status={"phase": "Running"}
             )
@@ -72,6 +73,43 @@ async def test_a_call_the_api_server_never_answers_fails_within_its_bound(
     finally:
         cluster.close()
 
+    assert unanswered.value.status == 0
+    assert api_unanswered(unanswered.value)
+
     # One second per attempt: the read's four attempts, the write's one.
     assert read_seconds < 10, read_seconds
     assert write_seconds < 5, write_seconds
+
+
+async def test_a_call_to_a_port_nobody_listens_on_is_an_unanswered_api_exception() -> None:
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()
+    configuration = kubernetes.client.Configuration()
+    configuration.host = f"http://127.0.0.1:{port}"
+    cluster = Cluster(kubernetes.client.ApiClient(configuration))
+    try:
+        with pytest.raises(ApiException, match="no answer from the API server") as refused:
+            await cluster.list_queue_policies()
+    finally:
+        cluster.close()
+
+    assert refused.value.status == 0
+    assert api_unanswered(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("status", "unanswered"),
+    [
+        (0, True),
+        (429, True),
+        (500, True),
+        (503, True),
+        (403, False),
+        (404, False),
+        (409, False),
+        (None, False),
+    ],
+)
+def test_which_api_errors_say_try_again_later(status: int | None, unanswered: bool) -> None:
+    assert api_unanswered(ApiException(status=status)) is unanswered
