@@ -123,15 +123,10 @@ def job_ref(body: Mapping[str, Any]) -> JobRef:
 
 
 # How long the sync waits for kopf to mark a new job handled before it writes the job's
-# status anyway (a create handler that queued rows and then failed marks nothing).
+# status anyway (a create handler that queued rows and then failed marks nothing), counted on
+# the operator's clock from the round that first saw the job's rows: the API server's
+# creationTimestamp would make the wait depend on the two clocks agreeing.
 HANDLED_WAIT_SECONDS = 10.0
-
-
-def _young(ref: JobRef, now: datetime) -> bool:
-    """Created less than HANDLED_WAIT_SECONDS ago."""
-    return (
-        ref.created_at is not None and (now - ref.created_at).total_seconds() < HANDLED_WAIT_SECONDS
-    )
 
 
 class JobDirectory(Protocol):
@@ -332,7 +327,8 @@ class StatusSync:
             if counts is None or counts.total == 0:
                 # Not queued yet (the create handler owns the status until then).
                 return 0
-            if not ref.handled and _young(ref, now):
+            rows_seen_at = self._rows_seen_at.setdefault(ref.uid, now)
+            if not ref.handled and (now - rows_seen_at).total_seconds() < HANDLED_WAIT_SECONDS:
                 # kopf marks the object handled in a PATCH of its own right after the create
                 # handler queued the rows: a status patch before it shows would carry a
                 # resourceVersion that PATCH makes stale (409). The next round sees it.
@@ -367,7 +363,7 @@ class StatusSync:
                 created_at=ref.created_at,
                 now=now,
                 min_interval_seconds=self.settings.status_min_interval_seconds,
-                rows_seen_at=self._rows_seen_at.setdefault(ref.uid, now),
+                rows_seen_at=rows_seen_at,
             ):
                 self._retry.add(ref.uid)
                 return 0
