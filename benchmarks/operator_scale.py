@@ -55,6 +55,7 @@ import kubernetes
 import psycopg
 import scrapeq_queue
 import yaml
+from scrapeq_operator.vocabulary import GROUP, PLURAL, VERSION
 
 from scrapeq.local.controlplane import LocalControlPlane
 from scrapeq.local.postgres import LocalPostgres
@@ -70,7 +71,6 @@ REPOSITORY_ROOT = Path(__file__).resolve().parents[1]
 # operator runs against the API it is installed with.
 CRD_PATHS = sorted((REPOSITORY_ROOT / "crds").glob("*.yaml"))
 NAMESPACE = "bench"
-GROUP, VERSION, PLURAL = "scrapeq.io", "v1alpha1", "scrapejobs"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "APPLY"}
 COUNTED_RESOURCES = {"scrapejobs", "events"}
 # The ScrapeJobs of one `kubectl create`, and how many such processes run at once.
