@@ -1,6 +1,6 @@
 """Worker benchmark: pages per second and CPU per page, the worker against simpler loops.
 
-    python -m benchmarks.worker_pages                         # every mode but heavy (~4 min)
+    python -m benchmarks.worker_pages                         # every mode but heavy (~5 min)
     python -m benchmarks.worker_pages --only heavy            # the three heavy modes only
     python -m benchmarks.worker_pages --only steps            # page steps, scroll, Crawlee
     python -m benchmarks.worker_pages --only artifacts        # page artifacts to S3 vs none
@@ -13,6 +13,12 @@ with `--only heavy`, the others only without it):
 - render:            the worker (`Worker`, default settings, burst mode) on N rendered jobs
                      from a real PostgreSQL queue (each job waits for the script's content and
                      extracts three fields);
+- render-without-egress-proxy, render-without-contexts, render-without-robots: the same
+                     with one of the worker's guards off (measurement only; `_guard_off`):
+                     Chromium connecting to sites itself instead of through the worker's egress
+                     proxy, every tab in the browser's default context instead of a context per
+                     ScrapeJob, robots.txt not consulted. Against `render` in the same rounds
+                     they say what each guard costs per page;
 - render-new-tab:    the same with `tab_reuse_pages=1` (a new tab for every job), for reference;
 - static:            the worker on `render: false` jobs of the static page;
 - bare-warm:         a bare pyppeteer loop, one warm browser, the worker's concurrency, reused
@@ -53,23 +59,25 @@ versitygw) and `render-html-in-row` (`keep: [html]` without an object store: the
 row); it prints pages/s of each and PostgreSQL bytes per completed row
 (`pg_column_size(result)`, averaged).
 
-render, bare-warm, static and crawlee run interleaved for --rounds rounds (per-round lines go to
-stderr) and each keeps its best round: the machine this runs on is shared, and the best round
-is the one least disturbed. pages/s = jobs / wall time. CPU ms/page = (user + system CPU of
-this process and of every child process it reaped, i.e. the browsers) / jobs; PostgreSQL's
-and the site's CPU are not counted, and neither is that of Chromium's processes that were not
-reaped through their parent (its renderers are not: the column counts about half of
-Chromium's CPU). machine CPU ms/page = the whole machine's busy CPU time (`/proc/stat`) during
-the mode / jobs: every process, the site's and PostgreSQL's included, and whatever else ran
-then (so it means something on an otherwise quiet machine only). Output: one JSON object per
-mode on its own line, then a table and the goals.
+render, its three render-without-* modes, bare-warm, static and crawlee run interleaved for
+--rounds rounds (per-round lines go to stderr) and each keeps its best round: the machine this
+runs on is shared, and the best round is the one least disturbed. pages/s = jobs / wall time.
+CPU ms/page = (user + system CPU of this process and of every child process it reaped, i.e. the
+browsers) / jobs; PostgreSQL's and the site's CPU are not counted, and neither is that of
+Chromium's processes that were not reaped through their parent (its renderers are not: the
+column counts about half of Chromium's CPU). machine CPU ms/page = the whole machine's busy CPU
+time (`/proc/stat`) during the mode / jobs: every process, the site's and PostgreSQL's
+included, and whatever else ran then (so it means something on an otherwise quiet machine
+only). Output: one JSON object per mode on its own line, then a table and the goals.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import multiprocessing
@@ -78,7 +86,7 @@ import resource
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -86,8 +94,11 @@ import pyppeteer
 import scrapeq_queue as queue
 from psycopg import sql
 from scrapeq_worker.browser import CHROMIUM_FLAGS, find_chromium
+from scrapeq_worker.chromium_process import RunningChromium
+from scrapeq_worker.egress_proxy import EgressProxy, Route, UpstreamProxy
 from scrapeq_worker.network_guard import parse_networks
 from scrapeq_worker.settings import WorkerSettings
+from scrapeq_worker.tab_pool import Context, TabPool
 from scrapeq_worker.worker import Worker
 
 from scrapeq.local.postgres import LocalPostgres
@@ -382,6 +393,70 @@ FULL_CHROMIUM = "/usr/lib/chromium/chromium"
 FULL_CHROMIUM_INSTALLED = os.path.exists(FULL_CHROMIUM)
 
 
+# The guards a rendered page passes, each of which a `render-without-*` mode turns off for the
+# worker of that mode only (measurement only: the worker has no setting that turns off the
+# egress proxy or the per-ScrapeJob contexts, and robots.txt is off only by an explicit flag).
+GUARDS = ("egress-proxy", "contexts", "robots")
+
+
+@contextlib.contextmanager
+def _guard_off(guard: str | None) -> Iterator[None]:
+    """The worker with one guard off while the block runs (patched on the classes, undone after).
+
+    - egress-proxy: Chromium connects to sites itself (every proxy route it is given reads
+      `direct://`); the CDP `Fetch` checks of every request stay.
+    - contexts: every job's tab in the browser's default context (the browser-wide route then
+      lets traffic out) instead of a context and route per ScrapeJob.
+    - robots: `respect_robots_txt=False` (a setting: see `worker_mode`).
+    """
+    patches: list[tuple[Any, str, Any]] = []
+    if guard == "egress-proxy":
+        patches.append((Route, "url", property(lambda _route: "direct://")))
+    elif guard == "contexts":
+        open_route = EgressProxy.open_route
+
+        async def open_open_route(
+            proxy: EgressProxy,
+            *,
+            refuse_all: bool = False,
+            upstreams: Sequence[UpstreamProxy] = (),
+        ) -> Route:
+            return await open_route(proxy, upstreams=upstreams)
+
+        async def default_context(
+            pool: TabPool,
+            chromium: RunningChromium,
+            owner: str | None,
+            *,
+            single_use: bool = False,
+            upstreams: Sequence[UpstreamProxy] = (),
+        ) -> Context:
+            idle = pool._idle.get(chromium, {})
+            for context in reversed(idle):
+                if context.owner == owner:
+                    del idle[context]
+                    return context
+            route = await pool.proxy.open_route(upstreams=upstreams)
+            return Context(
+                chromium.browser._defaultContext, route, owner, chromium, single_use=single_use
+            )
+
+        patches += [
+            (EgressProxy, "open_route", open_open_route),
+            (TabPool, "_take_context", default_context),
+        ]
+    elif guard not in (None, "robots"):
+        raise ValueError(f"no such guard: {guard}")
+    saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
 class Bench:
     def __init__(self, admin_dsn: str, site_port: int, executable: str) -> None:
         self.admin_dsn = admin_dsn
@@ -402,7 +477,14 @@ class Bench:
         return dsn
 
     async def worker_mode(
-        self, mode: str, path: str, pages: int, payload: dict[str, Any], **changes: Any
+        self,
+        mode: str,
+        path: str,
+        pages: int,
+        payload: dict[str, Any],
+        *,
+        guard_off: str | None = None,
+        **changes: Any,
     ) -> Measurement:
         dsn = await self.fresh_database()
         self.last_dsn = dsn
@@ -421,6 +503,8 @@ class Bench:
             # politeness (the pool default of 2 pages per site would cap every mode at 2).
             max_concurrent_per_site=WorkerSettings().concurrency,
         )
+        if guard_off == "robots":
+            changes["respect_robots_txt"] = False
         worker = Worker(dataclasses.replace(settings, **changes), install_signal_handlers=False)
 
         async def run() -> int:
@@ -429,7 +513,8 @@ class Bench:
                 [stats] = await queue.queue_stats(check)
             return pages - stats.completed_total
 
-        return await _measure(mode, pages, run)
+        with _guard_off(guard_off):
+            return await _measure(mode, pages, run)
 
     def _launch(self, executable: str | None = None) -> Awaitable[Any]:
         launched: Awaitable[Any] = pyppeteer.launch(
@@ -579,9 +664,23 @@ def _goals(results: dict[str, Measurement]) -> list[str]:
         f"render vs browser-per-job: {render / rate('browser-per-job'):.1f}x (goal >= 20x)",
     ]
     if "browser-per-job-chromium" in results:
+        # The seed's worker launches pyppeteer's browser, the full Chromium, for every job.
         out.append(
             f"render vs browser-per-job-chromium: "
-            f"{render / rate('browser-per-job-chromium'):.1f}x (the full browser per job)"
+            f"{render / rate('browser-per-job-chromium'):.1f}x (the seed's browser-per-job "
+            "worker; goal >= 30x)"
+        )
+    for guard in GUARDS:
+        without = results.get(f"render-without-{guard}")
+        if without is None:
+            continue
+        cost = (
+            results["render"].machine_cpu_seconds / results["render"].pages
+            - without.machine_cpu_seconds / without.pages
+        ) * 1000
+        out.append(
+            f"{guard}: render at {render / rate(without.mode) * 100:.0f}% of the pages/s "
+            f"without it; it costs {cost:.1f} ms of the machine's CPU per page"
         )
     out += [
         f"render vs bare-warm: {render / rate('bare-warm') * 100:.0f}% (goal >= 80%)",
@@ -629,6 +728,15 @@ async def _main(arguments: argparse.Namespace) -> int:
                 "static", "/static", max(200, int(STATIC_PAGES * scale)), PAYLOAD_STATIC
             ),
         }
+        for guard in GUARDS:
+            repeated[f"render-without-{guard}"] = functools.partial(
+                bench.worker_mode,
+                f"render-without-{guard}",
+                "/js",
+                arguments.pages,
+                PAYLOAD_RENDER,
+                guard_off=guard,
+            )
         once: dict[str, Callable[[], Awaitable[Measurement]]] = {
             "render-new-tab": lambda: bench.worker_mode(
                 "render-new-tab", "/js", new_tab_pages, PAYLOAD_RENDER, tab_reuse_pages=1
@@ -660,6 +768,7 @@ async def _main(arguments: argparse.Namespace) -> int:
             best[mode] = await step()
         order = [
             "render",
+            *(f"render-without-{guard}" for guard in GUARDS),
             "render-new-tab",
             "static",
             "bare-warm",
