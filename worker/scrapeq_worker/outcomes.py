@@ -18,11 +18,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from scrapeq_queue import ClaimedJob, Completion, FollowUrl, PageWrite
 
-from .background import OnEnd
+from .background import OnEnd, wait_for_event
 from .errors import PageBlocked, PermanentFailure, RetryLater
 from .following import followed_rows
 from .http_status import SERVER_ERROR_REASONS
@@ -35,6 +35,13 @@ logger = logging.getLogger(__name__)
 # A completion waiting to be written and the future its job waits on.
 _Waiting = tuple[Completion, "asyncio.Future[bool | None]"]
 COMPLETION_WRITER = "worker-completions"
+# Group commit: a batch of fewer than COMPLETION_LINGER_BELOW completions waits this long for
+# more before it is written (less, once that many wait). A completion statement costs
+# PostgreSQL about the same for one row as for several, and rows that end fast (a 304, a static
+# page) end a few per millisecond: the wait makes their batches larger, and their statements
+# and commits fewer, for at most 2 ms more on a job (docs/worker.md, "How a worker runs").
+COMPLETION_LINGER_SECONDS: Final = 0.002
+COMPLETION_LINGER_BELOW: Final = 8
 
 
 def _owner(job: ClaimedJob) -> str | None:
@@ -78,6 +85,8 @@ class OutcomeReporter:
         self._on_writer_end = on_writer_end
         self._completions: list[_Waiting] = []
         self._writer: asyncio.Task[None] | None = None
+        # Set once COMPLETION_LINGER_BELOW completions wait: the writer's wait ends at once.
+        self._batch_full = asyncio.Event()
 
     async def succeeded(self, job: ClaimedJob, scraped: ScrapeResult, duration: float) -> None:
         if not self._still_ours(job):
@@ -227,6 +236,8 @@ class OutcomeReporter:
         # Seen even when the waiting job was cancelled meanwhile (its wait is shielded).
         future.add_done_callback(_retrieve_exception)
         self._completions.append((completion, future))
+        if len(self._completions) >= COMPLETION_LINGER_BELOW:
+            self._batch_full.set()
         if self._writer is None or self._writer.done():
             self._writer = asyncio.create_task(self._write_completions(), name=COMPLETION_WRITER)
             self._writer.add_done_callback(self._writer_ended)
@@ -241,6 +252,9 @@ class OutcomeReporter:
         batch: list[_Waiting] = []
         try:
             while self._completions:
+                if len(self._completions) < COMPLETION_LINGER_BELOW:
+                    self._batch_full.clear()
+                    await wait_for_event(self._batch_full, COMPLETION_LINGER_SECONDS)
                 batch, self._completions = self._completions, []
                 await self._write_batch(batch)
         except BaseException as error:

@@ -148,9 +148,12 @@ class WorkerSettings:
         parse=parse_positive_int,
         help="Jobs (pages) worked on at once.",
     )
-    # A small look-ahead spreads a burst of jobs over many workers instead of one pod hoarding it.
+    # A look-ahead of one concurrency's worth: rows that end in milliseconds (a 304, a static
+    # page) are claimed 8 to 16 at a time, a claim statement each, instead of 4 to 12, and a
+    # burst of slow pages still spreads over many workers (a pod holds at most 16 rows, 8 of
+    # them waiting about one page's time). docs/benchmarks.md, "Larger claims and completions".
     batch_size: int = option(
-        4,
+        8,
         flag="--batch-size",
         env="SCRAPEQ_BATCH_SIZE",
         parse=parse_positive_int,

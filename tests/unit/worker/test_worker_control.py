@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from scrapeq_queue import ClaimedJob, PageMemory
+from scrapeq_worker import outcomes as outcomes_module
 from scrapeq_worker import parser_publication as publication_module
 from scrapeq_worker import worker as worker_module
 from scrapeq_worker.errors import BrowserUnavailable, PermanentFailure, RetryLater
@@ -293,6 +294,67 @@ async def test_a_lost_lease_cancels_its_job_and_writes_no_outcome() -> None:
 
     assert harness.queue.rows[lost].outcomes == []
     assert harness.queue.status(lost) == "cancelled"
+
+
+def statement_sizes(harness: Harness) -> list[int]:
+    """The number of completions in each completion statement the worker sends from now on."""
+    sizes: list[int] = []
+    original = harness.queue.complete_many
+
+    async def complete_many(completions: Any) -> set[int]:
+        sizes.append(len(completions))
+        return await original(completions)
+
+    harness.queue.complete_many = complete_many  # type: ignore[method-assign]
+    return sizes
+
+
+async def test_an_outcome_that_ends_while_a_small_batch_waits_joins_its_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A wait long enough that the second page surely ends within it, however busy the machine.
+    monkeypatch.setattr(outcomes_module, "COMPLETION_LINGER_SECONDS", 2.0)
+    harness = Harness(concurrency=2, batch_size=2)
+    harness.enqueue("first", "second")
+    gates = {name: harness.pages.hold(harness.url(name)) for name in ("first", "second")}
+    sizes = statement_sizes(harness)
+    async with harness.running() as run:
+        await settle(harness.pages.start_of(harness.url("second")).wait())
+        gates["first"].set()
+        await eventually(
+            lambda: len(harness.worker.outcomes._completions) == 1,
+            within=WITHIN_SECONDS,
+            what="the first outcome waiting for its statement",
+        )
+        assert sizes == []
+        gates["second"].set()
+        assert await settle(run) == 0
+    assert sizes == [2]
+    assert all(row.status == "completed" for row in harness.queue.rows.values())
+
+
+async def test_a_full_batch_of_outcomes_is_written_without_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A wait the test would time out in: a batch of COMPLETION_LINGER_BELOW must not wait.
+    monkeypatch.setattr(outcomes_module, "COMPLETION_LINGER_SECONDS", 60.0)
+    monkeypatch.setattr(outcomes_module, "COMPLETION_LINGER_BELOW", 2)
+    harness = Harness(concurrency=2, batch_size=2)
+    harness.enqueue("first", "second")
+    gates = {name: harness.pages.hold(harness.url(name)) for name in ("first", "second")}
+    sizes = statement_sizes(harness)
+    async with harness.running() as run:
+        await settle(harness.pages.start_of(harness.url("second")).wait())
+        gates["first"].set()
+        await eventually(
+            lambda: len(harness.worker.outcomes._completions) == 1,
+            within=WITHIN_SECONDS,
+            what="the first outcome waiting for its statement",
+        )
+        # The second outcome fills the batch: the writer stops waiting at once.
+        gates["second"].set()
+        assert await settle(run) == 0
+    assert sizes == [2]
 
 
 async def test_an_outcome_is_written_through_a_database_outage_and_readiness_says_so() -> None:
