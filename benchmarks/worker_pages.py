@@ -427,15 +427,9 @@ def _guard_off(guard: str | None) -> Iterator[None]:
             pool: TabPool,
             chromium: RunningChromium,
             owner: str | None,
-            *,
-            single_use: bool = False,
-            upstreams: Sequence[UpstreamProxy] = (),
+            single_use: bool,
+            upstreams: Sequence[UpstreamProxy],
         ) -> Context:
-            idle = pool._idle.get(chromium, {})
-            for context in reversed(idle):
-                if context.owner == owner:
-                    del idle[context]
-                    return context
             route = await pool.proxy.open_route(upstreams=upstreams)
             return Context(
                 chromium.browser._defaultContext, route, owner, chromium, single_use=single_use
@@ -443,7 +437,7 @@ def _guard_off(guard: str | None) -> Iterator[None]:
 
         patches += [
             (EgressProxy, "open_route", open_open_route),
-            (TabPool, "_take_context", default_context),
+            (TabPool, "_open_context", default_context),
         ]
     elif guard not in (None, "robots"):
         raise ValueError(f"no such guard: {guard}")

@@ -149,6 +149,16 @@ class TabPool:
                 if context.owner == owner:
                     del idle[context]
                     return context
+        return await self._open_context(chromium, owner, single_use, upstreams)
+
+    async def _open_context(
+        self,
+        chromium: RunningChromium,
+        owner: str | None,
+        single_use: bool,
+        upstreams: Sequence[UpstreamProxy],
+    ) -> Context:
+        """A new browser context of `owner` with a proxy route of its own."""
         route = await self.proxy.open_route(upstreams=upstreams)
         try:
             answer = await self._operation(

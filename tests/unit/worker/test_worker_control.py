@@ -309,6 +309,23 @@ def statement_sizes(harness: Harness) -> list[int]:
     return sizes
 
 
+async def first_of_two_outcomes_waiting(
+    harness: Harness,
+) -> tuple[dict[str, asyncio.Event], list[int]]:
+    """With the worker running on two held pages: the first page ended, its outcome waiting
+    for its statement, the second still held. Returns the gates and the statement sizes."""
+    gates = {name: harness.pages.hold(harness.url(name)) for name in ("first", "second")}
+    sizes = statement_sizes(harness)
+    await settle(harness.pages.start_of(harness.url("second")).wait())
+    gates["first"].set()
+    await eventually(
+        lambda: len(harness.worker.outcomes._completions) == 1,
+        within=WITHIN_SECONDS,
+        what="the first outcome waiting for its statement",
+    )
+    return gates, sizes
+
+
 async def test_an_outcome_that_ends_while_a_small_batch_waits_joins_its_statement(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -316,16 +333,8 @@ async def test_an_outcome_that_ends_while_a_small_batch_waits_joins_its_statemen
     monkeypatch.setattr(outcomes_module, "COMPLETION_LINGER_SECONDS", 2.0)
     harness = Harness(concurrency=2, batch_size=2)
     harness.enqueue("first", "second")
-    gates = {name: harness.pages.hold(harness.url(name)) for name in ("first", "second")}
-    sizes = statement_sizes(harness)
     async with harness.running() as run:
-        await settle(harness.pages.start_of(harness.url("second")).wait())
-        gates["first"].set()
-        await eventually(
-            lambda: len(harness.worker.outcomes._completions) == 1,
-            within=WITHIN_SECONDS,
-            what="the first outcome waiting for its statement",
-        )
+        gates, sizes = await first_of_two_outcomes_waiting(harness)
         assert sizes == []
         gates["second"].set()
         assert await settle(run) == 0
@@ -341,16 +350,8 @@ async def test_a_full_batch_of_outcomes_is_written_without_waiting(
     monkeypatch.setattr(outcomes_module, "COMPLETION_LINGER_BELOW", 2)
     harness = Harness(concurrency=2, batch_size=2)
     harness.enqueue("first", "second")
-    gates = {name: harness.pages.hold(harness.url(name)) for name in ("first", "second")}
-    sizes = statement_sizes(harness)
     async with harness.running() as run:
-        await settle(harness.pages.start_of(harness.url("second")).wait())
-        gates["first"].set()
-        await eventually(
-            lambda: len(harness.worker.outcomes._completions) == 1,
-            within=WITHIN_SECONDS,
-            what="the first outcome waiting for its statement",
-        )
+        gates, sizes = await first_of_two_outcomes_waiting(harness)
         # The second outcome fills the batch: the writer stops waiting at once.
         gates["second"].set()
         assert await settle(run) == 0
