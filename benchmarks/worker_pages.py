@@ -50,6 +50,16 @@ each); `--heavy-pages` sets their size.
 - steps-three:       the same pages with three steps before extraction: wait for the button,
                      click it and wait for the price, hover a tag;
 - crawlee-steps:     Crawlee's PlaywrightCrawler doing the same three things on the same pages;
+- crawlee-steps-none: Crawlee on the same pages without the steps (wait for the content, read
+                     it): Crawlee's own ratio of three steps to none, beside the worker's;
+- bare-steps-none:   pyppeteer alone (no queue, no guard, the worker's concurrency, one tab
+                     each): load the page, wait for the content and read it;
+- bare-steps-inputs: the same, with the three steps' trusted input reduced to what any
+                     implementation must send: mouse move, press and release on the button
+                     and a mouse move onto a tag, at points measured once before the run (no
+                     element lookups, no per-step checks), then wait for the price and read.
+                     Its ratio to bare-steps-none is the floor that Chromium's handling of
+                     trusted input (a frame per input) sets on this machine;
 - scroll-1000:       one job that scrolls an infinite list (20 items appended by script per
                      fetch, on scroll) until 1,000 items match, then extracts them as items:
                      its wall time and CPU (the worker's and Chromium's), --rounds times.
@@ -283,6 +293,34 @@ def _heavy_asset_bodies() -> dict[str, bytes]:
 
 
 # What the bare loops run in the page: the same wait-then-extract work as the worker's script.
+# The steps page read without its price (the price shows only after a click); a page that
+# never shows what the script waits for fails after 10 s.
+BARE_SCRIPT_NO_PRICE = """async () => {
+  const until = Date.now() + 10000;
+  while (!document.querySelector('button.reveal')) {
+    if (Date.now() > until) throw new Error('no button.reveal');
+    await new Promise(r => setTimeout(r, 5));
+  }
+  return {name: document.querySelector('h1.name').textContent,
+          tags: Array.from(document.querySelectorAll('li.tag')).map(n => n.textContent)};
+}"""
+# The steps page read once its price is there.
+BARE_SCRIPT_PRICE = """async () => {
+  const until = Date.now() + 10000;
+  while (!document.querySelector('.price')) {
+    if (Date.now() > until) throw new Error('no .price');
+    await new Promise(r => setTimeout(r, 5));
+  }
+  return {name: document.querySelector('h1.name').textContent,
+          price: document.querySelector('.price').textContent,
+          tags: Array.from(document.querySelectorAll('li.tag')).map(n => n.textContent)};
+}"""
+# The centre of the first match of a selector, in CSS pixels of the viewport.
+CENTRE_SCRIPT = """(selector) => {
+  const r = document.querySelector(selector).getBoundingClientRect();
+  return [r.left + r.width / 2, r.top + r.height / 2];
+}"""
+
 BARE_SCRIPT = """async () => {
   while (!document.querySelector('h1.name')) await new Promise(r => setTimeout(r, 5));
   return {name: document.querySelector('h1.name').textContent,
@@ -555,8 +593,68 @@ class Bench:
 
         return await _measure(mode, pages, run)
 
+    async def bare_steps(
+        self, mode: str, pages: int, concurrency: int, *, inputs: bool
+    ) -> Measurement:
+        """pyppeteer alone on the steps pages: read them as they load (`inputs` False), or send
+        the three steps' trusted input events first, at points measured once before the run,
+        and read them with their price (see the module's docstring)."""
+        todo = list(range(pages))
+        failed = 0
+
+        async def mouse(page: Any, kind: str, point: list[float], **extra: Any) -> None:
+            await page._client.send(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": point[0], "y": point[1], "modifiers": 0, **extra},
+            )
+
+        async def slot(browser: Any, button: list[float], tag: list[float]) -> None:
+            nonlocal failed
+            page = await browser.newPage()
+            while todo:
+                n = todo.pop()
+                try:
+                    await page.goto(f"{self.base}/steps/{n}")
+                    if not inputs:
+                        await page.evaluate(BARE_SCRIPT_NO_PRICE)
+                        continue
+                    await page.evaluate(BARE_SCRIPT_NO_PRICE)
+                    await asyncio.gather(
+                        mouse(page, "mouseMoved", button),
+                        mouse(page, "mousePressed", button, button="left", clickCount=1),
+                        mouse(page, "mouseReleased", button, button="left", clickCount=1),
+                    )
+                    await mouse(page, "mouseMoved", tag)
+                    await page.evaluate(BARE_SCRIPT_PRICE)
+                except Exception:
+                    failed += 1
+
+        async def run() -> int:
+            browser = await self._launch()
+            try:
+                # Every steps page has the same layout: the points of the first serve all.
+                page = await browser.newPage()
+                await page.goto(f"{self.base}/steps/0")
+                await page.evaluate(BARE_SCRIPT_NO_PRICE)
+                button = await page.evaluate(CENTRE_SCRIPT, "button.reveal")
+                tag = await page.evaluate(CENTRE_SCRIPT, "li.tag")
+                await page.close()
+                await asyncio.gather(*(slot(browser, button, tag) for _ in range(concurrency)))
+            finally:
+                await browser.close()
+            return failed
+
+        return await _measure(mode, pages, run)
+
     async def crawlee(
-        self, mode: str, pages: int, concurrency: int, *, path: str = "/js", steps: bool = False
+        self,
+        mode: str,
+        pages: int,
+        concurrency: int,
+        *,
+        path: str = "/js",
+        steps: bool = False,
+        script: str = BARE_SCRIPT,
     ) -> Measurement:
         """Crawlee's PlaywrightCrawler (PyPI `crawlee`) on the same pages, with the same
         Chromium binary, the worker's concurrency, and the same wait and fields: a peer that
@@ -604,7 +702,7 @@ class Bench:
                     await page.click("button.reveal")
                     await page.wait_for_selector(".price", state="visible")
                     await page.hover("li.tag")
-                extracted.append(await page.evaluate(BARE_SCRIPT))
+                extracted.append(await page.evaluate(script))
 
             # URLs of their own per run: Crawlee skips a URL its request queue has handled.
             run_id = uuid.uuid4().hex
@@ -827,10 +925,19 @@ async def _steps(bench: Bench, arguments: argparse.Namespace) -> int:
         "steps-three": lambda: bench.worker_mode(
             "steps-three", "/steps", pages, PAYLOAD_STEPS_THREE
         ),
+        "bare-steps-none": lambda: bench.bare_steps(
+            "bare-steps-none", pages, concurrency, inputs=False
+        ),
+        "bare-steps-inputs": lambda: bench.bare_steps(
+            "bare-steps-inputs", pages, concurrency, inputs=True
+        ),
     }
     if _crawlee_installed():
         repeated["crawlee-steps"] = lambda: bench.crawlee(
             "crawlee-steps", pages, concurrency, path="/steps", steps=True
+        )
+        repeated["crawlee-steps-none"] = lambda: bench.crawlee(
+            "crawlee-steps-none", pages, concurrency, path="/steps", script=BARE_SCRIPT_NO_PRICE
         )
     best = await _best_rounds(repeated, arguments.rounds)
     scrolls: list[tuple[Measurement, int]] = []
@@ -857,7 +964,20 @@ async def _steps(bench: Bench, arguments: argparse.Namespace) -> int:
         f"the three steps cost {added / pages * 1000:.1f} ms of the machine's CPU per page "
         f"({best['steps-none'].machine_cpu_seconds / pages * 1000:.1f} without them)"
     )
+    floor = best["bare-steps-inputs"].rate / best["bare-steps-none"].rate
+    floor_cost = (
+        best["bare-steps-inputs"].machine_cpu_seconds - best["bare-steps-none"].machine_cpu_seconds
+    )
+    print(
+        f"the three steps' trusted input alone (pyppeteer, no lookups): {floor * 100:.0f}% of the "
+        f"pages/s, {floor_cost / pages * 1000:.1f} ms of the machine's CPU per page"
+    )
     if "crawlee-steps" in best:
+        print(
+            "Crawlee, three steps vs none: "
+            f"{best['crawlee-steps'].rate / best['crawlee-steps-none'].rate * 100:.0f}% of the "
+            "pages/s"
+        )
         print(
             "three steps, scrapeq vs Crawlee: "
             f"{best['steps-three'].rate / best['crawlee-steps'].rate:.2f}x the pages/s, "
