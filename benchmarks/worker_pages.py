@@ -293,6 +293,13 @@ def _heavy_asset_bodies() -> dict[str, bytes]:
 
 
 # What the bare loops run in the page: the same wait-then-extract work as the worker's script.
+BARE_SCRIPT = """async () => {
+  while (!document.querySelector('h1.name')) await new Promise(r => setTimeout(r, 5));
+  return {name: document.querySelector('h1.name').textContent,
+          price: document.querySelector('.price').textContent,
+          tags: Array.from(document.querySelectorAll('li.tag')).map(n => n.textContent)};
+}"""
+
 # The steps page read without its price (the price shows only after a click); a page that
 # never shows what the script waits for fails after 10 s.
 BARE_SCRIPT_NO_PRICE = """async () => {
@@ -319,13 +326,6 @@ BARE_SCRIPT_PRICE = """async () => {
 CENTRE_SCRIPT = """(selector) => {
   const r = document.querySelector(selector).getBoundingClientRect();
   return [r.left + r.width / 2, r.top + r.height / 2];
-}"""
-
-BARE_SCRIPT = """async () => {
-  while (!document.querySelector('h1.name')) await new Promise(r => setTimeout(r, 5));
-  return {name: document.querySelector('h1.name').textContent,
-          price: document.querySelector('.price').textContent,
-          tags: Array.from(document.querySelectorAll('li.tag')).map(n => n.textContent)};
 }"""
 
 
@@ -615,17 +615,15 @@ class Bench:
                 n = todo.pop()
                 try:
                     await page.goto(f"{self.base}/steps/{n}")
-                    if not inputs:
-                        await page.evaluate(BARE_SCRIPT_NO_PRICE)
-                        continue
                     await page.evaluate(BARE_SCRIPT_NO_PRICE)
-                    await asyncio.gather(
-                        mouse(page, "mouseMoved", button),
-                        mouse(page, "mousePressed", button, button="left", clickCount=1),
-                        mouse(page, "mouseReleased", button, button="left", clickCount=1),
-                    )
-                    await mouse(page, "mouseMoved", tag)
-                    await page.evaluate(BARE_SCRIPT_PRICE)
+                    if inputs:
+                        await asyncio.gather(
+                            mouse(page, "mouseMoved", button),
+                            mouse(page, "mousePressed", button, button="left", clickCount=1),
+                            mouse(page, "mouseReleased", button, button="left", clickCount=1),
+                        )
+                        await mouse(page, "mouseMoved", tag)
+                        await page.evaluate(BARE_SCRIPT_PRICE)
                 except Exception:
                     failed += 1
 
