@@ -163,8 +163,9 @@ class Cluster:
         uid: str,
         resource_version: str | None,
         status: dict[str, Any],
-    ) -> None:
-        """Merge-patch the status subresource of one ScrapeJob.
+    ) -> str | None:
+        """Merge-patch the status subresource of one ScrapeJob; return the resourceVersion
+        the patch gave it.
 
         The uid (and resourceVersion when given) in the body are preconditions: a ScrapeJob
         re-created under the same name, or changed since it was read, gives a 409 Conflict
@@ -174,7 +175,7 @@ class Cluster:
         if resource_version:
             metadata["resourceVersion"] = resource_version
         body = {"metadata": metadata, "status": status}
-        await self._call(
+        patched = await self._call(
             self._custom.patch_namespaced_custom_object_status,
             GROUP,
             VERSION,
@@ -183,6 +184,8 @@ class Cluster:
             name,
             body,
         )
+        version = (patched or {}).get("metadata", {}).get("resourceVersion")
+        return str(version) if version else None
 
     async def read_scrapejob(self, namespace: str, name: str) -> dict[str, Any] | None:
         """One ScrapeJob as the API server returns it, or None when it does not exist."""

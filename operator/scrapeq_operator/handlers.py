@@ -527,6 +527,8 @@ async def enqueue_scrapejob(
     # alone.
     if first_url(spec) is None and urls:
         patch.status["firstURL"] = urls[0]
+    if not patch.status:
+        runtime.created_without_status.add(uid)
 
 
 async def _queue_policies(

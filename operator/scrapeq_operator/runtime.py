@@ -66,6 +66,12 @@ class OperatorRuntime:
         # Queues with due rows that no worker pool serves, as the autoscaler last saw them
         # (queue_coverage.py); the status sync marks their ScrapeJobs Stalled.
         self.unserved_queues: frozenset[str] = frozenset()
+        # ScrapeJobs whose create handler queued their rows and left their status alone, until
+        # the status sync sees kopf's mark on them: kopf's PATCH marking one handled changes no
+        # status, so the sync may write its first status without waiting for that PATCH
+        # (status_sync.StatusSync._plan). Lost with the process: the sync then waits, as for
+        # any job whose create handler it did not see.
+        self.created_without_status: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
 
     async def open(self) -> None:

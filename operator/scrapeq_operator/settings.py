@@ -274,20 +274,22 @@ class OperatorSettings:
         parse=parse_float,
         help="Least time between status writes of an unfinished job, from its rows' arrival.",
     )
-    # At most this many ScrapeJobs are read and patched per round, so a 100k-row burst cannot
-    # flood the API server; the rest follow in the next round.
+    # The progress of at most this many ScrapeJobs is read per query, so that a round over
+    # thousands of jobs holds a connection for short reads only.
     status_batch_size: int = option(
         200,
         env=_env("status_batch_size"),
         parse=parse_int,
-        help="Jobs read and patched per batch.",
+        help="Jobs whose progress one query reads.",
     )
-    # Concurrent status PATCH requests in one round (each waits on the API server, not on us).
+    # Status PATCH requests on the wire at once (each waits on the API server, not on us), the
+    # same bound however many rounds queued them: it keeps a burst of finished jobs from
+    # flooding the API server.
     status_patch_concurrency: int = option(
         16,
         env=_env("status_patch_concurrency"),
         parse=parse_int,
-        help="Concurrent status PATCHes.",
+        help="Concurrent status PATCHes (finished jobs first).",
     )
     # The autoscaler's loop period; the goal is a reaction under 5 s (KEDA polls every 30 s).
     autoscaler_interval_seconds: float = option(

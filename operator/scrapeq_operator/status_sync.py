@@ -4,8 +4,9 @@ Not a timer or daemon per ScrapeJob: one loop for the whole operator. It wakes w
 NOTIFYs (new rows) and polls the owners whose rows changed since its last look (a cheap query on
 a partial index), plus a full sweep of every unfinished ScrapeJob now and then to repair what
 anything else missed. For each candidate it computes the status (job_status.build_status) and
-PATCHes only the keys that differ from what the object already shows, in bounded batches with
-bounded concurrency.
+PATCHes only the keys that differ from what the object already shows. The PATCHes run in the
+background with bounded concurrency, oldest finished job first, while the next rounds look for
+more: a job that finishes during a long round waits for a free PATCH slot, not for the round.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -122,6 +124,67 @@ def job_ref(body: Mapping[str, Any]) -> JobRef:
     )
 
 
+_RESOURCE_VERSION = re.compile(r"[1-9][0-9]*")
+
+
+def compare_resource_versions(first: str, second: str) -> int | None:
+    """-1, 0 or 1 as the resourceVersion `first` of an object is older than, the same as or
+    newer than `second`; None when either is not a positive integer without leading zeros.
+
+    Kubernetes guarantees since 1.35 that an object's resource versions compare this way
+    (KEP-5504, "Comparable Resource Version"); earlier kube-apiservers issue etcd revisions,
+    which do too. Anything else (a different storage) is only ever compared for equality."""
+    if not (_RESOURCE_VERSION.fullmatch(first) and _RESOURCE_VERSION.fullmatch(second)):
+        return None
+    if len(first) != len(second):
+        return -1 if len(first) < len(second) else 1
+    return (first > second) - (first < second)
+
+
+@dataclass(frozen=True, slots=True)
+class _Patched:
+    """The sync's last status PATCH of a job, until the watch shows it."""
+
+    # The resourceVersion the patch was computed from, and the one it gave the object.
+    from_version: str
+    to_version: str | None
+
+    def shown_in(self, ref: JobRef) -> bool:
+        """Whether `ref` (the watch's latest copy) already includes the patch."""
+        if self.to_version is not None:
+            order = compare_resource_versions(ref.resource_version, self.to_version)
+            if order is not None:
+                return order >= 0
+            if ref.resource_version == self.to_version:
+                return True
+        # Versions that do not compare: any copy newer than the one patched from.
+        return ref.resource_version != self.from_version
+
+
+@dataclass(frozen=True, slots=True)
+class _StatusPatch:
+    """One status PATCH a round decided on, run in the background by StatusSync._send."""
+
+    ref: JobRef
+    counts: Any
+    previous: dict[str, Any]
+    wanted: dict[str, Any]
+    changes: dict[str, Any]
+    # The precondition: None for a new job's first status, written without waiting for kopf's
+    # mark (see StatusSync._plan).
+    resource_version: str | None
+    now: datetime
+
+    @property
+    def terminal(self) -> bool:
+        return Phase(self.wanted["phase"]).terminal
+
+    def sort_key(self) -> tuple[bool, datetime]:
+        """Finished jobs first, the longest finished first; then the others as found."""
+        finished_at = self.counts.last_finished_at if self.terminal else None
+        return (not self.terminal, finished_at or self.now)
+
+
 # How long the sync waits for kopf to mark a new job handled before it writes the job's
 # status anyway (a create handler that queued rows and then failed marks nothing), counted on
 # the operator's clock from the round that first saw the job's rows: the API server's
@@ -178,10 +241,13 @@ class StatusSync:
         self._next_sweep = 0.0
         # Owners whose patch must be retried (conflict, API error) in the next round.
         self._retry: set[str] = set()
-        # uid -> the resourceVersion we last patched from. While the watch has not delivered
-        # our own patch yet, the index still shows that version: wait instead of patching
-        # again from stale data (which could only end in a 409).
-        self._patched_from: dict[str, str] = {}
+        # uid -> our last patch of it. While the watch has not delivered that patch, the
+        # index shows an older copy: wait instead of patching again from stale data (which
+        # could only end in a 409 or a second write of the same status).
+        self._patched: dict[str, _Patched] = {}
+        # uid -> its PATCH, queued for a slot or on the wire; rounds pass over these jobs.
+        self._in_flight: dict[str, asyncio.Task[int]] = {}
+        self._patch_slots = asyncio.Semaphore(settings.status_patch_concurrency)
         # uid -> when an owner with changed rows was first missing from the index.
         self._unknown: dict[str, float] = {}
         # uid -> when its status was last patched (unfinished jobs only), for patch_due.
@@ -214,7 +280,7 @@ class StatusSync:
                     listener.result()
                     raise RuntimeError("the status sync's LISTEN task ended")
                 try:
-                    await self.sync_round()
+                    await self.sync_round(wait=False)
                 except asyncio.CancelledError:
                     raise
                 except DatabaseUnavailable as error:
@@ -232,17 +298,24 @@ class StatusSync:
                     self._wake.clear()
         finally:
             listener.cancel()
+            patches = list(self._in_flight.values())
+            for task in patches:
+                task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await listener
+            await asyncio.gather(*patches, return_exceptions=True)
 
     def _sweep_due(self) -> bool:
         return time.monotonic() >= self._next_sweep
 
-    async def sync_round(self) -> int:
-        """One pass: find candidates, read their progress, patch what changed; return patches.
+    async def sync_round(self, *, wait: bool = True) -> int:
+        """One pass: find candidates, read their progress, send a PATCH of what changed.
 
-        The database connection is held only while reading, never during API calls. If the
-        round fails, its candidates are kept for the next one and the watermark stays put.
+        With `wait` it returns once its PATCHes are done, with how many were applied; the
+        loop (`run`) does not wait, so that the next rounds go on finding finished jobs while
+        the API server answers, and gets how many PATCHes the round sent. The database
+        connection is held only while reading, never during API calls. If the round fails,
+        its candidates are kept for the next one and the watermark stays put.
         """
         candidates = set(self._retry)
         self._retry.clear()
@@ -272,22 +345,41 @@ class StatusSync:
                 ref = self.directory.get(uid)
                 if ref is None:
                     self._remember_unknown(uid)
+                elif uid in self._in_flight:
+                    # Looked at again once its PATCH is done.
+                    self._retry.add(uid)
                 elif not ref.deleting:
                     self._unknown.pop(uid, None)
                     refs.append(ref)
-            patched = 0
             started = time.monotonic()
+            planned: list[_StatusPatch] = []
             for start in range(0, len(refs), self.settings.status_batch_size):
                 batch = refs[start : start + self.settings.status_batch_size]
                 async with self.runtime.connection() as connection:
                     progress = await inspection.owner_progress(
                         connection, [ref.uid for ref in batch]
                     )
-                patched += await self._patch_batch(batch, progress)
+                now_utc = datetime.now(UTC)
+                for ref in batch:
+                    patch = self._plan(ref, progress.get(ref.uid), now_utc)
+                    if patch is not None:
+                        planned.append(patch)
         except BaseException:
             self._retry.update(candidates)
             raise
         self._watermark = now
+        planned.sort(key=_StatusPatch.sort_key)
+        sent = [self._dispatch(patch) for patch in planned]
+        if not wait:
+            if sent:
+                logger.info(
+                    "status sync: %d status PATCHes for %d ScrapeJobs looked at (%d in flight)",
+                    len(sent),
+                    len(refs),
+                    len(self._in_flight),
+                )
+            return len(sent)
+        patched = sum(await asyncio.gather(*sent))
         if patched:
             logger.info(
                 "status sync: patched %d of %d ScrapeJobs in %.2f s",
@@ -297,16 +389,29 @@ class StatusSync:
             )
         return patched
 
+    def _dispatch(self, patch: _StatusPatch) -> asyncio.Task[int]:
+        """Run `patch` in the background, in the order of the calls (the slots are FIFO)."""
+        uid = patch.ref.uid
+        task = asyncio.create_task(self._send(patch), name=f"status-patch-{uid}")
+        self._in_flight[uid] = task
+        task.add_done_callback(lambda _: self._in_flight.pop(uid, None))
+        return task
+
     def _forget_delivered_patches(self) -> None:
         """Drop the patch memory of jobs that are gone or whose patch the watch delivered
         (finished and deleted jobs are not looked at again, so nothing else would drop it)."""
-        for uid, resource_version in list(self._patched_from.items()):
+        for uid, patched in list(self._patched.items()):
             ref = self.directory.get(uid)
-            if ref is None or ref.resource_version != resource_version:
-                del self._patched_from[uid]
+            if ref is None or patched.shown_in(ref):
+                del self._patched[uid]
         for memory in (self._last_patch_at, self._rows_seen_at):
             for uid in [uid for uid in memory if self.directory.get(uid) is None]:
                 del memory[uid]
+        created = self.runtime.created_without_status
+        for uid in list(created):
+            ref = self.directory.get(uid)
+            if ref is None or ref.handled:
+                created.discard(uid)
 
     def _remember_unknown(self, uid: str) -> None:
         """Retry an owner the index does not know for a while: right after a start the watch
@@ -318,107 +423,143 @@ class StatusSync:
         else:
             self._unknown.pop(uid, None)
 
-    async def _patch_batch(self, refs: list[JobRef], progress: Mapping[str, Any]) -> int:
-        limit = asyncio.Semaphore(self.settings.status_patch_concurrency)
-        now = datetime.now(UTC)
+    def _plan(self, ref: JobRef, counts: Any, now: datetime) -> _StatusPatch | None:
+        """The status PATCH `ref` needs now, or None (then the job is looked at again when
+        its rows change, in the next round if it waits for something, or at the sweep)."""
+        if counts is None or counts.total == 0:
+            # Not queued yet (the create handler owns the status until then).
+            return None
+        rows_seen_at = self._rows_seen_at.setdefault(ref.uid, now)
+        resource_version: str | None = ref.resource_version
+        if ref.handled:
+            self.runtime.created_without_status.discard(ref.uid)
+        elif ref.uid in self.runtime.created_without_status:
+            # kopf is about to PATCH its handled mark, which changes the resourceVersion and
+            # nothing in the status: written without the version as precondition, the first
+            # status need not wait for that PATCH, and cannot be refused because of it. The
+            # merge patch names only the sync's keys, and nothing else writes them before it.
+            resource_version = None
+        elif (now - rows_seen_at).total_seconds() < HANDLED_WAIT_SECONDS:
+            # kopf marks the object handled in a PATCH of its own right after the create
+            # handler queued the rows: a status patch before it shows would carry a
+            # resourceVersion that PATCH makes stale (409). The next round sees it.
+            self._retry.add(ref.uid)
+            return None
+        patched = self._patched.get(ref.uid)
+        if patched is not None:
+            if not patched.shown_in(ref):
+                self._retry.add(ref.uid)
+                return None
+            # The watch has delivered our last patch: nothing to remember any more.
+            del self._patched[ref.uid]
+        previous = ref.status
+        wanted = build_status(
+            counts,
+            previous=previous,
+            generation=ref.generation,
+            allowed_failure_percent=ref.allowed_failure_percent,
+            queue=ref.queue,
+            now=now,
+            queue_unserved=ref.queue in self._unserved,
+        )
+        synced = {key: wanted[key] for key in SYNCED_KEYS}
+        if ref.first_url:
+            synced["firstURL"] = ref.first_url
+        changes = status_changes(previous, synced)
+        if not changes:
+            return None
+        if not patch_due(
+            terminal=Phase(wanted["phase"]).terminal,
+            last_patch_at=self._last_patch_at.get(ref.uid),
+            created_at=ref.created_at,
+            now=now,
+            min_interval_seconds=self.settings.status_min_interval_seconds,
+            rows_seen_at=rows_seen_at,
+        ):
+            self._retry.add(ref.uid)
+            return None
+        return _StatusPatch(ref, counts, previous, wanted, changes, resource_version, now)
 
-        async def patch_one(ref: JobRef) -> int:
-            counts = progress.get(ref.uid)
-            if counts is None or counts.total == 0:
-                # Not queued yet (the create handler owns the status until then).
+    async def _send(self, patch: _StatusPatch) -> int:
+        """Apply one planned PATCH once a slot is free; 1 if applied. Never raises: a failure
+        is counted and the job retried in the next round."""
+        async with self._patch_slots:
+            current = self.directory.get(patch.ref.uid)
+            if current is None or current.deleting:
                 return 0
-            rows_seen_at = self._rows_seen_at.setdefault(ref.uid, now)
-            if not ref.handled and (now - rows_seen_at).total_seconds() < HANDLED_WAIT_SECONDS:
-                # kopf marks the object handled in a PATCH of its own right after the create
-                # handler queued the rows: a status patch before it shows would carry a
-                # resourceVersion that PATCH makes stale (409). The next round sees it.
-                self._retry.add(ref.uid)
-                return 0
-            patched_from = self._patched_from.get(ref.uid)
-            if patched_from == ref.resource_version:
-                self._retry.add(ref.uid)
-                return 0
-            if patched_from is not None:
-                # The watch has delivered our last patch: nothing to remember any more.
-                del self._patched_from[ref.uid]
-            previous = ref.status
-            wanted = build_status(
-                counts,
-                previous=previous,
-                generation=ref.generation,
-                allowed_failure_percent=ref.allowed_failure_percent,
-                queue=ref.queue,
-                now=now,
-                queue_unserved=ref.queue in self._unserved,
-            )
-            synced = {key: wanted[key] for key in SYNCED_KEYS}
-            if ref.first_url:
-                synced["firstURL"] = ref.first_url
-            changes = status_changes(previous, synced)
-            if not changes:
-                return 0
-            if not patch_due(
-                terminal=Phase(wanted["phase"]).terminal,
-                last_patch_at=self._last_patch_at.get(ref.uid),
-                created_at=ref.created_at,
-                now=now,
-                min_interval_seconds=self.settings.status_min_interval_seconds,
-                rows_seen_at=rows_seen_at,
-            ):
-                self._retry.add(ref.uid)
-                return 0
-            async with limit:
-                try:
-                    # Before the status shows the phase: once it does, the sync never looks
-                    # at the job again, so an event not recorded by then would be lost.
-                    await self._record_webhook_events(ref, wanted["phase"], counts)
-                    await self._end_output(ref, wanted["phase"])
-                    await self.runtime.cluster.patch_scrapejob_status(
-                        ref.namespace,
-                        ref.name,
-                        uid=ref.uid,
-                        resource_version=ref.resource_version,
-                        status=changes,
-                    )
-                except Exception as error:
-                    if is_not_found(error):
-                        metrics.STATUS_PATCHES_TOTAL.labels("gone").inc()
-                        self._patched_from.pop(ref.uid, None)
-                        self._last_patch_at.pop(ref.uid, None)
-                        self._rows_seen_at.pop(ref.uid, None)
-                        return 0
-                    if is_conflict(error):
-                        # The object changed since the watch showed it; try again next round
-                        # with the fresher copy.
-                        metrics.STATUS_PATCHES_TOTAL.labels("conflict").inc()
-                    else:
-                        metrics.STATUS_PATCHES_TOTAL.labels("error").inc()
-                        logger.warning(
-                            "status patch of %s/%s failed: %s", ref.namespace, ref.name, error
-                        )
-                    self._retry.add(ref.uid)
+            if current.resource_version != patch.ref.resource_version:
+                # The watch showed a newer copy while the patch waited for its slot (kopf's
+                # mark, for one): plan again from it, with the same counts.
+                replanned = self._plan(current, patch.counts, patch.now)
+                if replanned is None:
                     return 0
-            self._patched_from[ref.uid] = ref.resource_version
-            if Phase(wanted["phase"]).terminal:
-                self._last_patch_at.pop(ref.uid, None)
-                self._rows_seen_at.pop(ref.uid, None)
-            else:
-                self._last_patch_at[ref.uid] = now
-            metrics.STATUS_PATCHES_TOTAL.labels("applied").inc()
-            if changes.get("phase") == Phase.FAILED.value:
-                await self._announce_failure(ref, counts)
-            stalled = _condition(wanted, STALLED_CONDITION)
-            if stalled and not _condition(previous, STALLED_CONDITION):
-                await self.runtime.cluster.announce(
-                    _scrapejob(ref),
-                    type_="Warning",
-                    reason=str(stalled["reason"]),
-                    message=str(stalled["message"]),
+                patch = replanned
+            try:
+                return await self._apply(patch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                metrics.RECONCILE_ERRORS_TOTAL.labels("status_sync").inc()
+                logger.exception(
+                    "status sync: the patch of %s/%s failed", patch.ref.namespace, patch.ref.name
                 )
-            return 1
+                self._retry.add(patch.ref.uid)
+                return 0
 
-        results = await asyncio.gather(*(patch_one(ref) for ref in refs))
-        return sum(results)
+    async def _apply(self, patch: _StatusPatch) -> int:
+        ref, wanted, changes = patch.ref, patch.wanted, patch.changes
+        try:
+            # Before the status shows the phase: once it does, the sync never looks at the job
+            # again, so an event not recorded by then would be lost.
+            await self._record_webhook_events(ref, wanted["phase"], patch.counts)
+            await self._end_output(ref, wanted["phase"])
+            new_version = await self.runtime.cluster.patch_scrapejob_status(
+                ref.namespace,
+                ref.name,
+                uid=ref.uid,
+                resource_version=patch.resource_version,
+                status=changes,
+            )
+        except Exception as error:
+            if is_not_found(error):
+                metrics.STATUS_PATCHES_TOTAL.labels("gone").inc()
+                self._forget(ref.uid)
+                return 0
+            if is_conflict(error):
+                # The object changed since the watch showed it; try again next round with the
+                # fresher copy.
+                metrics.STATUS_PATCHES_TOTAL.labels("conflict").inc()
+            else:
+                metrics.STATUS_PATCHES_TOTAL.labels("error").inc()
+                logger.warning("status patch of %s/%s failed: %s", ref.namespace, ref.name, error)
+            self._retry.add(ref.uid)
+            return 0
+        self._patched[ref.uid] = _Patched(ref.resource_version, new_version)
+        if patch.terminal:
+            self._last_patch_at.pop(ref.uid, None)
+            self._rows_seen_at.pop(ref.uid, None)
+            self.runtime.created_without_status.discard(ref.uid)
+        else:
+            self._last_patch_at[ref.uid] = patch.now
+        metrics.STATUS_PATCHES_TOTAL.labels("applied").inc()
+        if changes.get("phase") == Phase.FAILED.value:
+            await self._announce_failure(ref, patch.counts)
+        stalled = _condition(wanted, STALLED_CONDITION)
+        if stalled and not _condition(patch.previous, STALLED_CONDITION):
+            await self.runtime.cluster.announce(
+                _scrapejob(ref),
+                type_="Warning",
+                reason=str(stalled["reason"]),
+                message=str(stalled["message"]),
+            )
+        return 1
+
+    def _forget(self, uid: str) -> None:
+        """Drop what the sync remembers of a job that is gone."""
+        self._patched.pop(uid, None)
+        self._last_patch_at.pop(uid, None)
+        self._rows_seen_at.pop(uid, None)
+        self.runtime.created_without_status.discard(uid)
 
     async def _end_output(self, ref: JobRef, phase: str) -> None:
         """Mark the job's output ended when the job just reached a terminal phase (a job

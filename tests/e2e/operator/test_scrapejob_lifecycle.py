@@ -96,6 +96,39 @@ def test_an_applied_scrapejob_is_queued_completed_and_shown_succeeded(
     assert URLS[0] in wide
 
 
+def test_jobs_finished_as_soon_as_queued_cost_one_status_write_each_none_refused(
+    kubectl: Kubectl,
+    namespace: str,
+    empty_database_url: str,
+    operator_factory: Callable[..., OperatorProcess],
+) -> None:
+    # Each row completes as soon as it is queued, so the first status (written without
+    # waiting for kopf's mark) races kopf's PATCH of that mark: neither a refused write nor a
+    # second one may come of it.
+    operator = operator_factory(empty_database_url)
+    names = [f"quick-{number}" for number in range(12)]
+    manifests = []
+    for name in names:
+        manifest = scrapejob(name, urls=[f"https://shop.example.com/{name}"])
+        manifest["metadata"]["namespace"] = namespace
+        manifests.append(manifest)
+    kubectl.create({"apiVersion": "v1", "kind": "List", "items": manifests})
+    done: list[object] = []
+    eventually_blocking(
+        lambda: done.extend(work_rows(empty_database_url)) or len(done) == len(names),
+        within=60,
+        what="every job's row completed",
+    )
+    for name in names:
+        status = _wait_for_phase(kubectl, namespace, name, "Succeeded")
+        conditions = {condition["type"]: condition["status"] for condition in status["conditions"]}
+        assert conditions == {"Ready": "True", "Complete": "True"}, name
+    patches = "scrapeq_operator_status_patches_total"
+    assert operator.metric(patches, outcome="applied") == len(names)
+    assert operator.metric(patches, outcome="conflict") == 0
+    assert operator.metric(patches, outcome="error") == 0
+
+
 def test_a_failing_url_shows_failed_with_its_error_in_status_and_an_event(
     kubectl: Kubectl,
     namespace: str,

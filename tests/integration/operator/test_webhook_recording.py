@@ -11,86 +11,27 @@ path runs against a real kube-apiserver in tests/e2e/operator/test_webhooks.py.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-import psycopg
 import pytest
 import scrapeq_queue as queue
 from scrapeq_operator import status_sync as status_sync_module
 from scrapeq_operator.runtime import OperatorRuntime
 from scrapeq_operator.settings import OperatorSettings
-from scrapeq_operator.status_sync import JobRef, StatusSync, job_ref
+from scrapeq_operator.status_sync import StatusSync, job_ref
 from scrapeq_operator.vocabulary import HANDLED_ANNOTATION
 
+from tests.integration.operator.status_sync_parts import (
+    UID,
+    Connection,
+    Directory,
+    StatusApi,
+    finished_rows,
+    scrapejob_body,
+)
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
-
-Connection = psycopg.AsyncConnection[Any]
-UID = "0b5d2c1e-0000-4000-8000-000000000001"
-
-
-class Directory:
-    def __init__(self, *refs: JobRef) -> None:
-        self.refs = {ref.uid: ref for ref in refs}
-
-    def get(self, uid: str) -> JobRef | None:
-        return self.refs.get(uid)
-
-    def all(self) -> Iterator[JobRef]:
-        return iter(list(self.refs.values()))
-
-
-class FlakyStatusApi:
-    """Fails the first `failures` status patches, as an operator stopped before its patch."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-        self.patched: list[Mapping[str, Any]] = []
-
-    async def patch_scrapejob_status(self, namespace: str, name: str, **kwargs: Any) -> None:
-        if self.failures:
-            self.failures -= 1
-            raise RuntimeError("the operator stopped before its status patch")
-        self.patched.append(kwargs["status"])
-
-    async def announce(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-
-def scrapejob_body(webhooks: list[dict[str, Any]], *, handled: bool = True) -> dict[str, Any]:
-    """A ScrapeJob as the index holds it; `handled`: kopf has marked it handled."""
-    return {
-        "metadata": {
-            "uid": UID,
-            "namespace": "team",
-            "name": "laptops",
-            "resourceVersion": "1",
-            "generation": 1,
-            "creationTimestamp": "2026-12-03T19:00:00Z",
-            "annotations": {HANDLED_ANNOTATION: "{}"} if handled else {},
-        },
-        "spec": {"urls": ["https://shop.example.com/1"], "webhooks": webhooks},
-        "status": {"phase": "Running", "observedGeneration": 1},
-    }
-
-
-async def finished_rows(connection: Connection) -> None:
-    owner = queue.Owner(UID, "team", "laptops")
-    await queue.enqueue_for_owner(connection, owner, ["https://shop.example.com/1"])
-    (job,) = await queue.claim_jobs(
-        connection,
-        worker_id="w",
-        queues=["default"],
-        limit=1,
-        lease_seconds=60,
-        politeness=queue.NO_SITE_LIMIT,
-    )
-    await queue.complete_job(connection, job.id, job.attempt, result={}, duration_seconds=0.1)
 
 
 async def test_a_failed_status_patch_is_retried_and_the_event_is_recorded_once(
@@ -101,7 +42,7 @@ async def test_a_failed_status_patch_is_retried_and_the_event_is_recorded_once(
     only_failures = {**hook, "url": "https://hooks.example.com/b", "events": ["Failed"]}
     ref = job_ref(scrapejob_body([hook, only_failures]))
     settings = OperatorSettings(database_url=database_url, status_min_interval_seconds=0)
-    api = FlakyStatusApi(failures=1)
+    api = StatusApi(failures=1)
     runtime = OperatorRuntime(settings, cast(Any, api))
     await runtime.open()
     woken: list[bool] = []
@@ -127,7 +68,7 @@ async def test_a_job_without_webhooks_records_no_event(
 ) -> None:
     await finished_rows(async_connection)
     settings = OperatorSettings(database_url=database_url, status_min_interval_seconds=0)
-    api = FlakyStatusApi(failures=0)
+    api = StatusApi(failures=0)
     runtime = OperatorRuntime(settings, cast(Any, api))
     await runtime.open()
     try:
@@ -150,7 +91,7 @@ async def test_a_new_job_s_status_waits_for_kopf_to_mark_it_handled(
     await finished_rows(async_connection)
     body = scrapejob_body([], handled=False)
     settings = OperatorSettings(database_url=database_url, status_min_interval_seconds=0)
-    api = FlakyStatusApi(failures=0)
+    api = StatusApi(failures=0)
     runtime = OperatorRuntime(settings, cast(Any, api))
     await runtime.open()
     try:

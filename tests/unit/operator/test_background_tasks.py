@@ -105,7 +105,7 @@ async def test_the_status_sync_ends_when_its_listen_task_dies(
         raise RuntimeError("the LISTEN loop hit a bug")
 
     class Rounds(status_sync.StatusSync):
-        async def sync_round(self) -> int:
+        async def sync_round(self, *, wait: bool = True) -> int:
             return 0
 
     monkeypatch.setattr(status_sync.notifications, "listen_and_wake", broken_listener)
