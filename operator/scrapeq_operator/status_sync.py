@@ -484,17 +484,17 @@ class StatusSync:
         """Apply one planned PATCH once a slot is free; 1 if applied. Never raises: a failure
         is counted and the job retried in the next round."""
         async with self._patch_slots:
-            current = self.directory.get(patch.ref.uid)
-            if current is None or current.deleting:
-                return 0
-            if current.resource_version != patch.ref.resource_version:
-                # The watch showed a newer copy while the patch waited for its slot (kopf's
-                # mark, for one): plan again from it, with the same counts.
-                replanned = self._plan(current, patch.counts, patch.now)
-                if replanned is None:
-                    return 0
-                patch = replanned
             try:
+                current = self.directory.get(patch.ref.uid)
+                if current is None or current.deleting:
+                    return 0
+                if current.resource_version != patch.ref.resource_version:
+                    # The watch showed a newer copy while the patch waited for its slot
+                    # (kopf's mark, for one): plan again from it, with the same counts.
+                    replanned = self._plan(current, patch.counts, patch.now)
+                    if replanned is None:
+                        return 0
+                    patch = replanned
                 return await self._apply(patch)
             except asyncio.CancelledError:
                 raise

@@ -146,3 +146,33 @@ async def test_finished_jobs_are_written_in_the_order_they_finished(
     settings = replace(runtime.settings, status_patch_concurrency=1)
     assert await StatusSync(settings, directory, runtime).sync_round() == 3
     assert [name for name, _ in api_of(runtime).calls] == ["first", "second", "third"]
+
+
+async def test_a_patch_waiting_for_its_slot_is_planned_again_from_a_newer_copy(
+    async_connection: Connection, runtime: OperatorRuntime
+) -> None:
+    # One slot, taken by a PATCH the API server holds; behind it, a new job's first status,
+    # planned without a precondition (kopf's mark not shown yet).
+    api = api_of(runtime)
+    api.held["slow"] = asyncio.Event()
+    await finished_rows(async_connection, uid(1), "slow")
+    await finished_rows(async_connection, uid(2), "new")
+    directory = Directory(
+        job_ref(scrapejob_body(uid=uid(1), name="slow")),
+        job_ref(scrapejob_body(uid=uid(2), name="new", handled=False)),
+    )
+    runtime.created_without_status.add(uid(2))
+    settings = replace(runtime.settings, status_patch_concurrency=1)
+    sync = StatusSync(settings, directory, runtime)
+    round_ = asyncio.create_task(sync.sync_round())
+    await eventually(
+        lambda: sync._patch_slots.locked(),
+        until=bool,
+        within=10,
+        what="the held PATCH in the only slot",
+    )
+    # Meanwhile the watch shows kopf's mark: the waiting PATCH is sent with that version.
+    directory.show(job_ref(scrapejob_body(uid=uid(2), name="new", resource_version="2")))
+    api.held["slow"].set()
+    assert await asyncio.wait_for(round_, 10) == 2
+    assert sorted(api.calls) == [("new", "2"), ("slow", "1")]
