@@ -1,8 +1,9 @@
 """The status sync records a job's webhook events in the real PostgreSQL outbox before the
 status shows its phase: a status patch that fails (an operator stopped half-way) is retried and
 records nothing twice, endpoints that did not ask for the phase get nothing, and a job without
-webhooks writes no event (docs/webhooks.md, "Delivery"). A new job's status waits for kopf to
-mark it handled.
+webhooks writes no event (docs/webhooks.md, "Delivery"). A new job whose create handler this
+operator did not see queue its rows waits for kopf to mark it handled (one it saw does not:
+test_status_patches.py).
 
 The Kubernetes side is stood in for (the index of ScrapeJobs, the status PATCH); the whole
 path runs against a real kube-apiserver in tests/e2e/operator/test_webhooks.py.
