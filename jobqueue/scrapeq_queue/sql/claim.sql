@@ -522,8 +522,12 @@ BEGIN
             processing_started_at = now(),
             lease_expires_at = now() + make_interval(secs => lease_seconds),
             updated_at = now()
-        -- (rows the walk locked; `= ANY(ARRAY(...))` stays a primary-key look-up in any plan)
-        WHERE jobs.id = ANY (ARRAY(SELECT chosen.id FROM chosen)) AND jobs.status = 'pending'
+        -- Rows the walk locked while pending, found by primary key (`= ANY(ARRAY(...))`). The
+        -- status is compared as text so that no partial index of pending rows can serve the
+        -- look-up: statistics that say nearly no row is pending (a burst queued since the last
+        -- ANALYZE) would have the plan walk every pending row's entry of such an index.
+        WHERE jobs.id = ANY (ARRAY(SELECT chosen.id FROM chosen))
+          AND jobs.status::text = 'pending'
         RETURNING jobs.id, jobs.attempt, jobs.url_to_scrape, jobs.parser_type::text,
                   jobs.payload, jobs.queue, jobs.priority, jobs.retry_count, jobs.max_retries,
                   jobs.depth, jobs.parent_id, jobs.owner_uid, jobs.owner_namespace,
