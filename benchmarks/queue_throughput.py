@@ -14,6 +14,10 @@ Measures, per system:
   at a time and measures from just before the INSERT to the moment the consumer holds the job.
 - backlog: the time of one claim of one job (S samples) with an empty table, then with
   1,000,000 finished and 100,000 pending jobs in the system's own tables; the ratio of medians.
+- stale (scrapeq's claims): the same one-job claims where the statistics are stale: the
+  1,000,000 finished jobs analyzed, then the 100,000 pending ones queued with autovacuum held
+  off (a queue in service between a burst and autovacuum's next ANALYZE); then again once
+  analyzed. The ratio of medians.
 
 Throughput and latency run in interleaved rounds (scrapeq, PgQueuer, procrastinate, scrapeq,
 ...; `--rounds`, default 3) because the machine is shared: the JSON reports the median round's
@@ -157,6 +161,11 @@ class Scrapeq:
 
     async def install(self, dsn: str) -> None:
         await asyncio.to_thread(queue.migrate, dsn)
+
+    async def hold_autovacuum(self, dsn: str) -> None:
+        """Keep autovacuum from analyzing the queue table (the stale measure)."""
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            await connection.execute("ALTER TABLE scraping_jobs SET (autovacuum_enabled = off)")
 
     async def enqueue_bulk(self, dsn: str, count: int) -> None:
         async with await queue.connect(dsn) as connection:
@@ -440,6 +449,7 @@ class PgQueuerSystem:
     """PgQueuer on asyncpg, the driver its documentation leads with."""
 
     name = "pgqueuer"
+    measures = ("throughput", "latency", "backlog")
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size
@@ -546,6 +556,7 @@ SELECT 'default', 'noop', '{}', 'succeeded', 1 FROM generate_series(1, %(count)s
 
 class Procrastinate:
     name = "procrastinate"
+    measures = ("throughput", "latency", "backlog")
 
     def __init__(self, batch_size: int) -> None:
         self.batch_size = batch_size  # unused: procrastinate fetches one job per query
@@ -960,6 +971,46 @@ async def measure_backlog(
     }
 
 
+async def measure_stale(system: System, databases: Databases, settings: Settings) -> dict[str, Any]:
+    """Claim latency of one job after a backlog arrived into a table whose statistics say
+    nearly nothing is pending, then the same once the table is analyzed.
+
+    The finished rows are analyzed before the pending ones are queued, and autovacuum is held
+    off the table: a queue in service is in that state from a burst of new rows until
+    autovacuum's next ANALYZE (at most a minute when 2 % of the rows changed). Each phase
+    claims on a connection of its own, so each plans the claim with the statistics of its time.
+    """
+    hold_autovacuum = getattr(system, "hold_autovacuum", None)
+    if hold_autovacuum is None:
+        raise RuntimeError(f"{system.name} cannot hold autovacuum off its tables")
+    async with databases.fresh(f"bench_{system.name}_stale") as dsn:
+        await system.install(dsn)
+        await system.fill_finished(dsn, settings.backlog_finished)
+        await _settle(dsn)
+        await hold_autovacuum(dsn)
+        await system.enqueue_bulk(dsn, settings.backlog_pending)
+        phases: list[list[float]] = [[], []]
+        for phase, latencies in enumerate(phases):
+            if phase == 1:
+                await _settle(dsn)
+            async with system.claimer(dsn) as claim:
+                for _ in range(settings.claim_samples):
+                    started = time.perf_counter()
+                    await claim()
+                    latencies.append(time.perf_counter() - started)
+    stale = _percentiles(phases[0])
+    analyzed = _percentiles(phases[1])
+    return {
+        "finished_rows": settings.backlog_finished,
+        "pending_rows": settings.backlog_pending,
+        "stale_p50_ms": stale["p50_ms"],
+        "stale_p99_ms": stale["p99_ms"],
+        "analyzed_p50_ms": analyzed["p50_ms"],
+        "analyzed_p99_ms": analyzed["p99_ms"],
+        "ratio_p50": round(stale["p50_ms"] / analyzed["p50_ms"], 2),
+    }
+
+
 def _percentiles(seconds: list[float]) -> dict[str, float]:
     ordered = sorted(seconds)
     cuts = statistics.quantiles(ordered, n=100, method="inclusive")
@@ -974,6 +1025,7 @@ MEASURES: dict[str, Callable[[System, Databases, Settings], Awaitable[dict[str, 
     "throughput": measure_throughput,
     "latency": measure_latency,
     "backlog": measure_backlog,
+    "stale": measure_stale,
 }
 
 
@@ -1116,6 +1168,13 @@ def print_results(results: list[dict[str, Any]]) -> None:
         )
     for sentence in politeness_ratios(results):
         print(sentence)
+    for line in results:
+        if line["measure"] == "stale" and "error" not in line:
+            print(
+                f"claim of one job, {line['system']}: {line['stale_p50_ms']} ms (p50) with "
+                f"statistics from before {line['pending_rows']:,} rows were queued, "
+                f"{line['analyzed_p50_ms']} ms once analyzed ({line['ratio_p50']}x)"
+            )
     print(
         f"\nmachine: {os.cpu_count()} CPUs, {platform.platform()}, "
         f"Python {platform.python_version()}; "

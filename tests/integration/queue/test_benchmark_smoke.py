@@ -46,16 +46,20 @@ def test_the_benchmark_prints_one_json_line_per_measure_then_a_table() -> None:
 
     assert completed.returncode == 0, completed.stderr[-3000:]
     lines = completed.stdout.splitlines()
-    records = [json.loads(line) for line in lines[:3]]
+    records = [json.loads(line) for line in lines[:4]]
     assert [(r["system"], r["measure"]) for r in records] == [
         ("scrapeq", "throughput"),
         ("scrapeq", "latency"),
         ("scrapeq", "backlog"),
+        ("scrapeq", "stale"),
     ]
     assert records[0]["jobs_per_s"] > 0
     assert records[1]["p50_ms"] > 0
     assert records[2]["ratio_p50"] > 0
-    assert any(line.startswith("scrapeq ") for line in lines[3:]), "the table is missing"
+    assert records[3]["stale_p50_ms"] > 0
+    assert records[3]["analyzed_p50_ms"] > 0
+    assert any(line.startswith("scrapeq ") for line in lines[4:]), "the table is missing"
+    assert any(line.startswith("claim of one job, scrapeq:") for line in lines[4:])
 
 
 def test_the_politeness_modes_measure_throughput_against_the_claim_before_politeness() -> None:
