@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import psycopg
 
-from scrapeq_queue import crawl_memory, politeness, sessions, statements
+from scrapeq_queue import crawl_memory, payload, politeness, sessions, statements
 from scrapeq_queue.errors import DatabaseUnavailable, SchemaOutOfDate, translate_database_errors
 
 
@@ -63,6 +63,8 @@ PLACEHOLDERS: Final[Mapping[str, int | float]] = {
     "MAX_VALIDATOR_CHARS": crawl_memory.MAX_VALIDATOR_CHARS,
     "MAX_SESSION_COOKIE_BYTES": sessions.MAX_SESSION_COOKIE_BYTES,
     "MAX_TRIED_SESSIONS": sessions.MAX_TRIED_SESSIONS,
+    "MAX_PAYLOAD_BYTES": payload.MAX_PAYLOAD_BYTES,
+    "MAX_PAYLOAD_DEPTH": payload.MAX_PAYLOAD_DEPTH,
 }
 _PLACEHOLDER: Final = re.compile(r"\{\{([A-Z][A-Z0-9_]*)\}\}")
 

@@ -54,6 +54,45 @@ CREATE TYPE public.scraping_job_status AS ENUM (
 
 
 --
+-- Name: scrapeq_check_payload_bounds(); Type: FUNCTION; Schema: public; Owner: -
+--
+
+CREATE FUNCTION public.scrapeq_check_payload_bounds() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $_$
+BEGIN
+    IF jsonb_typeof(NEW.payload) <> 'object' THEN
+        RAISE EXCEPTION 'new row for relation "%" violates check constraint "%"',
+                        TG_TABLE_NAME, 'scrapeq_jobs_payload_is_object'
+            USING ERRCODE = 'check_violation', SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME,
+                  CONSTRAINT = 'scrapeq_jobs_payload_is_object',
+                  DETAIL = 'payload must be a JSON object of options (NULL counts as {})';
+    END IF;
+    IF octet_length(NEW.payload::text) > 262144
+       OR jsonb_path_exists(NEW.payload,
+                            ('strict $.**{' || 32
+                             || '} ? (@.type() == "object" || @.type() == "array")')::jsonpath)
+    THEN
+        RAISE EXCEPTION 'new row for relation "%" violates check constraint "%"',
+                        TG_TABLE_NAME, 'scrapeq_jobs_payload_bounded'
+            USING ERRCODE = 'check_violation', SCHEMA = TG_TABLE_SCHEMA, TABLE = TG_TABLE_NAME,
+                  CONSTRAINT = 'scrapeq_jobs_payload_bounded',
+                  DETAIL = 'payload is at most 262144 bytes of JSON and nests '
+                           || 'objects and arrays at most 32 levels deep';
+    END IF;
+    RETURN NEW;
+END;
+$_$;
+
+
+--
+-- Name: FUNCTION scrapeq_check_payload_bounds(); Type: COMMENT; Schema: public; Owner: -
+--
+
+COMMENT ON FUNCTION public.scrapeq_check_payload_bounds() IS 'scrapeq: refuses a payload written to scraping_jobs that is not a JSON object, is larger than 262144 bytes as JSON text or nests objects and arrays 32 levels deep (jobqueue/scrapeq_queue/sql/payload_bounds.sql).';
+
+
+--
 -- Name: scrapeq_claim(text[], integer, text, double precision, integer, double precision); Type: FUNCTION; Schema: public; Owner: -
 --
 
@@ -2849,36 +2888,6 @@ ALTER TABLE ONLY public.scrapeq_hosts
 
 
 --
--- Name: scraping_jobs scrapeq_jobs_payload_bounded; Type: CHECK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE public.scraping_jobs
-    ADD CONSTRAINT scrapeq_jobs_payload_bounded CHECK (((payload IS NULL) OR ((octet_length((payload)::text) <= 262144) AND (NOT jsonb_path_exists(payload, 'strict $.**{32}?(@.type() == "object" || @.type() == "array")'::jsonpath))))) NOT VALID;
-
-
---
--- Name: CONSTRAINT scrapeq_jobs_payload_bounded ON scraping_jobs; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON CONSTRAINT scrapeq_jobs_payload_bounded ON public.scraping_jobs IS 'payload is at most 262144 bytes of JSON and nests objects and arrays at most 32 levels deep';
-
-
---
--- Name: scraping_jobs scrapeq_jobs_payload_is_object; Type: CHECK CONSTRAINT; Schema: public; Owner: -
---
-
-ALTER TABLE public.scraping_jobs
-    ADD CONSTRAINT scrapeq_jobs_payload_is_object CHECK (((payload IS NULL) OR (jsonb_typeof(payload) = 'object'::text))) NOT VALID;
-
-
---
--- Name: CONSTRAINT scrapeq_jobs_payload_is_object ON scraping_jobs; Type: COMMENT; Schema: public; Owner: -
---
-
-COMMENT ON CONSTRAINT scrapeq_jobs_payload_is_object ON public.scraping_jobs IS 'payload must be a JSON object of options (NULL counts as {})';
-
-
---
 -- Name: scrapeq_namespace_limits scrapeq_namespace_limits_pkey; Type: CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -3211,6 +3220,20 @@ CREATE TRIGGER scrapeq_jobs_notify_on_insert AFTER INSERT ON public.scraping_job
 
 
 --
+-- Name: scraping_jobs scrapeq_jobs_payload_bounds_on_insert; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_payload_bounds_on_insert BEFORE INSERT ON public.scraping_jobs FOR EACH ROW WHEN (((new.payload IS NOT NULL) AND (new.payload <> '{}'::jsonb))) EXECUTE FUNCTION public.scrapeq_check_payload_bounds();
+
+
+--
+-- Name: scraping_jobs scrapeq_jobs_payload_bounds_on_update; Type: TRIGGER; Schema: public; Owner: -
+--
+
+CREATE TRIGGER scrapeq_jobs_payload_bounds_on_update BEFORE UPDATE OF payload ON public.scraping_jobs FOR EACH ROW WHEN (((new.payload IS NOT NULL) AND (new.payload <> '{}'::jsonb) AND (new.payload IS DISTINCT FROM old.payload))) EXECUTE FUNCTION public.scrapeq_check_payload_bounds();
+
+
+--
 -- Name: scrapeq_attempts scrapeq_attempts_job_id_fkey; Type: FK CONSTRAINT; Schema: public; Owner: -
 --
 
@@ -3291,4 +3314,5 @@ INSERT INTO public.scrapeq_schema_migrations (version) VALUES
     ('0017_undelivered_per_statement'),
     ('0018_crawl_flags'),
     ('0019_adaptive_concurrency'),
-    ('0020_claim_update_by_key');
+    ('0020_claim_update_by_key'),
+    ('0021_payload_bounds_on_write');

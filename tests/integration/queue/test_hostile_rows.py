@@ -82,9 +82,11 @@ async def test_a_row_no_worker_could_load_fails_alone_and_its_neighbours_are_cla
 async def test_a_row_nested_deeper_than_the_bound_fails_alone_when_it_predates_the_check(
     async_connection: Connection,
 ) -> None:
-    # Migration 0004 refuses such a payload at INSERT; a row written before it is still read.
+    # The table refuses such a payload when it is written; a row written before the bound
+    # existed (here: with its trigger off) is still read. test_migrations upgrades a database
+    # holding such rows.
     await async_connection.execute(
-        "ALTER TABLE scraping_jobs DROP CONSTRAINT scrapeq_jobs_payload_bounded"
+        "ALTER TABLE scraping_jobs DISABLE TRIGGER scrapeq_jobs_payload_bounds_on_insert"
     )
     healthy = await queue.enqueue(async_connection, "https://e.test/healthy")
     deep = await insert_plain_row(
@@ -176,3 +178,27 @@ async def test_the_table_and_the_claim_draw_the_depth_bound_at_the_same_level(
     assert not any("deeper" in problem for problem in problems), problems  # ...but not too deep
     with pytest.raises(psycopg.errors.CheckViolation):
         await insert_plain_row(async_connection, "https://e.test/33", nested_payload_sql(33))
+
+
+async def test_a_payload_changed_by_an_update_is_held_to_the_bounds(
+    async_connection: Connection,
+) -> None:
+    job_id = await queue.enqueue(
+        async_connection, "https://e.test/changed", payload={"render": True}
+    )
+    with pytest.raises(psycopg.errors.CheckViolation, match="scrapeq_jobs_payload_bounded"):
+        await async_connection.execute(
+            f"UPDATE scraping_jobs SET payload = {nested_payload_sql(33)}::jsonb WHERE id = %s",
+            (job_id,),
+        )
+    with pytest.raises(psycopg.errors.CheckViolation, match="scrapeq_jobs_payload_is_object"):
+        await async_connection.execute(
+            "UPDATE scraping_jobs SET payload = '[1]' WHERE id = %s", (job_id,)
+        )
+    await async_connection.execute(
+        "UPDATE scraping_jobs SET payload = '{\"render\": false}' WHERE id = %s", (job_id,)
+    )
+    cursor = await async_connection.execute(
+        "SELECT payload FROM scraping_jobs WHERE id = %s", (job_id,)
+    )
+    assert await cursor.fetchone() == ({"render": False},)

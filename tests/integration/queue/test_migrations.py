@@ -6,16 +6,25 @@ import asyncio
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import psycopg
 import pytest
 import scrapeq_queue as queue
 from scrapeq_queue import statements
-from scrapeq_queue.migrations import available_migrations
+from scrapeq_queue.migrations import Migration, available_migrations
 
 from scrapeq.local.schema_snapshot import SNAPSHOT_PATH, dump_schema, render_snapshot
 
 pytestmark = pytest.mark.postgres
+
+
+async def apply_only(conn: psycopg.AsyncConnection[Any], migrations: list[Migration]) -> None:
+    """Bring an empty database to the state of `migrations` alone, each recorded as applied."""
+    await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
+    for migration in migrations:
+        await conn.execute(migration.sql.encode("utf-8"))
+        await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
 
 
 def test_migrations_reproduce_the_schema_snapshot(postgres_server: str) -> None:
@@ -104,10 +113,7 @@ async def test_rows_queued_before_host_politeness_are_claimable_after_the_upgrad
     claimed."""
     earlier = [m for m in available_migrations() if m.version < "0003"]
     async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
-        await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
-        for migration in earlier:
-            await conn.execute(migration.sql.encode("utf-8"))
-            await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
+        await apply_only(conn, earlier)
         await conn.execute(
             "INSERT INTO scraping_jobs (url_to_scrape, parser_type)"
             " VALUES ('https://www.old.test/1', 'classic'), ('https://www.old.test/2', 'classic')"
@@ -129,10 +135,7 @@ async def test_a_database_migrated_by_the_retired_development_migrations_is_refu
     component's schema check, with a message saying why and what to do; nothing is changed."""
     earlier = [m for m in available_migrations() if m.version < "0003"]
     async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
-        await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
-        for migration in earlier:
-            await conn.execute(migration.sql.encode("utf-8"))
-            await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
+        await apply_only(conn, earlier)
         for version in ("0003_host_politeness", "0008_claim_function", "0009_shared_turns"):
             await conn.execute(statements.MIGRATION_RECORD, {"version": version})
 
@@ -217,6 +220,39 @@ def test_every_function_on_the_claim_path_is_defined_once_in_sql_and_in_no_migra
         )
 
 
+async def test_rows_written_before_the_payload_bounds_fail_alone_after_the_upgrade(
+    empty_database_url: str,
+) -> None:
+    """Rows a database at 0003 stored with payloads the bounds of 0004 refuse (an array, arrays
+    nested 40 deep) are failed by the claim one by one after the upgrade; the row beside them
+    is claimed. (While the bounds were CHECK constraints, checked on every UPDATE, the claim's
+    UPDATE of such a row raised and every claim that reached it failed.)"""
+    earlier = [m for m in available_migrations() if m.version < "0004"]
+    async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
+        await apply_only(conn, earlier)
+        await conn.execute(
+            "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) VALUES"
+            " ('https://old.test/array', 'classic', '[1]'),"
+            " ('https://old.test/deep', 'classic',"
+            "  ('{\"extract\": ' || repeat('[', 40) || repeat(']', 40) || '}')::jsonb),"
+            " ('https://old.test/healthy', 'classic', '{}')"
+        )
+        await asyncio.to_thread(queue.migrate, empty_database_url)
+
+        jobs = await queue.claim_jobs(
+            conn, worker_id="w", queues=["default"], limit=10, lease_seconds=30
+        )
+        assert [job.url for job in jobs] == ["https://old.test/healthy"]
+        cursor = await conn.execute(
+            "SELECT url_to_scrape, status::text, last_error_reason FROM scraping_jobs"
+            " WHERE url_to_scrape <> 'https://old.test/healthy' ORDER BY url_to_scrape"
+        )
+        assert await cursor.fetchall() == [
+            ("https://old.test/array", "failed", "invalid_payload"),
+            ("https://old.test/deep", "failed", "invalid_payload"),
+        ]
+
+
 @pytest.mark.parametrize("at", ["0002", "0003", "0004"])
 async def test_a_database_at_an_earlier_version_upgrades_to_the_site_names(
     empty_database_url: str, at: str
@@ -227,10 +263,7 @@ async def test_a_database_at_an_earlier_version_upgrades_to_the_site_names(
     without setting its site's."""
     earlier = [m for m in available_migrations() if m.version[:4] <= at]
     async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
-        await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
-        for migration in earlier:
-            await conn.execute(migration.sql.encode("utf-8"))
-            await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
+        await apply_only(conn, earlier)
         await conn.execute(
             "INSERT INTO scraping_jobs (url_to_scrape, parser_type, payload) VALUES"
             " ('https://www.old.test/1', 'classic', %s::jsonb)",
@@ -262,10 +295,7 @@ async def test_a_database_with_site_policies_and_crawl_flags_takes_the_tenancy_m
     rows of two namespaces on one site get a head each and go out in turns."""
     earlier = [m for m in available_migrations() if m.version != "0016_tenancy"]
     async with await psycopg.AsyncConnection.connect(empty_database_url, autocommit=True) as conn:
-        await conn.execute(statements.MIGRATIONS_TABLE_CREATE)
-        for migration in earlier:
-            await conn.execute(migration.sql.encode("utf-8"))
-            await conn.execute(statements.MIGRATION_RECORD, {"version": migration.version})
+        await apply_only(conn, earlier)
         await conn.execute(
             "INSERT INTO scraping_jobs (url_to_scrape, parser_type, owner_uid, owner_namespace,"
             " owner_name)"
