@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from scrapeq_queue import PAYLOAD_OPTIONS, validate_payload
 from scrapeq_queue.payload import UnreadablePayload, load_payload
@@ -576,3 +578,44 @@ def test_a_crawl_key_is_a_bounded_string_and_recrawl_after_needs_one() -> None:
     assert validate_payload({"crawlKey": "prices", "recrawlAfterSeconds": 0}) == [
         "recrawlAfterSeconds must be a number of seconds above 0 and at most 31,536,000"
     ]
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"render": True, "extract": {"title": "h1"}},
+        {"render": "yes", "extract": {"title": 3}},
+        {"timeoutSeconds": 10_000, "unknown": 1},
+        {"items": {"selector": "li", "fields": {"p": {"selector": ".p", "transforms": [{}]}}}},
+    ],
+)
+def test_a_claimed_payload_gets_the_verdict_of_a_full_check_however_often_it_is_read(
+    payload: dict[str, object],
+) -> None:
+    """Claims read a job's payload once per row; the verdicts on its text are kept."""
+    expected = validate_payload(payload)
+    text = json.dumps(payload).encode()
+    for _ in range(3):
+        loaded = load_payload(text)
+        assert loaded == payload
+        problems = validate_payload(loaded, loaded=True)
+        assert problems == expected
+        problems.append("a caller's own addition")  # a copy: the kept verdict is unchanged
+
+
+def test_a_payload_out_of_bounds_is_refused_however_often_it_is_read() -> None:
+    text = _nested(40).encode()
+    for _ in range(3):
+        loaded = load_payload(text)
+        assert isinstance(loaded, UnreadablePayload)
+        assert "deeper than 32 levels" in validate_payload(loaded, loaded=True)[0]
+
+
+def test_the_kept_verdicts_are_bounded() -> None:
+    from scrapeq_queue import payload as payload_module
+
+    for n in range(2000):
+        loaded = load_payload(f'{{"timeoutSeconds": {n % 600 + 1}, "waitFor": "#i{n}"}}')
+        assert validate_payload(loaded, loaded=True) == []
+    assert len(payload_module._IN_BOUNDS._entries) == 512
+    assert len(payload_module._OPTION_VERDICTS._entries) == 512
