@@ -119,10 +119,12 @@ async def _insert(
     priority = options.get("priority", 0)
     # Refuse what a worker would refuse anyway, while the producer can still be told.
     _require_valid_payload(payload)
+    # Sent once: a row that has no payload of its own takes it in the statement (a NULL in
+    # `payloads`), so 100,000 rows of one job do not carry 100,000 copies to the server.
     default_payload = Jsonb(payload if payload is not None else {})
     urls: list[str] = []
     parser_types: list[str] = []
-    payloads: list[Jsonb] = []
+    payloads: list[Jsonb | None] = []
     priorities: list[int] = []
     dedup_keys: list[str | None] = []
     host_keys: list[str] = []
@@ -142,11 +144,12 @@ async def _insert(
             _require_valid_payload(row.payload)
         urls.append(url)
         parser_types.append(row.parser_type or parser_type)
-        payloads.append(default_payload if row.payload is None else Jsonb(row.payload))
+        payloads.append(None if row.payload is None else Jsonb(row.payload))
         priorities.append(priority if row.priority is None else row.priority)
         dedup_keys.append(key)
         host_keys.append(host_key_of(url))
     shared = {
+        "payload": default_payload,
         "queue": options.get("queue", DEFAULT_QUEUE),
         "max_retries": options.get("max_retries", DEFAULT_MAX_RETRIES),
         "backoff_seconds": float(options.get("backoff_seconds", DEFAULT_BACKOFF_SECONDS)),

@@ -767,6 +767,28 @@ async def test_enqueue_refuses_an_unknown_row_option(async_connection: Connectio
     assert await cursor.fetchone() == (0,)
 
 
+async def test_the_shared_payload_goes_to_every_row_without_one_of_its_own(
+    async_connection: Connection,
+) -> None:
+    shared = {"render": True, "waitFor": "h1", "extract": {"title": "h1"}}
+    own = {"render": False}
+    await queue.enqueue_many(
+        async_connection,
+        ["https://e.test/a", queue.NewJob("https://e.test/b", payload=own), "https://e.test/c"],
+        payload=shared,
+    )
+    await queue.enqueue_many(async_connection, ["https://e.test/d"])
+    cursor = await async_connection.execute(
+        "SELECT url_to_scrape, payload FROM scraping_jobs ORDER BY id"
+    )
+    assert await cursor.fetchall() == [
+        ("https://e.test/a", shared),
+        ("https://e.test/b", own),
+        ("https://e.test/c", shared),
+        ("https://e.test/d", {}),
+    ]
+
+
 async def test_row_options_apply_to_every_row_unless_a_new_job_overrides_them(
     async_connection: Connection,
 ) -> None:
