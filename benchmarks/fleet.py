@@ -177,7 +177,8 @@ def pod_process(plan: PodPlan, answers: Any) -> None:
 
 
 def postgres_cpu_seconds(postmaster_pid: int) -> dict[int, float]:
-    """utime + stime of the postmaster and each of its children, by pid."""
+    """utime + stime of the postmaster and each of its children, by pid, and under pid 0 that
+    of the children it has reaped (backends of connections closed since the server started)."""
     seconds: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -189,6 +190,8 @@ def postgres_cpu_seconds(postmaster_pid: int) -> dict[int, float]:
         pid, parent = int(entry.name), int(fields[1])
         if pid == postmaster_pid or parent == postmaster_pid:
             seconds[pid] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        if pid == postmaster_pid:
+            seconds[0] = (int(fields[13]) + int(fields[14])) / CLOCK_TICKS
     return seconds
 
 
@@ -201,8 +204,8 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
-    # A process that started in between counts whole; one that ended in between is lost
-    # (backends live as long as their pods, so only short-lived helpers are).
+    # A process that started in between counts whole; one that ended in between counts whole
+    # too, in its reaped parent's share (pid 0), the part before `before` included.
     return sum(value - before.get(pid, 0.0) for pid, value in after.items())
 
 

@@ -9,7 +9,9 @@ defaults, so a commit costs what it costs in production), each measure in a data
 
 Measures, per system:
 - throughput: N no-op jobs enqueued up front, then W worker processes claim -> no-op ->
-  complete until the queue is empty; jobs/s = N / (last worker done - go signal).
+  complete until the queue is empty; jobs/s = N / (last worker done - go signal). Also the
+  bulk enqueue's time and PostgreSQL's CPU per 1,000 jobs drained. The jobs carry no payload,
+  or with `--payload steps` the 2.3 KB a ScrapeJob with steps and items gives its rows.
 - latency: one idle consumer process waiting on LISTEN/NOTIFY; the benchmark enqueues one job
   at a time and measures from just before the INSERT to the moment the consumer holds the job.
 - backlog: the time of one claim of one job (S samples) with an empty table, then with
@@ -52,6 +54,7 @@ from psycopg.types.json import Jsonb
 from scrapeq_queue import row_lifecycle
 from scrapeq_queue.row_loading import load_claimed_rows_safely
 
+from benchmarks.fleet import cpu_between, postgres_cpu_seconds
 from scrapeq.local.postgres import LocalPostgres
 
 # The sizes the issue asks for; flags can shrink them for a smoke run.
@@ -76,6 +79,38 @@ ROUNDS_CAP = {("procrastinate", "throughput"): 1}
 
 Report = Callable[[int], None]
 
+# The payloads a throughput job may carry (`--payload`): none, or what a ScrapeJob with page
+# steps, items with transforms, fields and follow rules gives each of its rows (2,266 bytes of
+# JSON), since what a row carries is copied by every UPDATE of it.
+PAYLOADS: dict[str, dict[str, Any] | None] = {
+    "empty": None,
+    "steps": {
+        "render": True,
+        "waitFor": "h1.name",
+        "timeoutSeconds": 30,
+        "steps": [
+            {"action": "waitFor", "selector": "button.reveal"},
+            {"action": "click", "selector": "button.reveal", "waitFor": ".price"},
+            {"action": "scroll", "selector": "li.item", "count": 100, "maxRounds": 20},
+        ],
+        "items": {
+            "selector": "div.product",
+            "fields": {
+                f"field{n}": {
+                    "selector": f".f{n} span.value",
+                    "transforms": [{"type": "trim"}, {"type": "price"}],
+                }
+                for n in range(12)
+            },
+        },
+        "extract": {
+            f"x{n}": {"selector": f"#section-{n} .content", "attribute": "data-value"}
+            for n in range(10)
+        },
+        "follow": {"selector": "a.next", "maxDepth": 3, "include": ["/category/", "/product/"]},
+    },
+}
+
 
 class System(Protocol):
     """What the benchmark needs from each queue, implemented with that queue's own API."""
@@ -85,7 +120,9 @@ class System(Protocol):
 
     async def install(self, dsn: str) -> None: ...
 
-    async def enqueue_bulk(self, dsn: str, count: int) -> None: ...
+    async def enqueue_bulk(
+        self, dsn: str, count: int, payload: dict[str, Any] | None = None
+    ) -> None: ...
 
     def producer(
         self, dsn: str
@@ -167,9 +204,13 @@ class Scrapeq:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
             await connection.execute("ALTER TABLE scraping_jobs SET (autovacuum_enabled = off)")
 
-    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+    async def enqueue_bulk(
+        self, dsn: str, count: int, payload: dict[str, Any] | None = None
+    ) -> None:
         async with await queue.connect(dsn) as connection:
-            await queue.enqueue_many(connection, [self.url(n) for n in range(count)])
+            await queue.enqueue_many(
+                connection, [self.url(n) for n in range(count)], payload=payload
+            )
 
     @contextlib.asynccontextmanager
     async def producer(self, dsn: str) -> AsyncIterator[Callable[[], Awaitable[int]]]:
@@ -426,10 +467,15 @@ class ScrapeqFinishedSignal(Scrapeq):
 
     name = "scrapeq-signal"
 
-    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+    async def enqueue_bulk(
+        self, dsn: str, count: int, payload: dict[str, Any] | None = None
+    ) -> None:
         async with await queue.connect(dsn) as connection:
             await queue.enqueue_many(
-                connection, [self.url(n) for n in range(count)], notify_finished=True
+                connection,
+                [self.url(n) for n in range(count)],
+                payload=payload,
+                notify_finished=True,
             )
 
 
@@ -469,11 +515,15 @@ class PgQueuerSystem:
         async with self._queries(dsn) as queries:
             await queries.install()
 
-    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+    async def enqueue_bulk(
+        self, dsn: str, count: int, payload: dict[str, Any] | None = None
+    ) -> None:
+        # PgQueuer's payload is bytes: the same JSON as scrapeq's rows carry.
+        data = None if payload is None else json.dumps(payload).encode()
         async with self._queries(dsn) as queries:
             for start in range(0, count, 10_000):
                 size = min(10_000, count - start)
-                await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+                await queries.enqueue(["noop"] * size, [data] * size, [0] * size)
 
     @contextlib.asynccontextmanager
     async def producer(self, dsn: str) -> AsyncIterator[Callable[[], Awaitable[int]]]:
@@ -579,7 +629,11 @@ class Procrastinate:
         async with app.open_async():
             await app.schema_manager.apply_schema_async()
 
-    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+    async def enqueue_bulk(
+        self, dsn: str, count: int, payload: dict[str, Any] | None = None
+    ) -> None:
+        if payload is not None:
+            raise NotImplementedError("procrastinate's jobs here carry no payload")
         app = self._app(dsn)
         async with app.open_async():
             for start in range(0, count, 10_000):
@@ -657,7 +711,9 @@ class ScrapeqTenants(Scrapeq):
     # Throughput is what the switch may cost; the other measures use ownerless rows.
     measures = ("throughput",)
 
-    async def enqueue_bulk(self, dsn: str, count: int) -> None:
+    async def enqueue_bulk(
+        self, dsn: str, count: int, payload: dict[str, Any] | None = None
+    ) -> None:
         async with await queue.connect(dsn) as connection:
             for namespace in range(self.namespaces):
                 # Row n goes to namespace (n // hosts) % namespaces, so that each site's rows
@@ -672,6 +728,7 @@ class ScrapeqTenants(Scrapeq):
                     owner=queue.Owner(
                         uid=f"bench-{namespace}", namespace=f"team-{namespace}", name="bench"
                     ),
+                    payload=payload,
                 )
 
 
@@ -789,6 +846,8 @@ class Settings:
     backlog_pending: int
     claim_samples: int
     batch_size: int
+    # The payload of every throughput job (PAYLOADS).
+    payload: str = "empty"
 
 
 class Databases:
@@ -797,6 +856,12 @@ class Databases:
     def __init__(self, server: LocalPostgres) -> None:
         self.server = server
         self.admin_dsn = server.dsn()
+
+    def server_cpu_seconds(self) -> dict[int, float]:
+        """CPU the server has used so far, by process (benchmarks.fleet.postgres_cpu_seconds):
+        between two readings at quiet moments, what the server did in between."""
+        pid_file = self.server.data_dir / "postmaster.pid"
+        return postgres_cpu_seconds(int(pid_file.read_text().splitlines()[0]))
 
     @contextlib.asynccontextmanager
     async def fresh(self, name: str) -> AsyncIterator[str]:
@@ -861,10 +926,13 @@ async def measure_throughput(
     async with databases.fresh(f"bench_{system.name}_throughput") as dsn:
         await system.install(dsn)
         enqueued = getattr(system, "enqueued_jobs", lambda jobs: jobs)(settings.jobs)
-        await system.enqueue_bulk(dsn, enqueued)
+        enqueue_started = time.monotonic()
+        await system.enqueue_bulk(dsn, enqueued, PAYLOADS[settings.payload])
+        enqueue_seconds = time.monotonic() - enqueue_started
         await _settle(dsn)
         counts_visits = isinstance(system, Scrapeq)
         visits_before = await _host_visits(dsn) if counts_visits else 0
+        server_cpu_before = databases.server_cpu_seconds()
         workers = [
             await _spawn("drain", system, dsn, f"{system.name}-worker-{n}")
             for n in range(settings.workers)
@@ -881,6 +949,8 @@ async def measure_throughput(
         finally:
             for worker in workers:
                 await _stop(worker)
+        # The drain's backends have closed their connections by now: reaped, they count whole.
+        server_cpu = cpu_between(server_cpu_before, databases.server_cpu_seconds())
         processed = sum(result["processed"] for result in results)
         seconds = max(result["finished_at"] for result in results) - go
         measured = getattr(system, "measured_jobs", lambda enqueued: enqueued)(enqueued)
@@ -891,6 +961,11 @@ async def measure_throughput(
             "workers": settings.workers,
             "seconds": round(seconds, 3),
             "jobs_per_s": round(measured / seconds, 1),
+            "payload": settings.payload,
+            # The bulk enqueue of the jobs before the drain (one producer connection).
+            "enqueue_seconds": round(enqueue_seconds, 3),
+            # PostgreSQL's CPU for the drain (every backend, the server's own processes).
+            "server_cpu_ms_per_1000_jobs": round(server_cpu / measured * 1_000_000, 1),
         }
         if counts_visits:
             # How many sites the claims' walks visited per row they took (all rows, the hot
@@ -1168,6 +1243,18 @@ def print_results(results: list[dict[str, Any]]) -> None:
         )
     for sentence in politeness_ratios(results):
         print(sentence)
+    payloads = {
+        line["payload"] for line in results if line["measure"] == "throughput" and "payload" in line
+    }
+    if payloads - {"empty"}:
+        print(f"throughput jobs' payload: {', '.join(sorted(payloads))} (--payload)")
+    for line in results:
+        if line["measure"] == "throughput" and "enqueue_seconds" in line:
+            print(
+                f"{line['system']}, the median round: bulk enqueue of {line['jobs']:,} jobs "
+                f"{line['enqueue_seconds']} s; PostgreSQL's CPU for the drain "
+                f"{line['server_cpu_ms_per_1000_jobs']} ms per 1,000 jobs"
+            )
     for line in results:
         if line["measure"] == "stale" and "error" not in line:
             print(
@@ -1202,6 +1289,13 @@ def main(argv: list[str] | None = None) -> int:
         default=BATCH_SIZE,
         help="claim/complete batch (scrapeq, PgQueuer)",
     )
+    parser.add_argument(
+        "--payload",
+        choices=sorted(PAYLOADS),
+        default="empty",
+        help="each throughput job's payload: empty, or steps (the 2.3 KB of JSON a ScrapeJob "
+        "with steps, items with transforms, extract and follow gives its rows)",
+    )
     parser.add_argument("--child", choices=("drain", "consume"), help=argparse.SUPPRESS)
     parser.add_argument("--system", help=argparse.SUPPRESS)
     parser.add_argument("--dsn", help=argparse.SUPPRESS)
@@ -1227,6 +1321,7 @@ def main(argv: list[str] | None = None) -> int:
         backlog_pending=args.backlog_pending,
         claim_samples=args.claim_samples,
         batch_size=args.batch_size,
+        payload=args.payload,
     )
     load_before = os.getloadavg()
     results = asyncio.run(run(systems, measures, settings, args.rounds))

@@ -117,3 +117,25 @@ def test_the_finished_signal_modes_measure_throughput_with_and_without_its_trigg
         "finished signal, no row opted in",
         "finished signal, every row opted in",
     ], completed.stdout
+
+
+def test_throughput_jobs_may_carry_a_scrapejobs_payload_and_the_servers_cpu_is_reported() -> None:
+    completed = subprocess.run(
+        [
+            sys.executable, "-m", "benchmarks.queue_throughput",
+            "--systems", "scrapeq-before,scrapeq", "--measures", "throughput",
+            "--jobs", "1000", "--workers", "2", "--rounds", "1", "--payload", "steps",
+        ],
+        cwd=REPOSITORY_ROOT, capture_output=True, text=True, timeout=100, check=False,
+    )  # fmt: skip
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    records = [json.loads(line) for line in completed.stdout.splitlines()[:2]]
+    assert [record["system"] for record in records] == ["scrapeq-before", "scrapeq"]
+    for record in records:
+        assert record["payload"] == "steps"
+        assert record["jobs"] == 1000
+        assert record["enqueue_seconds"] > 0
+        # Claims and completions of 1,000 rows cost the server at least some CPU.
+        assert record["server_cpu_ms_per_1000_jobs"] > 0, record
+    assert "throughput jobs' payload: steps (--payload)" in completed.stdout
