@@ -376,11 +376,12 @@ class ScrapeqBeforePoliteness(Scrapeq):
                 {"queues": ["default"], "limit": limit, "worker_id": worker, "lease_seconds": 60.0},
             )
             rows = await cursor.fetchall()
-        jobs = [
-            row_lifecycle.job_from_row((*row, *[None] * 8))  # no host key, no crawl memory
-            for row in rows
-            if row_lifecycle.unworkable(row) is None
-        ]
+        jobs = []
+        for loaded in rows:
+            row, payload_key = row_lifecycle.unpack_payload(loaded)
+            if row_lifecycle.unworkable(row, payload_key) is None:
+                # No host key, no crawl memory.
+                jobs.append(row_lifecycle.job_from_row((*row, *[None] * 8)))
         return [(job.id, job.attempt, "") for job in jobs]
 
     async def complete(

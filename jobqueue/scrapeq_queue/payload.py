@@ -258,30 +258,49 @@ def load_payload(data: bytes | bytearray | memoryview | str) -> object:
     The value when it loads within MAX_PAYLOAD_BYTES, MAX_PAYLOAD_DEPTH and the number bounds,
     else an UnreadablePayload naming the first problem (validate_payload reports it).
     """
+    return load_payload_and_key(data)[0]
+
+
+def load_payload_and_key(data: bytes | bytearray | memoryview | str) -> tuple[object, bytes]:
+    """load_payload's value, and the key of its JSON text (a digest) under which
+    claimed_payload_problems keeps the verdict on the payload's options."""
     if isinstance(data, memoryview | bytearray):
         data = bytes(data)
     if len(data) > MAX_PAYLOAD_BYTES:
-        return UnreadablePayload(_size_problem(len(data)))
+        return UnreadablePayload(_size_problem(len(data))), b""
+    key = _digest(data)
     try:
         value = json.loads(data, parse_constant=_no_constant)
     except _OutOfBounds as error:
-        return UnreadablePayload(str(error))
+        return UnreadablePayload(str(error)), key
     except RecursionError:
-        return UnreadablePayload(_depth_problem())
+        return UnreadablePayload(_depth_problem()), key
     except (ValueError, TypeError) as error:
         digits = _TOO_MANY_DIGITS.search(str(error))
         if digits is not None:
-            return UnreadablePayload(_number_problem(int(digits.group(1))))
+            return UnreadablePayload(_number_problem(int(digits.group(1)))), key
         # PostgreSQL only hands out valid JSON; this is a payload no JSON reader agrees with.
-        return UnreadablePayload(f"payload is not readable JSON ({_quoted(str(error))})")
-    key = _digest(data)
+        unreadable = f"payload is not readable JSON ({_quoted(str(error))})"
+        return UnreadablePayload(unreadable), key
     if _IN_BOUNDS.get(key) is not None:
-        return value
+        return value, key
     problem = _shape_problem(value)
     if problem is not None:
-        return UnreadablePayload(problem)
+        return UnreadablePayload(problem), key
     _IN_BOUNDS.put(key, ())
-    return value
+    return value, key
+
+
+def claimed_payload_problems(value: object, key: bytes) -> list[str]:
+    """validate_payload(value, loaded=True) for a value load_payload_and_key read as `key`,
+    from the verdict kept under that key when there is one."""
+    if not isinstance(value, Mapping) or not value or not key:
+        return validate_payload(value, loaded=True)
+    verdict = _OPTION_VERDICTS.get(key)
+    if verdict is None:
+        verdict = tuple(_option_problems(value))
+        _OPTION_VERDICTS.put(key, verdict)
+    return list(verdict)
 
 
 def _number_problem(digits: int | None) -> str:
@@ -1143,14 +1162,10 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
         return []
     # A claimed row's payload: the rows of one job share it, and so its verdict.
     try:
-        key = _digest(json.dumps(payload, ensure_ascii=False, separators=(",", ":")))
+        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     except (TypeError, ValueError, RecursionError):
         return _option_problems(payload)
-    verdict = _OPTION_VERDICTS.get(key)
-    if verdict is None:
-        verdict = tuple(_option_problems(payload))
-        _OPTION_VERDICTS.put(key, verdict)
-    return list(verdict)
+    return claimed_payload_problems(payload, b"options:" + _digest(text))
 
 
 def _option_problems(payload: Mapping[str, Any]) -> list[str]:

@@ -22,7 +22,7 @@ from scrapeq_queue import statements
 from scrapeq_queue.crawl_memory import PageWrite, memory_columns, memory_from_columns, write_pages
 from scrapeq_queue.errors import InvalidJob, translate_database_errors
 from scrapeq_queue.hosts import host_key_of
-from scrapeq_queue.payload import payload_as_options, validate_payload
+from scrapeq_queue.payload import claimed_payload_problems, payload_as_options
 from scrapeq_queue.politeness import (
     ADAPTIVE_ERROR_BACKOFF,
     ADAPTIVE_FLOOR_DRIFT,
@@ -127,11 +127,22 @@ def job_from_row(row: Sequence[Any]) -> ClaimedJob:
     )
 
 
-def unworkable(row: Sequence[Any]) -> tuple[str, str] | None:
+def unpack_payload(row: Sequence[Any]) -> tuple[Sequence[Any], bytes]:
+    """A claimed row as the claim's cursor read it (row_loading.py: the payload a pair of its
+    value and its text's key) as the row with the payload's value, and that key (b"": none)."""
+    loaded = row[4]
+    if loaded is None:
+        return row, b""
+    value, key = loaded
+    return (*row[:4], value, *row[5:]), key
+
+
+def unworkable(row: Sequence[Any], payload_key: bytes = b"") -> tuple[str, str] | None:
     """(reason, error) when no worker can run a claimed row: its payload breaks a rule, or its
     URL cannot be fetched by any engine; None when it can be tried. The payload is what the
-    claim's cursor loaded with load_payload (row_loading.py), its bounds already checked."""
-    problems = validate_payload(row[4], loaded=True)
+    claim's cursor loaded (unpack_payload), its bounds already checked; `payload_key` the key of
+    its text, under which the verdict on its options is kept."""
+    problems = claimed_payload_problems(row[4], payload_key)
     if problems:
         return INVALID_PAYLOAD_REASON, "invalid payload: " + "; ".join(problems)
     url_problem = target_problem(row[2])
@@ -198,9 +209,10 @@ async def claim_jobs(
             answer = await cursor.fetchall()
         rows = [row for row in answer if row[0] is not None]
         jobs: list[ClaimedJob] = []
-        for row in rows:
+        for loaded in rows:
+            row, payload_key = unpack_payload(loaded)
             try:
-                failure = unworkable(row) if reject_invalid_payloads else None
+                failure = unworkable(row, payload_key) if reject_invalid_payloads else None
                 job = job_from_row(row)
             except Exception as unreadable:  # no rule foresaw it: the row's failure alone
                 logger.exception("job %s: its claimed row could not be read", row[0])

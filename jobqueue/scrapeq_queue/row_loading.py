@@ -19,7 +19,7 @@ from psycopg.adapt import Loader
 from psycopg.pq import Format
 from psycopg.types.json import set_json_loads
 
-from scrapeq_queue.payload import load_payload
+from scrapeq_queue.payload import load_payload_and_key
 
 EARLIEST: datetime = datetime.min.replace(tzinfo=UTC)
 LATEST: datetime = datetime.max.replace(tzinfo=UTC)
@@ -64,7 +64,8 @@ class _BoundedTimestamptzBinaryLoader(Loader):
 
 
 def load_claimed_rows_safely(cursor: psycopg.AsyncCursor[Any]) -> None:
-    """Make `cursor` load jsonb with load_payload and out-of-range timestamps clamped."""
-    set_json_loads(load_payload, cursor)
+    """Make `cursor` load jsonb as load_payload_and_key's (value, key) pair (NULL stays None),
+    and out-of-range timestamps clamped."""
+    set_json_loads(load_payload_and_key, cursor)
     cursor.adapters.register_loader("timestamptz", _BoundedTimestamptzLoader)
     cursor.adapters.register_loader("timestamptz", _BoundedTimestamptzBinaryLoader)

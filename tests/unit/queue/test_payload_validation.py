@@ -6,7 +6,12 @@ import json
 
 import pytest
 from scrapeq_queue import PAYLOAD_OPTIONS, validate_payload
-from scrapeq_queue.payload import UnreadablePayload, load_payload
+from scrapeq_queue.payload import (
+    UnreadablePayload,
+    claimed_payload_problems,
+    load_payload,
+    load_payload_and_key,
+)
 from scrapeq_queue.sealed_credentials import Credentials, SealingKeys
 
 
@@ -601,6 +606,12 @@ def test_a_claimed_payload_gets_the_verdict_of_a_full_check_however_often_it_is_
         problems = validate_payload(loaded, loaded=True)
         assert problems == expected
         problems.append("a caller's own addition")  # a copy: the kept verdict is unchanged
+        # The claim's way: the verdict kept under the key of the text it read.
+        value, key = load_payload_and_key(text)
+        assert value == payload
+        problems = claimed_payload_problems(value, key)
+        assert problems == expected
+        problems.append("a caller's own addition")
 
 
 def test_a_payload_out_of_bounds_is_refused_however_often_it_is_read() -> None:
