@@ -3,8 +3,9 @@
 A claim commits before its rows are read, so a value the client cannot load would strand every
 row of the batch as `processing` until its lease expired, and the next claimer would stumble on
 it again. The claim's cursor therefore loads values its own way: the payload under the bounds
-of `payload.load_payload` (a payload out of bounds becomes an `UnreadablePayload`, which the
-claim fails as `invalid_payload`), and timestamps PostgreSQL can hold but Python cannot
+of `payload.load_payload`, paired with the key of its text (`load_payload_and_key`; a payload
+out of bounds becomes an `UnreadablePayload`, which the claim fails as `invalid_payload`), and
+timestamps PostgreSQL can hold but Python cannot
 (`-infinity`, years before 1 or after 9999) as the nearest datetime Python has.
 """
 
