@@ -209,9 +209,9 @@ async def claim_jobs(
             answer = await cursor.fetchall()
         rows = [row for row in answer if row[0] is not None]
         jobs: list[ClaimedJob] = []
-        for loaded in rows:
-            row, payload_key = unpack_payload(loaded)
+        for row in rows:
             try:
+                row, payload_key = unpack_payload(row)
                 failure = unworkable(row, payload_key) if reject_invalid_payloads else None
                 job = job_from_row(row)
             except Exception as unreadable:  # no rule foresaw it: the row's failure alone
