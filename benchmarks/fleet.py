@@ -279,7 +279,8 @@ def measure(
         process = context.Process(target=pod_process, args=(plan, answers))
         process.start()
         workers.append(process)
-    postmaster = int((server.data_dir / "postmaster.pid").read_text().splitlines()[0])
+    postmaster = server.postmaster_pid()
+    assert postmaster is not None, "the server runs"
     connections: list[int] = []
     cpu_before: dict[int, float] | None = None
     pooler_before = 0.0

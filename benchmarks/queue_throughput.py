@@ -861,8 +861,9 @@ class Databases:
     def server_cpu_seconds(self) -> dict[int, float]:
         """CPU the server has used so far, by process (benchmarks.fleet.postgres_cpu_seconds):
         between two readings at quiet moments, what the server did in between."""
-        pid_file = self.server.data_dir / "postmaster.pid"
-        return postgres_cpu_seconds(int(pid_file.read_text().splitlines()[0]))
+        postmaster = self.server.postmaster_pid()
+        assert postmaster is not None, "the server runs"
+        return postgres_cpu_seconds(postmaster)
 
     @contextlib.asynccontextmanager
     async def fresh(self, name: str) -> AsyncIterator[str]:

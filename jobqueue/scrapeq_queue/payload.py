@@ -243,7 +243,7 @@ def _digest(text: bytes | str) -> bytes:
 
 
 # Texts load_payload found within the bounds of nesting and numbers, and the options' problems
-# of payloads validate_payload(loaded=True) checked.
+# claimed_payload_problems found, by the key of the text.
 _IN_BOUNDS: Final = _Verdicts(512)
 _OPTION_VERDICTS: Final = _Verdicts(512)
 
@@ -1157,15 +1157,7 @@ def validate_payload(payload: object, *, loaded: bool = False) -> list[str]:
             return ["payload must hold only JSON values"]
         if size > MAX_PAYLOAD_BYTES:
             return [_size_problem(size)]
-        return _option_problems(payload)
-    if not payload:
-        return []
-    # A claimed row's payload: the rows of one job share it, and so its verdict.
-    try:
-        text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError):
-        return _option_problems(payload)
-    return claimed_payload_problems(payload, b"options:" + _digest(text))
+    return _option_problems(payload)
 
 
 def _option_problems(payload: Mapping[str, Any]) -> list[str]:

@@ -242,11 +242,17 @@ class LocalPostgres:
             "pg_ctl promote",
         )
 
-    def _kill_postmaster(self) -> None:
-        pid_file = self.data_dir / "postmaster.pid"
+    def postmaster_pid(self) -> int | None:
+        """The running server's postmaster (from its postmaster.pid); None when it is not
+        running."""
         try:
-            pid = int(pid_file.read_text().splitlines()[0])
+            return int((self.data_dir / "postmaster.pid").read_text().splitlines()[0])
         except (OSError, ValueError, IndexError):
+            return None
+
+    def _kill_postmaster(self) -> None:
+        pid = self.postmaster_pid()
+        if pid is None:
             return
         try:
             os.kill(pid, signal.SIGKILL)

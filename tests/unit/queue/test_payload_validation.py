@@ -603,15 +603,13 @@ def test_a_claimed_payload_gets_the_verdict_of_a_full_check_however_often_it_is_
     for _ in range(3):
         loaded = load_payload(text)
         assert loaded == payload
-        problems = validate_payload(loaded, loaded=True)
-        assert problems == expected
-        problems.append("a caller's own addition")  # a copy: the kept verdict is unchanged
+        assert validate_payload(loaded, loaded=True) == expected
         # The claim's way: the verdict kept under the key of the text it read.
         value, key = load_payload_and_key(text)
         assert value == payload
         problems = claimed_payload_problems(value, key)
         assert problems == expected
-        problems.append("a caller's own addition")
+        problems.append("a caller's own addition")  # a copy: the kept verdict is unchanged
 
 
 def test_a_payload_out_of_bounds_is_refused_however_often_it_is_read() -> None:
@@ -626,7 +624,9 @@ def test_the_kept_verdicts_are_bounded() -> None:
     from scrapeq_queue import payload as payload_module
 
     for n in range(2000):
-        loaded = load_payload(f'{{"timeoutSeconds": {n % 600 + 1}, "waitFor": "#i{n}"}}')
-        assert validate_payload(loaded, loaded=True) == []
+        value, key = load_payload_and_key(
+            f'{{"timeoutSeconds": {n % 600 + 1}, "waitFor": "#i{n}"}}'
+        )
+        assert claimed_payload_problems(value, key) == []
     assert len(payload_module._IN_BOUNDS._entries) == 512
     assert len(payload_module._OPTION_VERDICTS._entries) == 512
