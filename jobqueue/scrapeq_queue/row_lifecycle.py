@@ -103,7 +103,8 @@ INVALID_PAYLOAD_REASON: Final = "invalid_payload"
 RetryOutcome = Literal["retrying", "failed", "fenced"]
 
 
-def job_from_row(row: Sequence[Any]) -> ClaimedJob:
+def job_from_row(row: Sequence[Any], *, options_checked: bool = False) -> ClaimedJob:
+    """The job of a claimed row; `options_checked` when unworkable() passed it."""
     return ClaimedJob(
         id=row[0],
         attempt=row[1],
@@ -124,6 +125,7 @@ def job_from_row(row: Sequence[Any]) -> ClaimedJob:
         lease_expires_at=row[16],
         host_key=row[17],
         memory=memory_from_columns(*row[18:25]),
+        options_checked=options_checked,
     )
 
 
@@ -213,7 +215,7 @@ async def claim_jobs(
             try:
                 row, payload_key = unpack_payload(row)
                 failure = unworkable(row, payload_key) if reject_invalid_payloads else None
-                job = job_from_row(row)
+                job = job_from_row(row, options_checked=reject_invalid_payloads)
             except Exception as unreadable:  # no rule foresaw it: the row's failure alone
                 logger.exception("job %s: its claimed row could not be read", row[0])
                 failure = (

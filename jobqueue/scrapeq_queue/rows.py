@@ -65,6 +65,9 @@ class ClaimedJob:
     # payload names a `crawlKey` (docs/queue.md, "Crawl memory"); None when the crawl never
     # fetched the URL, and for rows without a crawl key.
     memory: PageMemory | None = None
+    # The claim checked the payload's options (claim_jobs with reject_invalid_payloads): a
+    # worker need not check them again before it reads them.
+    options_checked: bool = False
 
     @property
     def token(self) -> tuple[int, int]:

@@ -211,6 +211,7 @@ def options_from_payload(
     default_block_resources: Sequence[str] = (),
     default_block_markers: Sequence[BlockMarker] = (),
     loaded: bool = False,
+    checked: bool = False,
 ) -> JobOptions:
     """Validate `payload` with the queue's rules and return the options; raise BadInput with
     every problem listed when it is not valid, RetryLater (credentials_unreadable) when its
@@ -221,8 +222,10 @@ def options_from_payload(
     fetches everything whatever the pool blocks. A payload's blockMarkers add to
     `default_block_markers` (the pool's). `loaded=True` says the payload is a claimed row's,
     which the queue's load_payload read within its bounds of size, nesting and numbers: only
-    the options are checked again (validate_payload's `loaded`)."""
-    problems = validate_payload(payload, loaded=loaded)
+    the options are checked again (validate_payload's `loaded`); `checked=True` that the claim
+    checked the options too (ClaimedJob.options_checked): nothing is checked again, and a value
+    the options cannot be read from is still a BadInput, never another error."""
+    problems = [] if checked else validate_payload(payload, loaded=loaded)
     if problems:
         raise BadInput("invalid payload: " + "; ".join(problems), reason="invalid_payload")
     try:

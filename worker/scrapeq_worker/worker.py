@@ -460,6 +460,7 @@ class Worker:
                         default_block_resources=self.settings.block_resources,
                         default_block_markers=self.settings.block_markers,
                         loaded=True,
+                        checked=job.options_checked,
                     )
                     rule = await self._site_rule(job)
                     await self._obey_robots_txt(job, options, rule)

@@ -95,6 +95,7 @@ async def test_a_claimed_job_is_processing_under_a_lease_and_logged(
     row = await fetch_row(async_connection, job.id)
     assert job.id == job_id
     assert job.payload == {"render": False}
+    assert job.options_checked  # the claim checked the options: the worker need not again
     assert row["status"] == "processing"
     assert row["processed_by"] == "pod-1"
     assert row["lease_expires_at"] == job.lease_expires_at > job.claimed_at

@@ -265,6 +265,7 @@ async def test_a_hostile_row_a_lost_worker_held_is_failed_by_the_next_worker_tha
         reject_invalid_payloads=False,
     )
     assert [job.id for job in first] == [hostile]
+    assert not first[0].options_checked  # a worker given it would check the options itself
     await connection.execute(
         "UPDATE scraping_jobs SET lease_expires_at = now() - interval '1 second' WHERE id = %s",
         (hostile,),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from scrapeq_queue.payload import PAYLOAD_OPTIONS, load_payload
+from scrapeq_queue.payload import PAYLOAD_OPTIONS, load_payload, validate_payload
 from scrapeq_queue.sealed_credentials import SealingKeys
 from scrapeq_worker.errors import BadInput, WorkerError
 from scrapeq_worker.job_options import JobOptions, options_from_payload
@@ -60,6 +60,52 @@ def test_every_option_with_any_hostile_value_gives_options_or_a_worker_error(
         except WorkerError as error:
             outcomes.append(error)
     assert all(isinstance(outcome, JobOptions | WorkerError) for outcome in outcomes)
+
+
+@pytest.mark.parametrize("option", sorted(PAYLOAD_OPTIONS))
+def test_options_no_check_saw_still_give_options_or_a_worker_error(option: str) -> None:
+    # `checked=True` (ClaimedJob.options_checked) skips the worker's own check; a value no
+    # check saw still gives options or a worker error, never another exception.
+    for value in HOSTILE_VALUES:
+        try:
+            options = options_from_payload(
+                {option: value}, default_timeout_seconds=30, sealing_keys=KEYS, checked=True
+            )
+        except WorkerError:
+            continue
+        assert isinstance(options, JobOptions)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        {"render": False, "extract": {"title": "title"}},
+        {
+            "waitFor": "h1.name",
+            "timeoutSeconds": 30,
+            "steps": [
+                {"action": "waitFor", "selector": "button.reveal"},
+                {"action": "click", "selector": "button.reveal", "waitFor": ".price"},
+                {"action": "scroll", "selector": "li.item", "count": 100, "maxRounds": 20},
+            ],
+            "items": {
+                "selector": "div.product",
+                "fields": {"price": {"selector": ".price", "transforms": [{"type": "price"}]}},
+            },
+            "follow": {"selector": "a.next", "maxDepth": 3, "include": ["/product/"]},
+            "blockResources": ["image"],
+        },
+    ],
+    ids=["empty", "static", "steps-items-follow"],
+)
+def test_options_the_claim_checked_read_as_a_full_check_reads_them(
+    payload: dict[str, object],
+) -> None:
+    assert validate_payload(payload) == []
+    assert options_from_payload(
+        payload, default_timeout_seconds=30, sealing_keys=KEYS, checked=True
+    ) == options_from_payload(payload, default_timeout_seconds=30, sealing_keys=KEYS)
 
 
 @pytest.mark.parametrize(
