@@ -300,28 +300,28 @@ BARE_SCRIPT = """async () => {
           tags: Array.from(document.querySelectorAll('li.tag')).map(n => n.textContent)};
 }"""
 
-# The steps page read without its price (the price shows only after a click); a page that
-# never shows what the script waits for fails after 10 s.
-BARE_SCRIPT_NO_PRICE = """async () => {
+
+def _steps_read_script(wait_for: str, *, price: bool) -> str:
+    """A script that waits for `wait_for` on the steps page (failing after 10 s: a page that
+    never shows it) and reads the page, its price too when `price`."""
+    read_price = "price: document.querySelector('.price').textContent,\n          " if price else ""
+    read_tags = "tags: Array.from(document.querySelectorAll('li.tag')).map(n => n.textContent)"
+    return f"""async () => {{
   const until = Date.now() + 10000;
-  while (!document.querySelector('button.reveal')) {
-    if (Date.now() > until) throw new Error('no button.reveal');
+  while (!document.querySelector('{wait_for}')) {{
+    if (Date.now() > until) throw new Error('no {wait_for}');
     await new Promise(r => setTimeout(r, 5));
-  }
-  return {name: document.querySelector('h1.name').textContent,
-          tags: Array.from(document.querySelectorAll('li.tag')).map(n => n.textContent)};
-}"""
-# The steps page read once its price is there.
-BARE_SCRIPT_PRICE = """async () => {
-  const until = Date.now() + 10000;
-  while (!document.querySelector('.price')) {
-    if (Date.now() > until) throw new Error('no .price');
-    await new Promise(r => setTimeout(r, 5));
-  }
-  return {name: document.querySelector('h1.name').textContent,
-          price: document.querySelector('.price').textContent,
-          tags: Array.from(document.querySelectorAll('li.tag')).map(n => n.textContent)};
-}"""
+  }}
+  return {{name: document.querySelector('h1.name').textContent,
+          {read_price}{read_tags}}};
+}}"""
+
+
+# The steps page read without its price (the price shows only after a click), and once its
+# price is there.
+BARE_SCRIPT_NO_PRICE = _steps_read_script("button.reveal", price=False)
+BARE_SCRIPT_PRICE = _steps_read_script(".price", price=True)
+
 # The centre of the first match of a selector, in CSS pixels of the viewport.
 CENTRE_SCRIPT = """(selector) => {
   const r = document.querySelector(selector).getBoundingClientRect();
