@@ -35,7 +35,14 @@ async def test_a_thirty_page_next_chain_is_scraped_once_per_page_with_every_item
     site: HostileSite, worker_settings: WorkerSettings, connection: Connection, render: bool
 ) -> None:
     register_listing(site, 30)
-    payload = {"render": render, "items": ITEMS, "next": {"selector": "a.next"}}
+    # `waitUntil: load`, a ScrapeJob's default (without it each rendered page of the chain
+    # would wait for 500 ms without a request, the classic rows' wait).
+    payload = {
+        "render": render,
+        "waitUntil": "load",
+        "items": ITEMS,
+        "next": {"selector": "a.next"},
+    }
     await queue.enqueue(connection, site.url("/page/list-1"), payload=payload, owner=OWNER)
 
     await run_burst(worker_settings, concurrency=4)
@@ -64,7 +71,12 @@ async def test_a_chain_longer_than_its_max_pages_ends_at_the_cap_and_says_so(
 ) -> None:
     register_listing(site, 30)
     # A classic row (no owner): the chain's position travels in the payload all the same.
-    payload = {"render": render, "items": ITEMS, "next": {"selector": "a.next", "maxPages": 7}}
+    payload = {
+        "render": render,
+        "waitUntil": "load",
+        "items": ITEMS,
+        "next": {"selector": "a.next", "maxPages": 7},
+    }
     await queue.enqueue(connection, site.url("/page/list-1"), payload=payload)
 
     await run_burst(worker_settings, concurrency=4)
